@@ -1,0 +1,41 @@
+# One command per check, the same on a laptop and in CI.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+# torch 2.13.0 is the CPU build that lies on the CI machines' disk; tests that need it skip
+# without it.
+TORCH   ?= torch==2.13.0
+
+.PHONY: demo test test-fast lint bench clean
+
+$(BIN)/shoal: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+$(VENV)/.dev: pyproject.toml $(BIN)/shoal
+	$(BIN)/pip install -q -e '.[dev]' '$(TORCH)'
+	@touch $@
+
+## demo: set up and run the main example pipeline on the local engine
+demo: $(BIN)/shoal
+	$(BIN)/shoal run examples/pipeline.py main
+
+## test: set up and run the whole test suite
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q
+
+## test-fast: everything but the slow real-process tiers
+test-fast: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
+
+bench: $(VENV)/.dev
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

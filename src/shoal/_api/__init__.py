@@ -1,0 +1,1 @@
+"""What users write: environments, tasks, resources, images, pod templates, cache, ctx."""

@@ -1,0 +1,77 @@
+"""`shoal.ctx()`: what a running task knows about itself (identity and topology).
+
+The worker that runs a task sets the context; user code only reads it. Outside a task,
+``ctx()`` returns a falsy context whose fields are all None, so ``if shoal.ctx():`` works.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal._runtime.client import ControllerClient
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Identity and topology of the running task call (one rank of it, for clustered tasks)."""
+
+    run_name: str | None = None
+    action: str | None = None
+    task: str | None = None
+    env: str | None = None
+    attempt: int | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None
+    nnodes: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    restart_attempt: int | None = None
+    checkpoint: Any = None
+    # How this process reaches the controller running the run; None outside a run.
+    client: ControllerClient | None = None
+
+    def __bool__(self) -> bool:
+        return self.action is not None
+
+    def __repr__(self) -> str:
+        if not self:
+            return "TaskContext(<outside a task>)"
+        shown = (
+            "run_name",
+            "action",
+            "task",
+            "attempt",
+            "rank",
+            "world_size",
+            "node_rank",
+            "nnodes",
+        )
+        parts = [f"{k}={getattr(self, k)!r}" for k in shown if getattr(self, k) is not None]
+        return f"TaskContext({', '.join(parts)})"
+
+
+_EMPTY = TaskContext()
+_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("shoal_ctx", default=_EMPTY)
+
+
+def ctx() -> TaskContext:
+    """The context of the task running in this process, or an empty (falsy) one."""
+    return _current.get()
+
+
+@contextmanager
+def running(context: TaskContext) -> Iterator[TaskContext]:
+    """Make ``context`` current for the body (used by workers, never by users)."""
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)

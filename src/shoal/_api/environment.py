@@ -1,0 +1,233 @@
+"""`TaskEnvironment`: where a group of tasks runs (image, resources, env vars, dependencies)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from shoal._api.cache import Cache, CacheRequest, to_cache
+from shoal._api.names import check_name
+from shoal._runtime import contract
+from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
+from shoal.errors import SpecError
+
+if TYPE_CHECKING:
+    from shoal._api.task import TaskTemplate
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the engine sets for every task process: a user value would break the contract.
+_RESERVED = frozenset(
+    {
+        contract.TORCH_RANK,
+        contract.TORCH_LOCAL_RANK,
+        contract.TORCH_WORLD_SIZE,
+        contract.TORCH_LOCAL_WORLD_SIZE,
+        contract.TORCH_GROUP_RANK,
+        contract.TORCH_MASTER_ADDR,
+        contract.TORCH_MASTER_PORT,
+    }
+)
+
+# Every environment defined in this process, by name (a worker looks tasks up through it).
+_REGISTRY: dict[str, TaskEnvironment] = {}
+
+
+def registered_environments() -> Mapping[str, TaskEnvironment]:
+    return _REGISTRY
+
+
+def _check_env_vars(field: str, value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(field, value, "must be a dict of str to str",
+                        'e.g. {"OMP_NUM_THREADS": "1"}')
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_VAR.match(key):
+            raise SpecError(
+                f"{field}[{key!r}]", key,
+                "must be an environment variable name [A-Za-z_][A-Za-z0-9_]*", "rename it",
+            )
+        if key in _RESERVED or key.startswith("SHOAL_"):
+            raise SpecError(
+                f"{field}[{key!r}]", key,
+                "is set by Shoal for every task process (the rank/topology contract)",
+                "read it from shoal.ctx() instead of setting it",
+            )
+        if isinstance(val, bool) or not isinstance(val, str | int | float):
+            raise SpecError(f"{field}[{key!r}]", val, "must be a string", f'use "{val}"')
+        out[key] = str(val)
+    return out
+
+
+class TaskEnvironment:
+    """A group of tasks that share an image, resources, environment variables and dependencies.
+
+    ``depends_on`` lists the environments whose tasks this environment's tasks call; a call
+    into any other environment fails with `MissingDependencyError`, locally as on a cluster.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        image: Any = None,
+        resources: Any = None,
+        env_vars: Mapping[str, str] | None = None,
+        secrets: str | Iterable[str] | None = None,
+        cache: CacheRequest = "disable",
+        depends_on: Iterable[TaskEnvironment] = (),
+        pod_template: Any = None,
+        description: str | None = None,
+        interruptible: bool = False,
+    ) -> None:
+        from shoal._api.image import Image
+        from shoal._api.pod_template import PodTemplate
+        from shoal._api.resources import Resources
+
+        kind = type(self).__name__
+        self.name = check_name(f"{kind}.name", name)
+        if image is not None and not isinstance(image, Image | str):
+            raise SpecError(
+                f"{kind}({name!r}).image", image, "must be a shoal.Image or an image URI string",
+                "use shoal.Image.from_debian_base().with_pip_packages(...)",
+            )
+        self.image = image
+        if resources is not None and not isinstance(resources, Resources):
+            raise SpecError(
+                f"{kind}({name!r}).resources", resources, "must be shoal.Resources(...)",
+                'use shoal.Resources(cpu=2, memory="4Gi")',
+            )
+        self.resources = resources
+        self.env_vars: Mapping[str, str] = frozen_map(
+            _check_env_vars(f"{kind}({name!r}).env_vars", env_vars)
+        )
+        if isinstance(secrets, str):
+            secrets = (secrets,)
+        self.secrets = tuple(secrets or ())
+        for s in self.secrets:
+            if not isinstance(s, str) or not _ENV_VAR.match(s):
+                raise SpecError(
+                    f"{kind}({name!r}).secrets", s, "must name an environment variable",
+                    'e.g. secrets=["WANDB_API_KEY"]',
+                )
+        self.cache: Cache = to_cache(cache, field_name=f"{kind}({name!r}).cache")
+        deps = tuple(depends_on or ())
+        for dep in deps:
+            if not isinstance(dep, TaskEnvironment):
+                hint = (
+                    f"pass its environment ({dep.env.name!r}), not the task"
+                    if hasattr(dep, "env") and isinstance(dep.env, TaskEnvironment)
+                    else "pass TaskEnvironment objects"
+                )
+                raise SpecError(f"{kind}({name!r}).depends_on", dep, "must hold environments", hint)
+        self.depends_on = deps
+        if pod_template is not None and not isinstance(pod_template, PodTemplate):
+            raise SpecError(
+                f"{kind}({name!r}).pod_template", pod_template, "must be shoal.PodTemplate(...)",
+                'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})',
+            )
+        self.pod_template = pod_template
+        self.description = description
+        if not isinstance(interruptible, bool):
+            raise SpecError(f"{kind}({name!r}).interruptible", interruptible, "must be a bool",
+                            "use True or False")
+        self.interruptible = interruptible
+        self.tasks: dict[str, TaskTemplate[Any]] = {}
+        _REGISTRY[self.name] = self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    # -- the dependency graph ----------------------------------------------------------
+    def reachable(self) -> dict[str, TaskEnvironment]:
+        """This environment and every environment reachable from it through depends_on."""
+        seen: dict[str, TaskEnvironment] = {}
+        stack: list[TaskEnvironment] = [self]
+        while stack:
+            env = stack.pop()
+            if env.name in seen:
+                continue
+            seen[env.name] = env
+            stack.extend(env.depends_on)
+        return seen
+
+    # -- specs -------------------------------------------------------------------------
+    def _cluster_spec(self) -> ClusterSpec | None:
+        return None  # ClusteredTaskEnvironment overrides
+
+    def spec(self) -> EnvSpec:
+        return EnvSpec(
+            name=self.name,
+            resources=self.resources,
+            image=self.image,
+            env_vars=self.env_vars,
+            secrets=self.secrets,
+            depends_on=tuple(d.name for d in self.depends_on),
+            reachable=frozenset(self.reachable()),
+            pod_template=self.pod_template,
+            interruptible=self.interruptible,
+            cluster=self._cluster_spec(),
+            image_tag=(self.image if isinstance(self.image, str)
+                       else self.image.uri() if self.image is not None else ""),
+        )
+
+    def cache_spec(self, override: Cache | None) -> CacheSpec:
+        c = override if override is not None else self.cache
+        return CacheSpec(c.behavior, c.version, c.ignored_inputs, c.salt)
+
+    # -- the decorator -----------------------------------------------------------------
+    @overload
+    def task(self, _func: F) -> TaskTemplate[F]: ...
+
+    @overload
+    def task(
+        self,
+        _func: None = None,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+        timeout: float | int | Any = None,
+        cache: CacheRequest = None,
+        allow_pickle: bool = False,
+        short_name: str | None = None,
+    ) -> Callable[[F], TaskTemplate[F]]: ...
+
+    def task(
+        self,
+        _func: F | None = None,
+        *,
+        name: str | None = None,
+        retries: int = 0,
+        timeout: float | int | Any = None,
+        cache: CacheRequest = None,
+        allow_pickle: bool = False,
+        short_name: str | None = None,
+    ) -> TaskTemplate[F] | Callable[[F], TaskTemplate[F]]:
+        """Make a function a task of this environment: ``@env.task`` or ``@env.task(retries=2)``.
+
+        ``cache=None`` takes the environment's cache setting. Type hints are required on every
+        parameter and on the return value; they say how values move between processes.
+        """
+        from shoal._api.task import TaskTemplate
+
+        def wrap(func: F) -> TaskTemplate[F]:
+            t: TaskTemplate[F] = TaskTemplate(
+                self,
+                func,
+                name=name or short_name,
+                retries=retries,
+                timeout=timeout,
+                cache=None if cache is None else to_cache(cache, field_name="task.cache"),
+                allow_pickle=allow_pickle,
+            )
+            self.tasks[t.short_name] = t
+            return t
+
+        if _func is not None:
+            return wrap(_func)
+        return wrap

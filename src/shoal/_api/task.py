@@ -1,0 +1,183 @@
+"""`TaskTemplate`: a function made a task by ``@env.task``, and what calling it does.
+
+Calling a task outside any run calls the plain function. Inside a running task, the call is
+submitted to the engine in the callee's environment: the inputs are encoded here, in the
+caller, so a bad value fails at the call site, and the output is decoded here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from shoal._api.cache import Cache
+from shoal._api.context import ctx
+from shoal._spec.call import CallSpec, TaskSpec
+from shoal._spec.code import code_hash
+from shoal.errors import MissingDependencyError, SpecError
+
+if TYPE_CHECKING:
+    from shoal._api.environment import TaskEnvironment
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _timeout_seconds(field: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, _dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SpecError(field, value, "must be a positive number of seconds or a timedelta",
+                        "e.g. timeout=600 or timeout=timedelta(hours=2)")
+    return float(value)
+
+
+class TaskTemplate(Generic[F]):
+    """A task: a typed function bound to an environment."""
+
+    def __init__(
+        self,
+        env: TaskEnvironment,
+        func: F,
+        *,
+        name: str | None,
+        retries: int,
+        timeout: object,
+        cache: Cache | None,
+        allow_pickle: bool,
+    ) -> None:
+        from shoal._storage import codecs
+
+        if not callable(func) or not hasattr(func, "__code__"):
+            raise SpecError("@env.task", func, "must decorate a function", "put it on a def")
+        self.env = env
+        self.func = func
+        self.short_name = name or func.__name__
+        self.name = f"{env.name}.{self.short_name}"
+        functools.update_wrapper(self, func)  # type: ignore[arg-type]
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise SpecError(f"task {self.name!r}: retries", retries, "must be an int >= 0",
+                            "e.g. retries=3")
+        self.retries = retries
+        self.timeout = _timeout_seconds(f"task {self.name!r}: timeout", timeout)
+        self.cache_override = cache
+        self.allow_pickle = bool(allow_pickle)
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = inspect.signature(func)
+        self.hints, self.return_type = self._read_hints(codecs)
+        self._spec: TaskSpec | None = None
+
+    def _read_hints(self, codecs: Any) -> tuple[dict[str, Any], Any]:
+        try:
+            hints = typing.get_type_hints(self.func, include_extras=False)
+        except NameError as e:
+            raise SpecError(f"type hints of task {self.name!r}", str(e),
+                            "every name in a type hint must resolve where the task is defined",
+                            "import the type at module level (not under TYPE_CHECKING)") from e
+        params: dict[str, Any] = {}
+        for p in self.signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise SpecError(f"parameter {p.name!r} of task {self.name!r}", str(p),
+                                "*args and **kwargs cannot be typed for serialization",
+                                "list each parameter, or pass one dataclass")
+            if p.name not in hints:
+                raise SpecError(f"parameter {p.name!r} of task {self.name!r}", p.name,
+                                "needs a type hint (hints say how values move between processes)",
+                                f"write `{p.name}: int` (or its real type)")
+            codecs.check_type(hints[p.name], field=f"parameter {p.name!r} of task {self.name!r}",
+                              allow_pickle=self.allow_pickle)
+            params[p.name] = hints[p.name]
+        if "return" not in hints:
+            raise SpecError(f"return type of task {self.name!r}", None,
+                            "needs a type hint", "write `-> None` if it returns nothing")
+        ret = hints["return"]
+        codecs.check_type(ret, field=f"return type of task {self.name!r}",
+                          allow_pickle=self.allow_pickle)
+        return params, ret
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}>"
+
+    # -- spec --------------------------------------------------------------------------
+    def spec(self) -> TaskSpec:
+        if self._spec is None:
+            rendered = ", ".join(f"{k}: {v!r}" for k, v in self.hints.items())
+            self._spec = TaskSpec(
+                name=self.name,
+                env=self.env.spec(),
+                code_file=inspect.getfile(self.func),
+                code_hash=code_hash(self.func),
+                signature=f"({rendered}) -> {self.return_type!r}",
+                retries=self.retries,
+                timeout=self.timeout,
+                cache=self.env.cache_spec(self.cache_override),
+                allow_pickle=self.allow_pickle,
+                is_async=self.is_async,
+            )
+        return self._spec
+
+    # -- calling -----------------------------------------------------------------------
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise SpecError(f"call of task {self.name!r}", f"args={args!r} kwargs={kwargs!r}",
+                            str(e), f"call it as {self.name.split('.')[-1]}{self.signature}") from e
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def make_call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  parent_action: str | None) -> CallSpec:
+        from shoal._storage import codecs
+        from shoal._storage.blobs import store_blobs
+
+        values = self.bind(args, kwargs)
+        literals = codecs.encode_inputs(values, self.hints, blobs=store_blobs(), task=self.name,
+                                        allow_pickle=self.allow_pickle)
+        return CallSpec(task=self.spec(), inputs=literals, parent_action=parent_action)
+
+    def decode_output(self, literal: Any) -> Any:
+        from shoal._storage import codecs
+        from shoal._storage.blobs import store_blobs
+
+        return codecs.decode(literal, self.return_type, blobs=store_blobs(),
+                             field=f"output of task {self.name!r}", allow_pickle=self.allow_pickle)
+
+    def _check_reachable(self, caller_env: str | None) -> None:
+        if caller_env is None:
+            return
+        from shoal._api.environment import registered_environments
+
+        caller = registered_environments().get(caller_env)
+        if caller is not None and self.env.name not in caller.reachable():
+            raise MissingDependencyError(caller_env, self.env.name, self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        c = ctx()
+        if c.client is None:
+            return self.func(*args, **kwargs)
+        self._check_reachable(c.env)
+        call = self.make_call(args, kwargs, c.action)
+        if self.is_async:
+            return self._await(c.client.submit(call))
+        return self.decode_output(c.client.submit(call).result())
+
+    async def aio(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the task and await it, whether its function is sync or async."""
+        c = ctx()
+        if c.client is None:
+            result = self.func(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+        self._check_reachable(c.env)
+        call = self.make_call(args, kwargs, c.action)
+        return await self._await(c.client.submit(call))
+
+    async def _await(self, future: Any) -> Any:
+        literal = await asyncio.wrap_future(future)
+        return self.decode_output(literal)

@@ -1,0 +1,1 @@
+"""Orchestration of a run, the same on every engine: action identity, cache, retries, records."""

@@ -1,0 +1,161 @@
+"""The controller: turns task calls into actions and attempts, on top of any engine.
+
+For every call (the run's root or a call made by a running task) it
+1. names the action deterministically (``a0`` for the root, ``<parent>.<n>`` for the n-th call
+   a parent makes), so a resumed run finds the same names;
+2. checks ``depends_on`` (the engine-independent rule);
+3. looks the call up in the cache, and returns stored outputs on a hit;
+4. runs attempts on the engine, with retries and exponential backoff;
+5. records every step in the run records and tells the reporter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from shoal._engines.base import AttemptRef, Engine
+from shoal._runtime import contract
+from shoal._spec.call import CallSpec
+from shoal._spec.code import cache_key
+from shoal._storage.records import Records
+from shoal._storage.store import Store, join
+from shoal.errors import (
+    FailureInfo,
+    MissingDependencyError,
+    ObjectNotFound,
+    TaskFailed,
+    TaskTimeout,
+)
+
+# Reporter(kind, action, data): live progress for a CLI or notebook; must not block.
+Reporter = Callable[[str, str, dict[str, Any]], None]
+MAX_BACKOFF = 30.0
+
+
+def _quiet(kind: str, action: str, data: dict[str, Any]) -> None:
+    pass
+
+
+class Controller:
+    def __init__(self, *, run: str, records: Records, store: Store, engine: Engine,
+                 home: Path, reporter: Reporter | None = None) -> None:
+        self.run = run
+        self.records = records
+        self.store = store
+        self.engine = engine
+        self.home = home
+        self.report = reporter or _quiet
+        self._counters: dict[str, Iterator[int]] = defaultdict(lambda: itertools.count(1))
+        self._envs: dict[str, str] = {}  # action -> environment name
+        self._reach: dict[str, frozenset[str]] = {}  # environment -> what it may call
+        self.backoff = contract.retry_backoff()
+
+    # -- entry points --------------------------------------------------------------------
+    async def run_root(self, call: CallSpec) -> Any:
+        return await self._execute(call, "a0")
+
+    async def handle(self, call: CallSpec) -> Any:
+        """Serve a call made by a running task (the engine's CallHandler)."""
+        parent = call.parent_action or "a0"
+        caller_env = self._envs.get(parent)
+        if caller_env is not None and caller_env != call.task.env.name:
+            caller_reach = self._reach.get(caller_env)
+            if caller_reach is not None and call.task.env.name not in caller_reach:
+                raise MissingDependencyError(caller_env, call.task.env.name, call.task.name)
+        return await self._execute(call, f"{parent}.{next(self._counters[parent])}")
+
+    # -- one action ----------------------------------------------------------------------
+    def _cache_uri(self, call: CallSpec, key: str) -> str:
+        return join(self.store.root, "cache", call.task.name, f"{key}.json")
+
+    def _key(self, call: CallSpec) -> str | None:
+        c = call.task.cache
+        if c.behavior == "disable":
+            return None
+        return cache_key(task=call.task.name, code=call.task.code_hash,
+                         signature=call.task.signature, image=call.task.env.image_tag,
+                         inputs=call.inputs, ignored_inputs=c.ignored_inputs,
+                         version=c.version, salt=c.salt)
+
+    def _cache_get(self, call: CallSpec, key: str) -> dict[str, Any] | None:
+        try:
+            entry = json.loads(self.store.get_bytes(self._cache_uri(call, key)))
+        except ObjectNotFound:
+            return None
+        except ValueError:
+            return None  # unreadable entry: run again and overwrite it
+        return entry if isinstance(entry, dict) and "output" in entry else None
+
+    def _cache_put(self, call: CallSpec, key: str, action: str, output: Any) -> None:
+        entry = {"output": output, "run": self.run, "action": action, "task": call.task.name,
+                 "created_at": time.time()}
+        # Atomic put: concurrent runs that share the cache write whole entries, never halves.
+        self.store.put_bytes(self._cache_uri(call, key),
+                             json.dumps(entry, sort_keys=True).encode())
+
+    async def _execute(self, call: CallSpec, action: str) -> Any:
+        task, rec = call.task, self.records
+        self._envs[action] = task.env.name
+        self._reach.setdefault(task.env.name, task.env.reachable)
+        key = self._key(call)
+        rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
+                          task=task.name, env=task.env.name, inputs=dict(call.inputs),
+                          cache_key=key)
+        if key is not None and task.cache.behavior == "auto":
+            hit = self._cache_get(call, key)
+            if hit is not None:
+                rec.set_action_state(self.run, action, "cached", outputs=hit["output"],
+                                     cache_hit=True)
+                rec.add_event(self.run, "cache_hit",
+                              f"{task.name}: outputs reused from run {hit.get('run')}",
+                              action_id=action, data={"key": key, "from_run": hit.get("run")})
+                self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
+                return hit["output"]
+        rec.set_action_state(self.run, action, "running")
+        failure: FailureInfo | None = None
+        for attempt in range(task.retries + 1):
+            log = self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
+            rec.start_attempt(self.run, action, attempt, pid=None, log_path=str(log))
+            self.report("started", action, {"task": task.name, "attempt": attempt,
+                                            "log": str(log)})
+            t0 = time.monotonic()
+            try:
+                outcome = await self.engine.run_attempt(call, AttemptRef(self.run, action,
+                                                                         attempt, log))
+            except asyncio.CancelledError:
+                rec.finish_attempt(self.run, action, attempt, state="cancelled")
+                rec.set_action_state(self.run, action, "cancelled")
+                self.report("cancelled", action, {"task": task.name})
+                raise
+            elapsed = time.monotonic() - t0
+            if outcome.failure is None:
+                rec.finish_attempt(self.run, action, attempt, state="succeeded")
+                if key is not None:
+                    self._cache_put(call, key, action, outcome.output)
+                rec.set_action_state(self.run, action, "succeeded", outputs=outcome.output)
+                self.report("succeeded", action, {"task": task.name, "seconds": elapsed})
+                return outcome.output
+            failure = outcome.failure
+            rec.finish_attempt(self.run, action, attempt, state="failed",
+                               exit_code=failure.exit_code, signal=failure.signal,
+                               error=failure.message)
+            if attempt < task.retries:
+                delay = min(self.backoff * 2**attempt, MAX_BACKOFF)
+                rec.add_event(self.run, "retry", f"{task.name} attempt {attempt} failed "
+                              f"({failure.message}); retrying in {delay:.1f}s",
+                              action_id=action)
+                self.report("retry", action, {"task": task.name, "attempt": attempt,
+                                              "message": failure.message, "delay": delay})
+                await asyncio.sleep(delay)
+        assert failure is not None  # the loop ran at least once and did not return
+        error = (TaskTimeout if failure.kind == "timeout" else TaskFailed)(failure)
+        rec.set_action_state(self.run, action, "failed", error=str(error))
+        self.report("failed", action, {"task": task.name, "message": failure.message})
+        raise error

@@ -1,0 +1,115 @@
+"""One run, start to end: records, store, engine and controller wired together.
+
+Used by `shoal.run()` and by `shoal run`. The run's record says which process drives it
+(pid, host, heartbeat), so a driver that is killed leaves a record that readers mark
+``crashed``; `shoal cancel` asks the driving process to stop through the same record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal._driver.controller import Controller, Reporter
+from shoal._engines.base import Engine
+from shoal._runtime import contract
+from shoal._spec.call import CallSpec, EnvSpec
+from shoal._storage.records import Records
+from shoal._storage.store import open_store
+from shoal.errors import RunCancelled, ShoalError, SpecError
+
+HEARTBEAT_SECONDS = 2.0
+CANCEL_POLL_SECONDS = 0.5
+
+
+@dataclass
+class RunOutcome:
+    name: str
+    state: str  # "succeeded" | "failed" | "cancelled"
+    output: Any = None  # the root task's output literal
+    error: BaseException | None = None
+
+
+def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) -> Engine:
+    if kind == "local":
+        from shoal._engines.local.engine import LocalEngine
+
+        return LocalEngine(run=run, home=home, store=store, **options)
+    raise SpecError("engine", kind, "must be 'local' (the Kubernetes engine is not in this "
+                    "release yet)", "use engine='local'")
+
+
+class Runner:
+    def __init__(self, call: CallSpec, *, envs: list[EnvSpec] | None = None,
+                 name: str | None = None, engine: str = "local",
+                 reporter: Reporter | None = None, records: Records | None = None,
+                 engine_options: dict[str, Any] | None = None) -> None:
+        self.call = call
+        self.envs = envs or [call.task.env]
+        self.home = contract.home()
+        self.store_uri = contract.store_uri()
+        self.records = records or Records(self.home / "shoal.db")
+        self.name = name or self.records.new_run_name()
+        self.engine_kind = engine
+        self.reporter = reporter
+        self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,
+                                  **(engine_options or {}))
+
+    def dry_run(self) -> str:
+        return self.engine.dry_run(self.call)
+
+    async def run(self) -> RunOutcome:
+        rec, name = self.records, self.name
+        rec.create_run(name=name, task=self.call.task.name, code_file=self.call.task.code_file,
+                       engine=self.engine_kind, store=self.store_uri,
+                       inputs=dict(self.call.inputs), engine_pid=os.getpid(),
+                       engine_host=socket.gethostname())
+        controller = Controller(run=name, records=rec, store=open_store(self.store_uri),
+                                engine=self.engine, home=self.home, reporter=self.reporter)
+        rec.set_run_state(name, "running")
+        root = asyncio.ensure_future(self._drive(controller))
+        watchers = [asyncio.ensure_future(self._heartbeat()),
+                    asyncio.ensure_future(self._watch_cancel(root))]
+        try:
+            output = await root
+        except asyncio.CancelledError:
+            rec.set_run_state(name, "cancelled", error="cancelled")
+            return RunOutcome(name, "cancelled", error=RunCancelled(f"run {name} was cancelled"))
+        except ShoalError as e:
+            rec.set_run_state(name, "failed", error=str(e))
+            return RunOutcome(name, "failed", error=e)
+        except BaseException as e:
+            rec.set_run_state(name, "failed", error=f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            for w in watchers:
+                w.cancel()
+            await self.engine.close()
+        rec.set_run_state(name, "succeeded", outputs=output)
+        return RunOutcome(name, "succeeded", output=output)
+
+    async def _drive(self, controller: Controller) -> Any:
+        await self.engine.start(controller.handle, self.envs)
+        prewarm = getattr(self.engine, "prewarm", None)
+        if prewarm is not None:  # start the workers the root's children will need
+            self._prewarming = [asyncio.ensure_future(prewarm(env, self.call.task.code_file))
+                                for env in self.envs if env.name != self.call.task.env.name]
+        return await controller.run_root(self.call)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            with contextlib.suppress(Exception):
+                self.records.heartbeat(self.name)
+
+    async def _watch_cancel(self, root: asyncio.Future[Any]) -> None:
+        while not root.done():
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+            if self.records.cancel_requested(self.name):
+                root.cancel()
+                return

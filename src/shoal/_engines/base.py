@@ -1,0 +1,95 @@
+"""The engine seam: what the controller needs from any engine (local processes, Kubernetes).
+
+An engine runs *attempts* of task calls; the controller above it owns everything that is the
+same on every engine (action identity, the cache, retries, records). Public methods here own
+the guards and call the private hooks each engine implements, so every engine checks the same
+things the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shoal._spec.call import CallSpec, EnvSpec
+from shoal.errors import EngineError, FailureInfo
+
+# What the engine calls when a running task calls another task: (call) -> output literal.
+CallHandler = Callable[[CallSpec], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """How one attempt ended: ``output`` (a literal) when ``failure`` is None."""
+
+    output: Any = None
+    failure: FailureInfo | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+@dataclass(frozen=True)
+class AttemptRef:
+    """Which attempt of which action of which run; where its log goes."""
+
+    run: str
+    action: str
+    attempt: int
+    log_path: Path
+
+
+class Engine(abc.ABC):
+    name: str = "abstract"
+
+    def __init__(self) -> None:
+        self._handler: CallHandler | None = None
+        self._closed = False
+
+    # -- public guards -------------------------------------------------------------------
+    def dry_run(self, call: CallSpec) -> str:
+        """The plan this engine would carry out for ``call``, as printable text."""
+        return self._dry_run(call)
+
+    async def start(self, handler: CallHandler, envs: list[EnvSpec]) -> None:
+        """Get ready to run a run; ``handler`` serves calls that running tasks make."""
+        if self._handler is not None:
+            raise EngineError(f"the {self.name} engine is already started")
+        self._handler = handler
+        await self._start(envs)
+
+    async def run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        """Run one attempt of ``call`` to its end (success, failure, crash or timeout)."""
+        if self._handler is None or self._closed:
+            raise EngineError(f"the {self.name} engine is not running (start() it first)")
+        ref.log_path.parent.mkdir(parents=True, exist_ok=True)
+        return await self._run_attempt(call, ref)
+
+    async def close(self) -> None:
+        """Stop everything this engine started; idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._close()
+
+    @property
+    def handler(self) -> CallHandler:
+        if self._handler is None:
+            raise EngineError(f"the {self.name} engine is not started")
+        return self._handler
+
+    # -- what each engine implements -------------------------------------------------------
+    @abc.abstractmethod
+    def _dry_run(self, call: CallSpec) -> str: ...
+
+    @abc.abstractmethod
+    async def _start(self, envs: list[EnvSpec]) -> None: ...
+
+    @abc.abstractmethod
+    async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome: ...
+
+    @abc.abstractmethod
+    async def _close(self) -> None: ...

@@ -1,0 +1,193 @@
+"""The local engine: task calls as real processes on this machine.
+
+Each call is admitted against the local pool (`pool.py`), given a warm worker process of its
+environment (`workers.py`), and watched until it ends: its result, its crash (exit code or
+signal, log tail) or its timeout (the whole process tree is killed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
+from shoal._engines.local import procs
+from shoal._engines.local.plan import ProcessPlan, plan_process
+from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
+from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
+from shoal._runtime import contract
+from shoal._runtime import messages as m
+from shoal._runtime.contract import WorkerEnv
+from shoal._spec.call import CallSpec, EnvSpec
+from shoal.errors import EngineError, FailureInfo, ShoalError
+
+# Seconds between SIGTERM and SIGKILL when a call times out or is cancelled.
+KILL_GRACE = 2.0
+
+
+class LocalEngine(Engine):
+    name = "local"
+
+    def __init__(self, *, run: str = "dry-run", capacity: Request | None = None,
+                 priorities: Mapping[str, int] | None = None, home: Path | None = None,
+                 store: str | None = None) -> None:
+        super().__init__()
+        self.run = run
+        self.home = home or contract.home()
+        self.store = store or contract.store_uri()
+        self.pool = ResourcePool(capacity or machine_capacity())
+        self.priorities = dict(priorities or {})
+        self._socket_dir: str | None = None
+        self._workers: WorkerSet | None = None
+        self._admissions: dict[str, tuple[Request, int]] = {}
+        # action -> (its reservation, children in flight) while the action runs
+        self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
+
+    # -- planning ------------------------------------------------------------------------
+    def _wenv(self, env: str, worker_id: str, code_file: str) -> WorkerEnv:
+        socket = os.path.join(self._socket_dir or "<engine-socket-dir>", "ctl.sock")
+        return WorkerEnv(home=str(self.home), store=self.store, env_name=env,
+                         code_file=code_file, worker_id=worker_id, controller=socket,
+                         run=self.run)
+
+    def plan(self, env: EnvSpec, code_file: str, worker_id: str = "<worker-id>") -> ProcessPlan:
+        wenv = self._wenv(env.name, worker_id, code_file)
+        return plan_process(env, capacity=self.pool.capacity, wenv=wenv, base=os.environ,
+                            priorities=self.priorities)
+
+    def _dry_run(self, call: CallSpec) -> str:
+        cap = self.pool.capacity
+        head = (f"local engine: pool of cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "
+                f"gpu={cap.gpu}; task {call.task.name!r} (retries={call.task.retries}, "
+                f"timeout={call.task.timeout}, cache={call.task.cache.behavior})")
+        return head + "\n" + self.plan(call.task.env, call.task.code_file).render()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def _start(self, envs: list[EnvSpec]) -> None:
+        # Unix socket paths are limited to ~100 bytes: keep the folder short, and private.
+        self._socket_dir = tempfile.mkdtemp(prefix="shoal-")
+        os.chmod(self._socket_dir, 0o700)
+        self._workers = WorkerSet(os.path.join(self._socket_dir, "ctl.sock"), self._on_submit)
+        await self._workers.start()
+
+    async def prewarm(self, env: EnvSpec, code_file: str) -> None:
+        """Start one worker of ``env`` ahead of need (hides its start-up time)."""
+        if self._workers is None or self._workers.idle_count(env.name):
+            return
+        with contextlib.suppress(EngineError):
+            self._workers.give_back(await self._spawn(env, code_file))
+
+    async def _close(self) -> None:
+        for _, children in list(self._running.values()):
+            for t in children:
+                t.cancel()
+        if self._workers is not None:
+            await self._workers.close()
+        if self._socket_dir:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+    # -- running -------------------------------------------------------------------------
+    async def _spawn(self, env: EnvSpec, code_file: str) -> Worker:
+        assert self._workers is not None  # started
+        worker_id = self._workers.new_id(env.name)
+        plan = self.plan(env, code_file, worker_id)
+        log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
+        return await self._workers.spawn(env.name, worker_id, plan.argv, dict(plan.environ), log)
+
+    def _admission(self, call: CallSpec) -> tuple[Request, int]:
+        """(request, priority) of a call; computed and warned about once per environment."""
+        env = call.task.env.name
+        if env not in self._admissions:
+            plan = self.plan(call.task.env, call.task.code_file)
+            for note in (*plan.clamped, *plan.notes):
+                warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
+            self._admissions[env] = (plan.request, plan.priority)
+        return self._admissions[env]
+
+    async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        assert self._workers is not None  # checked by run_attempt's guard
+        request, priority = self._admission(call)
+        reservation = await self.pool.acquire(request, priority=priority, label=ref.action)
+        worker: Worker | None = None
+        self._running[ref.action] = (reservation, set())
+        try:
+            worker = (self._workers.take_idle(call.task.env.name)
+                      or await self._spawn(call.task.env, call.task.code_file))
+            order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
+                          task=call.task.name, code_file=call.task.code_file,
+                          inputs=dict(call.inputs), log_path=str(ref.log_path))
+            try:
+                done = await asyncio.wait_for(worker.order(order), call.task.timeout)
+            except asyncio.TimeoutError:
+                await worker.kill(KILL_GRACE)
+                return self._failed(call, ref, "timeout",
+                                    f"ran past its timeout of {call.task.timeout:g}s; its "
+                                    "process tree was killed", worker)
+            except WorkerDied as died:
+                code, sig = procs.describe_exit(died.returncode)
+                return self._failed(call, ref, "crash", "its process died", worker,
+                                    exit_code=code, signal=sig)
+            except asyncio.CancelledError:
+                await worker.kill(KILL_GRACE)
+                raise
+            if done.failure is not None:
+                tail = procs.log_tail(ref.log_path)
+                return AttemptOutcome(failure=_with(done.failure, log_tail=tail))
+            return AttemptOutcome(output=done.output)
+        finally:
+            _, children = self._running.pop(ref.action, (None, set()))
+            for t in children:
+                t.cancel()
+            reservation.release()
+            if worker is not None:
+                self._workers.give_back(worker)
+
+    def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
+                exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:
+        tail = procs.log_tail(ref.log_path) or procs.log_tail(worker.log_path)
+        return AttemptOutcome(failure=FailureInfo(
+            task=call.task.name, action=ref.action, attempt=ref.attempt, kind=kind,
+            message=message, exit_code=exit_code, signal=signal, log_tail=tail))
+
+    # -- calls made by running tasks ------------------------------------------------------
+    def _on_submit(self, worker: Worker, msg: m.Submit) -> None:
+        parent = msg.call.parent_action
+        entry = self._running.get(parent or "")
+        task = asyncio.ensure_future(self._serve_child(worker, msg, entry))
+        if entry is not None:
+            entry[1].add(task)
+            task.add_done_callback(entry[1].discard)
+
+    async def _serve_child(self, worker: Worker, msg: m.Submit,
+                           entry: tuple[Reservation, set[asyncio.Task[Any]]] | None) -> None:
+        reservation = entry[0] if entry is not None else None
+        if reservation is not None:
+            reservation.suspend()
+        try:
+            output = await self.handler(msg.call)
+            reply = m.Result(msg.request_id, output=output)
+        except asyncio.CancelledError:
+            raise
+        except ShoalError as e:
+            reply = m.Result(msg.request_id, error=e)
+        except Exception as e:
+            reply = m.Result(msg.request_id, error=EngineError(f"{type(e).__name__}: {e}"))
+        finally:
+            if reservation is not None:
+                reservation.resume()
+        with contextlib.suppress(EngineError, ConnectionError):
+            worker.send(reply)
+
+
+def _with(info: FailureInfo, **changes: Any) -> FailureInfo:
+    from dataclasses import replace
+
+    return replace(info, **changes)
+

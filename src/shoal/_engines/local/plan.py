@@ -1,0 +1,112 @@
+"""Compile a task call into a local process plan: pure, printable (``--dry-run``), testable.
+
+The engine spawns exactly what this module returns, so what ``--dry-run`` prints is what runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shoal._engines.local.pool import Request
+from shoal._runtime.contract import WorkerEnv
+from shoal._spec.call import EnvSpec
+
+WORKER_ARGV = (sys.executable, "-m", "shoal._runtime.worker")
+DEFAULT_REQUEST = Request(cpu=1.0, memory=0, gpu=0)
+
+
+def request_for(env: EnvSpec) -> Request:
+    """What one process of ``env`` asks the pool for (requests, not limits)."""
+    r = env.resources
+    if r is None:
+        return DEFAULT_REQUEST
+    cpu = r.cpu_request if r.cpu_request is not None else DEFAULT_REQUEST.cpu
+    memory = r.memory_request_bytes or 0
+    return Request(cpu=float(cpu), memory=int(memory), gpu=int(r.gpu_count or 0))
+
+
+def priority_for(env: EnvSpec, priorities: Mapping[str, int]) -> tuple[str, int]:
+    """(queue, priority) from the Kueue labels of the environment's pod template."""
+    pt = env.pod_template
+    queue = (pt.queue_name if pt is not None else None) or "default"
+    klass = pt.priority_class if pt is not None else None
+    return queue, priorities.get(klass or "", 0)
+
+
+def worker_environ(env: EnvSpec, wenv: WorkerEnv, base: Mapping[str, str],
+                   gpus_emulated: bool = False) -> dict[str, str]:
+    """The full environment of a worker process of ``env``."""
+    out = dict(base)
+    for name in env.secrets:  # secrets come from the engine's own environment locally
+        if name in base:
+            out[name] = base[name]
+    out.update(env.env_vars)
+    out.update(wenv.to_env())
+    out["PYTHONUNBUFFERED"] = "1"
+    if gpus_emulated:
+        out["CUDA_VISIBLE_DEVICES"] = ""
+    return out
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n >= size:
+            return f"{n / size:g}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    env: str
+    argv: tuple[str, ...]
+    environ: Mapping[str, str]
+    request: Request
+    clamped: tuple[str, ...] = ()
+    queue: str = "default"
+    priority: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    def render(self, *, base: Mapping[str, str] | None = None) -> str:
+        base = os.environ if base is None else base
+        shown = {k: v for k, v in self.environ.items() if base.get(k) != v}
+        lines = [
+            f"environment {self.env!r}: one warm worker process per concurrent call",
+            f"  command:  {' '.join(self.argv)}",
+            f"  request:  cpu={self.request.cpu:g} memory={_bytes(self.request.memory)} "
+            f"gpu={self.request.gpu}  (queue {self.queue!r}, priority {self.priority})",
+        ]
+        lines += [f"  clamped:  {c}" for c in self.clamped]
+        lines.append("  env:")
+        lines += [f"    {k}={v}" for k, v in sorted(shown.items())]
+        lines += [f"  note:     {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def plan_process(env: EnvSpec, *, capacity: Request, wenv: WorkerEnv,
+                 base: Mapping[str, str], priorities: Mapping[str, int]) -> ProcessPlan:
+    want = request_for(env)
+    from shoal._engines.local.pool import ResourcePool
+
+    got, clamped = ResourcePool(capacity).clamp(want)
+    queue, priority = priority_for(env, priorities)
+    notes = []
+    if env.image is not None and not isinstance(env.image, str):
+        from shoal._api.image import missing_locally
+
+        missing = missing_locally(env.image)
+        if missing:
+            notes.append("image declares packages missing from this interpreter: "
+                         + ", ".join(missing))
+    return ProcessPlan(
+        env=env.name,
+        argv=WORKER_ARGV,
+        environ=worker_environ(env, wenv, base, gpus_emulated=want.gpu > capacity.gpu),
+        request=got,
+        clamped=tuple(clamped),
+        queue=queue,
+        priority=priority,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,156 @@
+"""Admission on the local engine: a pool of CPUs, memory and GPUs that calls reserve.
+
+A call is admitted when its whole request fits (a gang is one request: all of it or nothing),
+in order of priority, then arrival; a waiting request is never overtaken by a later one of the
+same or lower priority, so a big gang is not starved by a stream of small calls. A task blocked
+awaiting its children *suspends* its reservation (as Ray does for blocked tasks) so a driver
+never starves its own children; resuming takes the resources back at once, even if that
+briefly oversubscribes the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from dataclasses import dataclass, field
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Request:
+    cpu: float = 1.0
+    memory: int = 0  # bytes
+    gpu: int = 0
+
+    def __add__(self, other: Request) -> Request:
+        return Request(self.cpu + other.cpu, self.memory + other.memory, self.gpu + other.gpu)
+
+    def __mul__(self, n: int) -> Request:
+        return Request(self.cpu * n, self.memory * n, self.gpu * n)
+
+    def fits(self, free: Request) -> bool:
+        eps = 1e-9
+        return (self.cpu <= free.cpu + eps and self.memory <= free.memory
+                and self.gpu <= free.gpu)
+
+
+def detect_gpus() -> int:
+    """NVIDIA GPUs visible to this machine, without importing a framework."""
+    try:
+        return sum(1 for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+    except OSError:
+        return 0
+
+
+def machine_capacity() -> Request:
+    return Request(cpu=float(os.cpu_count() or 1), memory=psutil.virtual_memory().total,
+                   gpu=detect_gpus())
+
+
+@dataclass(eq=False)
+class Reservation:
+    pool: ResourcePool
+    request: Request
+    label: str
+    active: bool = True
+    _suspensions: int = field(default=0, repr=False)
+
+    def suspend(self) -> None:
+        """Give the resources back while the holder waits (nested: counts suspensions)."""
+        self._suspensions += 1
+        if self._suspensions == 1 and self.active:
+            self.pool._give_back(self.request)
+
+    def resume(self) -> None:
+        self._suspensions -= 1
+        if self._suspensions == 0 and self.active:
+            self.pool._take(self.request)
+
+    def release(self) -> None:
+        if self.active:
+            self.active = False
+            if self._suspensions == 0:
+                self.pool._give_back(self.request)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    request: Request
+    priority: int
+    seq: int
+    future: asyncio.Future[None]
+
+
+class ResourcePool:
+    def __init__(self, capacity: Request | None = None) -> None:
+        self.capacity = capacity or machine_capacity()
+        self._used = Request(0.0, 0, 0)
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+
+    @property
+    def free(self) -> Request:
+        c, u = self.capacity, self._used
+        return Request(c.cpu - u.cpu, c.memory - u.memory, c.gpu - u.gpu)
+
+    def clamp(self, request: Request) -> tuple[Request, list[str]]:
+        """Shrink a request larger than the whole pool to the pool, saying what was cut."""
+        notes: list[str] = []
+        cpu, memory, gpu = request.cpu, request.memory, request.gpu
+        cap = self.capacity
+        if cpu > cap.cpu:
+            notes.append(f"cpu={cpu:g} exceeds this machine's {cap.cpu:g} CPUs: running with "
+                         f"{cap.cpu:g}")
+            cpu = cap.cpu
+        if memory > cap.memory:
+            notes.append(f"memory={memory / 2**30:.1f}Gi exceeds this machine's "
+                         f"{cap.memory / 2**30:.1f}Gi: running with {cap.memory / 2**30:.1f}Gi")
+            memory = cap.memory
+        if gpu > cap.gpu:
+            notes.append(f"gpu={gpu} but this machine has {cap.gpu} GPUs: GPUs are emulated on CPU"
+                         " (the task sees no CUDA device)")
+            gpu = cap.gpu
+        return Request(cpu, memory, gpu), notes
+
+    async def acquire(self, request: Request, *, priority: int = 0,
+                      label: str = "") -> Reservation:
+        """Wait until ``request`` fits (it must already be clamped), then reserve it."""
+        waiter = _Waiter(request, priority, next(self._seq),
+                         asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        self._waiters.sort(key=lambda w: (-w.priority, w.seq))
+        self._admit()
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            elif waiter.future.done() and not waiter.future.cancelled():
+                self._give_back(request)  # admitted just as we were cancelled
+            raise
+        return Reservation(self, request, label)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _admit(self) -> None:
+        while self._waiters:
+            head = self._waiters[0]
+            if head.future.done():
+                self._waiters.pop(0)
+                continue
+            if not head.request.fits(self.free):
+                return
+            self._waiters.pop(0)
+            self._take(head.request)
+            head.future.set_result(None)
+
+    def _take(self, request: Request) -> None:
+        self._used = self._used + request
+
+    def _give_back(self, request: Request) -> None:
+        self._used = self._used + request * -1
+        self._admit()

@@ -1,0 +1,101 @@
+"""Processes of the local engine: start them in their own session, end them as whole trees.
+
+All `subprocess`/`OSError`/psutil errors of the local engine are translated here, into
+`EngineError`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from shoal.errors import EngineError
+
+
+async def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
+                cwd: str | None = None) -> asyncio.subprocess.Process:
+    """Start ``argv`` in a new session (its own process group), output appended to the log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(log_path, "ab") as log:
+            return await asyncio.create_subprocess_exec(
+                *argv, env=dict(env), stdout=log, stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL, start_new_session=True, cwd=cwd,
+            )
+    except OSError as e:
+        raise EngineError(f"could not start {argv[0]!r}: {e}") from e
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        children: list[psutil.Process] = psutil.Process(pid).children(recursive=True)
+        return children
+    except psutil.Error:
+        return []
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid``, its process group and every descendant (even re-parented ones
+    that left the group are found through the tree first)."""
+    family = descendants(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    for p in [psutil.Process(pid) if psutil.pid_exists(pid) else None, *family]:
+        if p is not None:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+
+
+async def kill_tree(pid: int, grace: float = 0.0) -> None:
+    """End ``pid`` and all its descendants: SIGTERM, ``grace`` seconds, then SIGKILL."""
+    family = [pid, *(p.pid for p in descendants(pid))]
+    if grace > 0:
+        signal_tree(pid, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + grace
+        while asyncio.get_running_loop().time() < deadline:
+            if not any(_alive(p) for p in family):
+                return
+            await asyncio.sleep(0.05)
+    signal_tree(pid, signal.SIGKILL)
+    for p in family[1:]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def describe_exit(returncode: int | None) -> tuple[int | None, str | None]:
+    """(exit code, signal name) from an asyncio returncode (negative = killed by a signal)."""
+    if returncode is None:
+        return None, None
+    if returncode < 0:
+        try:
+            return None, signal.Signals(-returncode).name
+        except ValueError:
+            return None, f"signal {-returncode}"
+    return returncode, None
+
+
+def log_tail(path: Path, lines: int = 30, max_bytes: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of a log file ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,165 @@
+"""Warm worker processes of the local engine, one set per environment.
+
+A worker is started once and then runs call after call (an interpreter start and the user's
+imports cost far more than a call), one call at a time. The engine keeps one Unix socket; each
+worker connects to it and introduces itself, and from then on the worker's connection carries
+its orders, its results and the calls its tasks make.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shoal._engines.local import procs
+from shoal._runtime import messages as m
+from shoal.errors import EngineError
+
+
+class WorkerDied(Exception):
+    def __init__(self, returncode: int | None) -> None:
+        self.returncode = returncode
+        super().__init__(f"worker exited with {returncode}")
+
+
+@dataclass(eq=False)
+class Worker:
+    worker_id: str
+    env: str
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    writer: asyncio.StreamWriter | None = None
+    current: asyncio.Future[m.Done] | None = None
+    healthy: bool = True
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, message: object) -> None:
+        if self.writer is None or self.writer.is_closing():
+            raise EngineError(f"worker {self.worker_id} is not connected")
+        self.writer.write(m.encode(message))
+
+    def order(self, run: m.Run) -> asyncio.Future[m.Done]:
+        self.current = asyncio.get_running_loop().create_future()
+        self.send(run)
+        return self.current
+
+    async def kill(self, grace: float = 0.0) -> None:
+        self.healthy = False
+        await procs.kill_tree(self.proc.pid, grace)
+
+
+# Called with (worker, Submit) when a task on that worker calls another task.
+SubmitHandler = Callable[[Worker, m.Submit], None]
+
+
+class WorkerSet:
+    """All workers of one engine: spawn, hand out, take back, end."""
+
+    def __init__(self, socket_path: str, on_submit: SubmitHandler) -> None:
+        self.socket_path = socket_path
+        self.on_submit = on_submit
+        self._ids = itertools.count()
+        self._idle: dict[str, list[Worker]] = {}
+        self._all: dict[str, Worker] = {}
+        self._hello: dict[str, asyncio.Future[tuple[asyncio.StreamReader,
+                                                    asyncio.StreamWriter]]] = {}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._connected, path=self.socket_path)
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            hello = await m.read(reader)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        if not isinstance(hello, m.Hello) or hello.worker_id not in self._hello:
+            writer.close()
+            return
+        self._hello.pop(hello.worker_id).set_result((reader, writer))
+
+    def new_id(self, env: str) -> str:
+        return f"{env}-w{next(self._ids)}"
+
+    async def spawn(self, env: str, worker_id: str, argv: tuple[str, ...],
+                    environ: dict[str, str], log_path: Path, timeout: float = 120.0) -> Worker:
+        hello = asyncio.get_running_loop().create_future()
+        self._hello[worker_id] = hello
+        proc = await procs.spawn(argv, environ, log_path)
+        worker = Worker(worker_id, env, proc, log_path)
+        self._all[worker_id] = worker
+        exited = asyncio.ensure_future(proc.wait())
+        done, _ = await asyncio.wait({hello, exited}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if hello not in done:
+            self._hello.pop(worker_id, None)
+            hello.cancel()
+            await worker.kill()
+            self._all.pop(worker_id, None)
+            why = "exited" if exited in done else f"did not connect within {timeout:g}s"
+            raise EngineError(f"worker {worker_id} for environment {env!r} {why}; its log:\n"
+                              + procs.log_tail(log_path))
+        reader, worker.writer = hello.result()
+        worker.tasks.append(asyncio.ensure_future(self._listen(worker, reader)))
+        worker.tasks.append(asyncio.ensure_future(self._watch(worker, exited)))
+        return worker
+
+    async def _listen(self, worker: Worker, reader: asyncio.StreamReader) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                msg = await m.read(reader)
+                if isinstance(msg, m.Done):
+                    if worker.current is not None and not worker.current.done():
+                        worker.current.set_result(msg)
+                elif isinstance(msg, m.Submit):
+                    self.on_submit(worker, msg)
+
+    async def _watch(self, worker: Worker, exited: asyncio.Future[int]) -> None:
+        code = await exited
+        worker.healthy = False
+        if worker.current is not None and not worker.current.done():
+            # Let the last Done that may be in flight arrive before calling it a crash.
+            await asyncio.sleep(0.05)
+            if not worker.current.done():
+                worker.current.set_exception(WorkerDied(code))
+        self._all.pop(worker.worker_id, None)
+
+    def take_idle(self, env: str) -> Worker | None:
+        idle = self._idle.get(env, [])
+        while idle:
+            w = idle.pop()
+            if w.healthy and w.proc.returncode is None:
+                return w
+        return None
+
+    def give_back(self, worker: Worker) -> None:
+        worker.current = None
+        if worker.healthy and worker.proc.returncode is None:
+            self._idle.setdefault(worker.env, []).append(worker)
+
+    def idle_count(self, env: str) -> int:
+        return len(self._idle.get(env, []))
+
+    async def close(self) -> None:
+        for w in list(self._all.values()):
+            with contextlib.suppress(Exception):
+                w.send(m.Shutdown())
+        await asyncio.sleep(0)
+        for w in list(self._all.values()):
+            await w.kill(grace=0.5)
+            for t in w.tasks:
+                t.cancel()
+        if self._server is not None:
+            self._server.close()
+        self._all.clear()
+        self._idle.clear()

@@ -1,0 +1,90 @@
+"""The worker's side of the controller socket: one I/O thread, usable from any thread.
+
+A task body runs on the worker's main thread (sync tasks block it, async tasks run on its own
+event loop), so the socket lives on a separate thread with its own loop: a task blocked on a
+child call never stops the worker from hearing the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import queue
+import threading
+from typing import Any
+
+from shoal._runtime import messages as m
+from shoal._spec.call import CallSpec
+
+
+class ControllerClient:
+    """Connects to the controller, receives `Run` orders and sends calls and results."""
+
+    def __init__(self, socket_path: str, worker_id: str) -> None:
+        self.orders: queue.Queue[m.Run | None] = queue.Queue()
+        self._pending: dict[int, concurrent.futures.Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self._loop = asyncio.new_event_loop()
+        self._ready = concurrent.futures.Future[None]()
+        self._writer: asyncio.StreamWriter | None = None
+        self._thread = threading.Thread(
+            target=self._serve, args=(socket_path, worker_id), name="shoal-io", daemon=True
+        )
+        self._thread.start()
+        self._ready.result(timeout=30)
+
+    def _serve(self, socket_path: str, worker_id: str) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main(socket_path, worker_id))
+
+    async def _main(self, socket_path: str, worker_id: str) -> None:
+        try:
+            reader, self._writer = await asyncio.open_unix_connection(socket_path)
+            self._writer.write(m.encode(m.Hello(worker_id, os.getpid())))
+            await self._writer.drain()
+        except BaseException as e:
+            self._ready.set_exception(e)
+            return
+        self._ready.set_result(None)
+        try:
+            while True:
+                msg = await m.read(reader)
+                if isinstance(msg, m.Run):
+                    self.orders.put(msg)
+                elif isinstance(msg, m.Result):
+                    fut = self._pending.pop(msg.request_id, None)
+                    if fut is not None:
+                        if msg.error is not None:
+                            fut.set_exception(msg.error)
+                        else:
+                            fut.set_result(msg.output)
+                elif isinstance(msg, m.Shutdown):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the controller went away: stop taking orders
+        finally:
+            for fut in self._pending.values():
+                fut.set_exception(ConnectionError("the controller closed the connection"))
+            self.orders.put(None)
+
+    def _send(self, message: object) -> None:
+        data = m.encode(message)
+
+        def write() -> None:
+            assert self._writer is not None  # set before _ready resolves
+            self._writer.write(data)
+
+        self._loop.call_soon_threadsafe(write)
+
+    def submit(self, call: CallSpec) -> concurrent.futures.Future[Any]:
+        """Ask the controller to run ``call``; the future holds the output literal."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        request_id = next(self._ids)
+        self._pending[request_id] = fut
+        self._send(m.Submit(request_id, call))
+        return fut
+
+    def done(self, message: m.Done) -> None:
+        self._send(message)

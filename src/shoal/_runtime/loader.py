@@ -1,0 +1,93 @@
+"""Load the user's file and find a task in it, the same way in every process.
+
+The file is imported under a module name derived from its stem (never ``__main__``, so a
+script's ``if __name__ == "__main__":`` block does not run again in a worker), with its folder
+on ``sys.path`` as ``python file.py`` would have it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from shoal.errors import NotFoundError, SpecError
+
+_loaded: dict[str, ModuleType] = {}
+
+
+def module_name_for(path: Path) -> str:
+    stem = re.sub(r"\W", "_", path.stem)
+    if stem.isidentifier() and stem not in sys.builtin_module_names:
+        return stem
+    return f"_shoal_{stem}"
+
+
+def load_file(path: str | Path) -> ModuleType:
+    """Import the user's file once per process."""
+    resolved = Path(path).expanduser().resolve()
+    key = str(resolved)
+    if key in _loaded:
+        return _loaded[key]
+    if not resolved.is_file():
+        raise NotFoundError(f"FILE={str(path)!r}: no such file. Fix: pass the path of a .py file "
+                            "that defines your tasks")
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__file__", None) and \
+            Path(main.__file__).resolve() == resolved:  # type: ignore[arg-type]
+        _loaded[key] = main  # the script that called shoal.run() defines the tasks itself
+        return main
+    folder = str(resolved.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = module_name_for(resolved)
+    existing = sys.modules.get(name)
+    if existing is not None and getattr(existing, "__file__", None) and \
+            Path(existing.__file__).resolve() == resolved:  # type: ignore[arg-type]
+        _loaded[key] = existing
+        return existing
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise SpecError("FILE", str(path), "is not an importable Python file", "pass a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    _loaded[key] = module
+    return module
+
+
+def find_task(path: str | Path, task_name: str) -> Any:
+    """The task called ``task_name`` (``env.fn``, or a bare function name) in the file."""
+    from shoal._api.task import TaskTemplate
+
+    module = load_file(path)
+    tasks = {t.name: t for t in vars(module).values() if isinstance(t, TaskTemplate)}
+    from shoal._api.environment import registered_environments
+
+    for env in registered_environments().values():
+        for t in env.tasks.values():
+            if t.func.__module__ == module.__name__:
+                tasks.setdefault(t.name, t)
+    if task_name in tasks:
+        return tasks[task_name]
+    by_short = [t for t in tasks.values() if t.short_name == task_name or
+                vars(module).get(task_name) is t]
+    if len(by_short) == 1:
+        return by_short[0]
+    import difflib
+
+    names = sorted({*tasks, *(t.short_name for t in tasks.values())})
+    close = difflib.get_close_matches(task_name, names, n=1)
+    fix = (f"did you mean {close[0]!r}?" if close
+           else f"tasks in this file: {', '.join(names) or 'none'}")
+    if len(by_short) > 1:
+        fix = f"several environments have a task {task_name!r}: use one of " + ", ".join(
+            t.name for t in by_short)
+    raise NotFoundError(f"TASK={task_name!r}: no such task in {path}. Fix: {fix}")

@@ -1,0 +1,110 @@
+"""One worker process of one environment: takes `Run` orders and executes task calls.
+
+Started by the local engine as ``python -m shoal._runtime.worker`` with the variables of
+`shoal._runtime.contract.WorkerEnv`. It stays warm between calls (the user's module is imported
+once), runs one call at a time, and writes each call's stdout/stderr to that call's log file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import traceback
+from typing import Any
+
+from shoal._api.context import TaskContext, running
+from shoal._runtime import messages as m
+from shoal._runtime.client import ControllerClient
+from shoal._runtime.contract import WorkerEnv
+from shoal._runtime.loader import find_task
+from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed, UserError
+
+
+class _Redirect:
+    """Point fds 1 and 2 (so also child processes and C code) at a log file, then back."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = (os.dup(1), os.dup(2))
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        os.close(self.saved[0])
+        os.close(self.saved[1])
+
+
+def _failure(order: m.Run, exc: BaseException, kind: str) -> FailureInfo:
+    if isinstance(exc, TaskFailed):
+        message = f"a task it called failed: {exc.info.task} ({exc.info.message})"
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return FailureInfo(task=order.task, action=order.action, attempt=order.attempt, kind=kind,
+                       message=message, traceback=tb)
+
+
+class Worker:
+    def __init__(self, wenv: WorkerEnv) -> None:
+        self.wenv = wenv
+        self.client = ControllerClient(wenv.controller, wenv.worker_id)
+        self.loop = asyncio.new_event_loop()
+
+    def serve(self) -> None:
+        while True:
+            order = self.client.orders.get()
+            if order is None:
+                return
+            self.client.done(self.execute(order))
+
+    def execute(self, order: m.Run) -> m.Done:
+        with _Redirect(order.log_path):
+            try:
+                output = self._call(order)
+            except (UserError, TaskFailed) as e:
+                return m.Done(order.action, order.attempt, failure=_failure(order, e, "user"))
+            except ShoalSystemError as e:
+                return m.Done(order.action, order.attempt, failure=_failure(order, e, "system"))
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # any other exception (SystemExit too) fails the call
+                traceback.print_exc()
+                return m.Done(order.action, order.attempt, failure=_failure(order, e, "user"))
+        return m.Done(order.action, order.attempt, output=output)
+
+    def _call(self, order: m.Run) -> Any:
+        from shoal._storage import codecs
+        from shoal._storage.blobs import store_blobs
+
+        task = find_task(order.code_file, order.task)
+        blobs = store_blobs()
+        kwargs = codecs.decode_inputs(order.inputs, task.hints, blobs=blobs, task=task.name,
+                                      allow_pickle=task.allow_pickle)
+        context = TaskContext(run_name=order.run, action=order.action, task=task.name,
+                              env=task.env.name, attempt=order.attempt, client=self.client)
+        with running(context):
+            if task.is_async:
+                value = self.loop.run_until_complete(task.func(**kwargs))
+            else:
+                value = task.func(**kwargs)
+        return codecs.encode(value, task.return_type, blobs=blobs,
+                             field=f"output of task {task.name!r}", allow_pickle=task.allow_pickle)
+
+
+def main() -> None:
+    Worker(WorkerEnv.from_env()).serve()
+
+
+if __name__ == "__main__":
+    main()

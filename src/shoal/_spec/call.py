@@ -1,0 +1,96 @@
+"""Frozen, engine-independent descriptions of environments, tasks and task calls.
+
+The authoring API (`shoal._api`) builds these; engines compile them into their own plans
+(local: a process plan; Kubernetes: manifests). Nothing here does I/O or imports an engine,
+and every object pickles, because specs travel from a worker to the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+def frozen_map(values: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(values or {}))
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The gang shape of a clustered environment (filled in by `shoal.clustered`)."""
+
+    replicas: int
+    nproc_per_node: int
+    runtime: str  # "torch" | "jax"
+    rdzv_backend: str = "static"
+    torch_max_restarts: int = 0
+    max_restarts: int = 0
+    resume_after_preemption: bool = False
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment: where and with what its tasks run."""
+
+    name: str
+    resources: Any = None  # shoal._api.resources.Resources | None (a frozen value)
+    image: Any = None  # shoal._api.image.Image | str | None
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+    depends_on: tuple[str, ...] = ()  # direct dependencies, by name
+    reachable: frozenset[str] = frozenset()  # itself and everything reachable via depends_on
+    pod_template: Any = None  # shoal._api.pod_template.PodTemplate | None
+    interruptible: bool = False
+    cluster: ClusterSpec | None = None
+    image_tag: str = ""  # content hash of the image (or its URI), computed once
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["env_vars"] = dict(self.env_vars)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["env_vars"] = frozen_map(state["env_vars"])
+        self.__dict__.update(state)
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    behavior: str = "disable"  # "auto" | "disable" | "override"
+    version: str | None = None
+    ignored_inputs: tuple[str, ...] = ()
+    salt: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task: what runs, how often it may be retried, how its outputs are cached."""
+
+    name: str  # "<env>.<function>", unique within a code file
+    env: EnvSpec
+    code_file: str  # absolute path of the file that defines the task
+    code_hash: str  # hash of the function's normalised AST
+    signature: str  # rendered parameter and return types (part of the cache key)
+    retries: int = 0
+    timeout: float | None = None  # seconds
+    cache: CacheSpec = CacheSpec()
+    allow_pickle: bool = False
+    is_async: bool = False
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One call of a task with encoded inputs (literals, see `shoal._storage.codecs`)."""
+
+    task: TaskSpec
+    inputs: Mapping[str, Any]
+    parent_action: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"task": self.task, "inputs": dict(self.inputs), "parent_action": self.parent_action}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["inputs"] = frozen_map(state["inputs"])
+        self.__dict__.update(state)

@@ -1,0 +1,1 @@
+"""Object-store layer: one small protocol over URI strings (file://, s3://, gs://)."""

@@ -1,0 +1,135 @@
+"""The file:// backend: a folder on a local (or shared POSIX) filesystem.
+
+Every write goes to a temporary file in the object's own folder, is fsync'ed, then renamed over
+the object (``os.replace``), so readers see the old or the new object whole, and a writer killed
+mid-write leaves only a ``.shoal-tmp-*`` file, which listings skip.
+
+Durability: after the rename we also fsync the folder. Without it a power loss (not a process
+crash: the kernel still holds the rename) can forget the rename, so an object the caller was
+told is written, such as a run record or a ``put_if_absent`` claim, silently vanishes.
+Measured on ext4 (2-core VM, 4 KiB objects): write+rename 71 us, + file fsync 333 us,
++ folder fsync 538 us. 0.2 ms per object is small next to a task, so we pay it.
+See benchmarks/store_backends.py for the current figures.
+
+``OSError`` becomes ``StoreError``/``ObjectNotFound`` in ``_translate`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from shoal._storage.store import TMP_PREFIX, Store, atomic_local_file, local_root, temp_path
+from shoal.errors import ObjectNotFound, ShoalError, StoreError
+
+__all__ = ["LocalStore"]
+
+_COPY_CHUNK = 8 * 1024 * 1024
+# Operations for which "no such file" means "no such object" rather than a store failure.
+_READS = ("get",)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore(Store):
+    """Objects as files under the folder a ``file://`` root names."""
+
+    parallelism = 1
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.path = local_root(self.root)
+
+    @contextmanager
+    def _translate(self, op: str, uri: str) -> Iterator[None]:
+        try:
+            yield
+        except ShoalError:
+            raise
+        # A folder where the object should be, or a file where a folder should be, is also
+        # "no object here" for a read.
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            if op in _READS:
+                raise ObjectNotFound(f"no object at {uri}") from e
+            raise StoreError(f"{op} {uri}: {e}") from e
+        except OSError as e:
+            raise StoreError(f"{op} {uri}: {e}") from e
+
+    def _file(self, key: str) -> Path:
+        return self.path / key
+
+    def _put_bytes(self, key: str, data: bytes) -> None:
+        path = self._file(key)
+        with atomic_local_file(path, fsync=True) as f:
+            f.write(data)
+        fsync_dir(path.parent)
+
+    def _get_bytes(self, key: str) -> bytes:
+        # An open file keeps reading the inode it opened, so a concurrent replace cannot mix
+        # two versions into one read.
+        return self._file(key).read_bytes()
+
+    def _put_file(self, src: Path, key: str) -> None:
+        path = self._file(key)
+        # A plain read/write loop rather than shutil.copyfile: it also takes pipes, and the
+        # buffer bounds memory whatever the file's size.
+        with open(src, "rb") as r, atomic_local_file(path, fsync=True) as w:
+            shutil.copyfileobj(r, w, _COPY_CHUNK)
+        fsync_dir(path.parent)
+
+    def _get_file(self, key: str, dest: Path) -> None:
+        # A copy, never a hardlink: a user editing the download in place would edit the store.
+        # No fsync: a download is a cache that can be fetched again.
+        with open(self._file(key), "rb") as r, atomic_local_file(dest) as w:
+            shutil.copyfileobj(r, w, _COPY_CHUNK)
+
+    def _exists(self, key: str) -> bool:
+        return self._file(key).is_file()
+
+    def _list(self, key: str) -> list[str]:
+        base = self._file(key) if key else self.path
+        keys: list[str] = []
+        # os.walk ignores a missing base (an empty prefix lists nothing).
+        for dirpath, _dirnames, filenames in os.walk(base):
+            rel = Path(dirpath).relative_to(self.path).as_posix()
+            for name in filenames:
+                if not name.startswith(TMP_PREFIX):
+                    keys.append(name if rel == "." else f"{rel}/{name}")
+        return keys
+
+    def _delete(self, key: str) -> None:
+        # Empty folders stay: removing one could race a writer that just created it.
+        self._file(key).unlink(missing_ok=True)
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._file(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_path(path.parent)
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            # link() fails if the name exists, and the linked file is already complete: one
+            # writer wins, readers never see it half-written. Needs hardlinks (ext4, xfs,
+            # btrfs, NFS, Lustre and overlayfs have them; FAT and SMB mounts do not).
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            fsync_dir(path.parent)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _local_path(self, key: str) -> Path | None:
+        return self._file(key)

@@ -1,0 +1,178 @@
+"""The s3:// and gs:// backend, through obstore (Rust ``object_store``, no boto).
+
+obstore is imported when a store is built, never at ``import shoal``: most processes that
+import Shoal (the CLI, a local run with a file:// store) never talk to an object store.
+
+Configuration comes from the environment: the standard ``AWS_*`` variables (keys, region,
+session token) or ``GOOGLE_*`` ones, read by obstore itself, plus ``$SHOAL_S3_ENDPOINT`` (named
+in the contract) for an S3-compatible server such as MinIO; an ``http://`` endpoint is allowed
+because such servers often run without TLS inside a cluster.
+
+Large transfers are cut into parts of ``CHUNK`` bytes, ``parallelism`` at a time: uploads as a
+multipart upload, downloads as ranged GETs pinned to one ETag (so an object replaced mid-download
+fails instead of mixing versions). Each request then stays far under the client timeout,
+which would otherwise cut a multi-GB single GET (obstore's docs warn of exactly this).
+
+obstore's exceptions become ``StoreError``/``ObjectNotFound`` in ``_translate`` only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shoal._runtime import contract
+from shoal._storage.store import Store, atomic_local_file, split_scheme
+from shoal.errors import ObjectNotFound, ShoalError, StoreError
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig
+
+__all__ = ["CHUNK", "ObjectStore"]
+
+CHUNK = 8 * 1024 * 1024
+# Operations for which "not found" means "no such object" rather than a store failure.
+_READS = ("get",)
+_CLIENT: ClientConfig = {"connect_timeout": "10s", "timeout": "120s"}
+
+
+def _not_found() -> tuple[type[BaseException], ...]:
+    from obstore.exceptions import NotFoundError
+
+    # obstore >= 0.5 raises the builtin FileNotFoundError; older releases their NotFoundError.
+    return (FileNotFoundError, NotFoundError)
+
+
+def _first_line(e: BaseException) -> str:
+    # obstore messages carry a multi-line Rust debug dump; the cause chain keeps it whole.
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+class ObjectStore(Store):
+    """Objects in an S3 or GCS bucket, under the root's prefix."""
+
+    parallelism = 8
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        from obstore.store import GCSStore, S3Store
+
+        scheme, _ = split_scheme(self.root)
+        with self._translate("open", self.root):
+            if scheme == "s3":
+                endpoint = os.environ.get(contract.S3_ENDPOINT)
+                client: ClientConfig = _CLIENT.copy()
+                kwargs: dict[str, Any] = {}
+                if endpoint:
+                    kwargs["endpoint"] = endpoint
+                    client["allow_http"] = endpoint.startswith("http://")
+                self._store: Any = S3Store.from_url(self.root, client_options=client, **kwargs)
+            elif scheme == "gs":
+                self._store = GCSStore.from_url(self.root, client_options=_CLIENT)
+            else:
+                raise StoreError(f"ObjectStore cannot serve {self.root!r} (s3:// or gs:// only)")
+
+    @contextmanager
+    def _translate(self, op: str, uri: str) -> Iterator[None]:
+        from obstore.exceptions import BaseError
+
+        try:
+            yield
+        except ShoalError:
+            raise
+        except _not_found() as e:
+            if op in _READS:
+                raise ObjectNotFound(f"no object at {uri}") from e
+            raise StoreError(f"{op} {uri}: {_first_line(e)}") from e
+        # OSError: the local side of put_file/get_file. ValueError: obstore's answer to a
+        # configuration it cannot use (a malformed URL, an unknown region).
+        except (BaseError, OSError, ValueError) as e:
+            raise StoreError(f"{op} {uri}: {_first_line(e)}") from e
+
+    def _put_bytes(self, key: str, data: bytes) -> None:
+        import obstore
+
+        obstore.put(self._store, key, data, chunk_size=CHUNK, max_concurrency=self.parallelism)
+
+    def _get_bytes(self, key: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self._store, key).bytes())
+
+    def _put_file(self, src: Path, key: str) -> None:
+        import obstore
+
+        # obstore reads the open file part by part (uploading 200 MB grew RSS by ~40 MB,
+        # measured) and uses a single PUT below CHUNK. An open file beat a Path here, 1.7 s
+        # against 3.8 s for that upload to the loopback server.
+        with open(src, "rb") as f:
+            obstore.put(self._store, key, f, chunk_size=CHUNK, max_concurrency=self.parallelism)
+
+    def _get_file(self, key: str, dest: Path) -> None:
+        import obstore
+
+        meta = obstore.head(self._store, key)
+        size, etag = meta["size"], meta["e_tag"]
+        with atomic_local_file(dest) as f:
+            if size <= CHUNK:
+                f.write(obstore.get(self._store, key, options={"if_match": etag}).bytes())
+                return
+            fd = f.fileno()
+
+            def fetch(start: int) -> None:
+                end = min(start + CHUNK, size)
+                part = obstore.get(
+                    self._store, key, options={"range": (start, end), "if_match": etag}
+                ).bytes()
+                os.pwrite(fd, part, start)
+
+            with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
+                for future in [pool.submit(fetch, s) for s in range(0, size, CHUNK)]:
+                    future.result()
+
+    def _exists(self, key: str) -> bool:
+        import obstore
+
+        try:
+            obstore.head(self._store, key)
+        except _not_found():
+            return False
+        return True
+
+    def _list(self, key: str) -> list[str]:
+        import obstore
+
+        # obstore lists segment by segment, recursively, relative to the root's prefix.
+        metas = obstore.list(self._store, key or None, chunk_size=1000).collect()
+        return [m["path"] for m in metas]
+
+    def _delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            obstore.delete(self._store, key)
+        except _not_found():  # S3 answers 204 for a missing key; GCS answers 404
+            pass
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+
+        try:
+            # A conditional PUT (If-None-Match: * on S3, ifGenerationMatch=0 on GCS): the
+            # server decides, so concurrent writers on different machines cannot both win.
+            obstore.put(self._store, key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        except NotSupportedError:
+            # An S3-compatible server without conditional writes: check, then write. Racy;
+            # the best this server allows.
+            if self._exists(key):
+                return False
+            self._put_bytes(key, data)
+        return True

@@ -1,0 +1,84 @@
+"""Typed command-line options from a task's signature (`shoal run FILE TASK --arg value`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import inspect
+import json
+import types
+import typing
+from typing import Any
+
+from shoal.errors import SpecError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _strip_optional(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def convert(text: str, tp: Any, field: str) -> Any:
+    """A value of type ``tp`` from one command-line string."""
+    tp = _strip_optional(tp)
+    try:
+        if tp is bool:
+            low = text.lower()
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
+            raise ValueError("expected true or false")
+        if tp in (int, float, str):
+            return tp(text)
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            try:
+                return tp[text]
+            except KeyError:
+                return tp(text)
+        if isinstance(tp, type) and tp.__module__ == "shoal._api.io":
+            return _file_or_dir(text, tp)
+        value = json.loads(text)
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type) and isinstance(value, dict):
+            return tp(**value)
+        return value
+    except (ValueError, TypeError, KeyError) as e:
+        name = getattr(tp, "__name__", str(tp))
+        examples = {int: "4", float: "0.5", bool: "true"}
+        fix = (f"pass a {name}, e.g. {field} {examples[tp]}" if tp in examples
+               else f"pass JSON for lists, dicts and dataclasses, e.g. {field} '[1, 2]'")
+        raise SpecError(field, text, f"is not a valid {name} ({e})", fix) from e
+
+
+def _file_or_dir(text: str, tp: Any) -> Any:
+    if "://" in text:
+        return tp(path=text)
+    return tp.from_local_sync(text)
+
+
+def task_parser(task: Any) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"shoal run FILE {task.short_name}",
+                                     description=(task.func.__doc__ or "").strip() or None)
+    for name, param in task.signature.parameters.items():
+        tp = task.hints[name]
+        flags = [f"--{name}"]
+        if "_" in name:
+            flags.append(f"--{name.replace('_', '-')}")
+        required = param.default is inspect.Parameter.empty
+        default = None if required else param.default
+        shown = getattr(tp, "__name__", str(tp))
+        parser.add_argument(*flags, dest=name, required=required, default=argparse.SUPPRESS,
+                            metavar=shown.upper() if shown.isidentifier() else "VALUE",
+                            help=f"{shown}" + ("" if required else f" (default: {default!r})"))
+    return parser
+
+
+def parse_task_args(task: Any, argv: list[str]) -> dict[str, Any]:
+    ns = task_parser(task).parse_args(argv)
+    return {name: convert(text, task.hints[name], f"--{name}") for name, text in vars(ns).items()}

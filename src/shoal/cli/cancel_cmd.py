@@ -1,0 +1,36 @@
+"""`shoal cancel RUN`: ask the process driving a run to stop it, and wait until it has."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="run name (a unique prefix is enough)")
+    p.add_argument("--wait", type=float, default=15.0,
+                   help="seconds to wait for the run to stop (default 15)")
+
+
+def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal._runtime import contract
+    from shoal._storage.records import Records
+
+    records = Records(contract.home() / "shoal.db")
+    records.reap_dead_runs()
+    run = records.get_run(args.run)
+    if not records.request_cancel(run.name):
+        print(f"run {run.name} already ended ({run.state}); nothing to cancel")
+        return 0
+    print(f"cancel requested for {run.name}; waiting for its driver (pid {run.engine_pid})")
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline:
+        records.reap_dead_runs()
+        state = records.get_run(run.name).state
+        if state not in ("queued", "running"):
+            print(f"run {run.name}: {state}")
+            return 0
+        time.sleep(0.2)
+    print(f"run {run.name} has not stopped after {args.wait:g}s; it will stop when its driver "
+          "next checks (or is marked crashed if the driver is gone)")
+    return 1

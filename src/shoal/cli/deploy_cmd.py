@@ -1,0 +1,38 @@
+"""`shoal deploy FILE`: validate every environment reachable through depends_on and render
+their images (with ``--out DIR``, each environment's build context is written there)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--engine", choices=["local"], default="local")
+    p.add_argument("--out", default=None, help="write each environment's Dockerfile here")
+    p.add_argument("--dry-run", action="store_true", help="validate and print, change nothing")
+
+
+def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal.cli.envs import environments_of
+
+    envs = environments_of(args.file)
+    rows = [("ENV", "TASKS", "DEPENDS_ON", "IMAGE")]
+    for name, env in sorted(envs.items()):
+        spec = env.spec()  # builds and validates the whole description
+        tasks = ",".join(sorted(env.tasks)) or "-"
+        deps = ",".join(spec.depends_on) or "-"
+        rows.append((name, tasks, deps, spec.image_tag or "(this interpreter)"))
+        if args.out and env.image is not None and not isinstance(env.image, str):
+            env.image.write_build_context(Path(args.out) / name)
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    print(f"{len(envs)} environment(s) valid.", end=" ")
+    if args.engine == "local":
+        print("The local engine needs no deployment: environments start on demand in "
+              "`shoal run`.")
+    if args.out:
+        print(f"Build contexts written under {args.out}/")
+    return 0

@@ -1,0 +1,102 @@
+"""Live progress of a run in the terminal: action events and the lines tasks print.
+
+Tasks with many calls (a fan-out of hundreds) would drown the screen, so each task prints its
+first few calls in full and then only a count; the summary at the end has every figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, TextIO
+
+SHOWN_PER_TASK = 5
+TAIL_SECONDS = 0.2
+
+
+class Progress:
+    def __init__(self, out: TextIO | None = None, *, stream_logs: bool = True) -> None:
+        self.out = out or sys.stderr
+        self.stream_logs = stream_logs
+        self.t0 = time.monotonic()
+        self.counts: dict[str, Counter[str]] = defaultdict(Counter)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.shown: Counter[str] = Counter()
+        self.tails: dict[str, tuple[str, Path, int]] = {}  # action -> (label, log, offset)
+
+    def _print(self, text: str) -> None:
+        print(f"{time.monotonic() - self.t0:7.2f}s {text}", file=self.out, flush=True)
+
+    def _visible(self, task: str, action: str) -> bool:
+        return action == "a0" or self.shown[task] <= SHOWN_PER_TASK
+
+    def __call__(self, kind: str, action: str, data: dict[str, Any]) -> None:
+        task = data.get("task", "?")
+        self.counts[task][kind] += 1
+        if kind == "started" and data.get("attempt", 0) == 0:
+            self.shown[task] += 1
+            if self.shown[task] == SHOWN_PER_TASK + 1 and action != "a0":
+                self._print(f"  … more calls of {task}: counted in the summary")
+        visible = self._visible(task, action)
+        if kind == "started":
+            if visible:
+                attempt = data.get("attempt", 0)
+                extra = f" (attempt {attempt})" if attempt else ""
+                self._print(f"▶ {task} [{action}]{extra}")
+                self.tails[action] = (f"{task} {action}", Path(data["log"]), 0)
+        elif kind == "succeeded":
+            self.seconds[task] += data.get("seconds", 0.0)
+            self._flush(action)
+            if visible:
+                self._print(f"✓ {task} [{action}] {data.get('seconds', 0.0):.2f}s")
+        elif kind == "cached":
+            self._print(f"● {task} [{action}] cache hit: outputs reused from run "
+                        f"{data.get('from_run')}, not executed")
+        elif kind == "retry":
+            self._flush(action)
+            self._print(f"↻ {task} [{action}] attempt {data['attempt']} failed: "
+                        f"{data['message']}; retrying in {data['delay']:.1f}s")
+        elif kind in ("failed", "cancelled"):
+            self._flush(action)
+            self._print(f"✗ {task} [{action}] {kind}: {data.get('message', '')}")
+
+    def _flush(self, action: str) -> None:
+        entry = self.tails.pop(action, None)
+        if entry is not None:
+            self._emit(action, entry)
+
+    def _emit(self, action: str, entry: tuple[str, Path, int]) -> tuple[str, Path, int]:
+        label, path, offset = entry
+        if not self.stream_logs:
+            return entry
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            return entry
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].decode("utf-8", "replace").splitlines():
+            print(f"  [{label}] {line}", file=self.out, flush=True)
+        return (label, path, offset + end)
+
+    async def follow(self) -> None:
+        """Print new log lines of running actions until cancelled."""
+        while True:
+            await asyncio.sleep(TAIL_SECONDS)
+            for action, entry in list(self.tails.items()):
+                if action in self.tails:
+                    self.tails[action] = self._emit(action, entry)
+
+    def summary(self) -> str:
+        rows = [("task", "calls", "ok", "cached", "failed", "retries", "task time")]
+        for task, c in self.counts.items():
+            calls = c["started"] - c["retry"] + c["cached"]
+            rows.append((task, str(calls), str(c["succeeded"]), str(c["cached"]),
+                         str(c["failed"]), str(c["retry"]), f"{self.seconds[task]:.2f}s"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
+                         for r in rows)

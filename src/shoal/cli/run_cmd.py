@@ -1,0 +1,91 @@
+"""`shoal run FILE TASK [--arg value ...]`: run a task on an engine, with live progress."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+from shoal._runtime import contract
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="the Python file that defines the task")
+    p.add_argument("task", metavar="TASK", help="the task to run: a function name or env.task")
+    p.add_argument("--engine", choices=["local"], default=None,
+                   help="where to run (default: $SHOAL_ENGINE or local)")
+    p.add_argument("--store", default=None,
+                   help="object-store root URI (default: $SHOAL_STORE or file://~/.shoal/store)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    p.add_argument("--name", default=None, help="the run's name (default: generated)")
+    p.add_argument("--quiet", action="store_true", help="no live log lines of the tasks")
+    p.epilog = "Task arguments follow TASK, typed from its signature: --steps 10 --lr 0.1"
+
+
+def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal._api.run import init
+    from shoal._driver.runner import Runner
+    from shoal._runtime.loader import find_task
+    from shoal.cli.args import parse_task_args
+    from shoal.cli.progress import Progress
+
+    init(engine=args.engine or contract_engine(), store=args.store)
+    task = find_task(args.file, args.task)
+    values = parse_task_args(task, rest)
+    call = task.make_call((), values, parent_action=None)
+    envs = [e.spec() for e in task.env.reachable().values()]
+    progress = Progress(stream_logs=not args.quiet)
+    runner = Runner(call, envs=envs, name=args.name, engine=args.engine or contract_engine(),
+                    reporter=progress)
+    if args.dry_run:
+        print(runner.dry_run())
+        for env in envs:
+            if env.name != call.task.env.name:
+                print(runner.engine.plan(env, call.task.code_file).render())  # type: ignore[attr-defined]
+        return 0
+    print(f"shoal: run {runner.name} of {task.name} on the {runner.engine_kind} engine "
+          f"(store {runner.store_uri})", file=sys.stderr)
+    outcome = asyncio.run(_main(runner, progress))
+    print(progress.summary(), file=sys.stderr)
+    if outcome.state != "succeeded":
+        print(f"shoal: run {runner.name} {outcome.state}: {outcome.error}", file=sys.stderr)
+        print(f"shoal: logs: shoal logs {runner.name}", file=sys.stderr)
+        return 1
+    value = task.decode_output(outcome.output)
+    print(f"shoal: run {runner.name} succeeded; logs: shoal logs {runner.name}", file=sys.stderr)
+    print(_render(value))
+    return 0
+
+
+def contract_engine() -> str:
+    import os
+
+    return os.environ.get(contract.ENGINE, "local")
+
+
+async def _main(runner: Any, progress: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    main = asyncio.ensure_future(runner.run())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, lambda: runner.records.request_cancel(runner.name))
+    follower = asyncio.ensure_future(progress.follow())
+    try:
+        return await main
+    finally:
+        follower.cancel()
+
+
+def _render(value: Any) -> str:
+    import dataclasses
+    import json
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    try:
+        return json.dumps(value, indent=2, default=str)
+    except (TypeError, ValueError):
+        return repr(value)

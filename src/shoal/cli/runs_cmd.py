@@ -1,0 +1,46 @@
+"""`shoal runs`: recent runs, newest first (runs whose driver died show as crashed)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    p.add_argument("--state", default=None, help="only runs in this state")
+
+
+def _ago(t: float | None) -> str:
+    if t is None:
+        return "-"
+    s = time.time() - t
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.0f}{unit} ago"
+    return f"{s:.0f}s ago"
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None:
+        return "-"
+    return f"{(end or time.time()) - start:.1f}s"
+
+
+def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal._runtime import contract
+    from shoal._storage.records import Records
+
+    records = Records(contract.home() / "shoal.db")
+    records.reap_dead_runs()
+    runs = records.list_runs(limit=args.limit, state=args.state)
+    if not runs:
+        print("no runs yet: start one with `shoal run FILE TASK`")
+        return 0
+    rows = [("RUN", "TASK", "STATE", "STARTED", "DURATION")]
+    rows += [(r.name, r.task, r.state, _ago(r.created_at), _duration(r.started_at, r.ended_at))
+             for r in runs]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,180 @@
+"""Every error Shoal raises, in one tree.
+
+    ShoalError
+    ├── UserError                 the user can fix it: bad spec, bad input, bad call
+    │   ├── SpecError             a field of an environment/task/resource/image is invalid
+    │   ├── UnsupportedTypeError  a type hint Shoal cannot serialize (at definition time)
+    │   ├── MissingDependencyError  a task calls an environment not reachable via depends_on
+    │   ├── InputError            a value does not match the declared type
+    │   └── NotFoundError         a run, action, task or file the user named does not exist
+    ├── TaskFailed                a task raised, crashed, was killed or ran out of retries
+    │   └── TaskTimeout           ... because it ran past its `timeout`
+    ├── RunCancelled              the run was cancelled (`shoal cancel`)
+    └── ShoalSystemError          Shoal itself or its infrastructure failed
+        ├── StoreError            the object store failed (third-party errors translated here)
+        │   └── ObjectNotFound
+        └── EngineError           the engine could not start or talk to a process
+
+User errors say the field, the value, the rule and the fix. Third-party exceptions are
+translated into this tree at one place per layer (store backends, the local process layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "EngineError",
+    "InputError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "ObjectNotFound",
+    "RunCancelled",
+    "ShoalError",
+    "ShoalSystemError",
+    "SpecError",
+    "StoreError",
+    "TaskFailed",
+    "TaskTimeout",
+    "UnsupportedTypeError",
+    "UserError",
+]
+
+
+class ShoalError(Exception):
+    """Base of every error Shoal raises."""
+
+
+class UserError(ShoalError):
+    """Something the user wrote or passed is wrong; the message says how to fix it."""
+
+
+def _render(field: str, value: object, rule: str, fix: str | None) -> str:
+    shown = repr(value)
+    if len(shown) > 200:
+        shown = shown[:197] + "..."
+    msg = f"{field}={shown}: {rule}"
+    if fix:
+        msg += f". Fix: {fix}"
+    return msg
+
+
+class SpecError(UserError, ValueError):
+    """A field of a user object is invalid.
+
+    ``str(err)`` reads ``field=value: rule. Fix: fix``; the parts stay available as attributes
+    so tools (the CLI, tests) can use them.
+    """
+
+    def __init__(self, field: str, value: object, rule: str, fix: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.rule = rule
+        self.fix = fix
+        super().__init__(_render(field, value, rule, fix))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.field, self.value, self.rule, self.fix))
+
+
+class UnsupportedTypeError(SpecError, TypeError):
+    """A parameter or return type that Shoal cannot move between processes."""
+
+
+class InputError(SpecError, TypeError):
+    """A value passed to (or returned from) a task does not match its declared type."""
+
+
+class MissingDependencyError(UserError):
+    """A task called a task whose environment its own environment does not depend on."""
+
+    def __init__(self, caller_env: str, callee_env: str, task: str) -> None:
+        self.caller_env = caller_env
+        self.callee_env = callee_env
+        self.task = task
+        super().__init__(
+            f"depends_on: environment {caller_env!r} called task {task!r} of environment "
+            f"{callee_env!r}, which is not reachable from {caller_env!r} through depends_on. "
+            f"Fix: add the TaskEnvironment named {callee_env!r} to depends_on=[...] of the "
+            f"TaskEnvironment named {caller_env!r}"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.caller_env, self.callee_env, self.task))
+
+
+class NotFoundError(UserError, LookupError):
+    """A run, action, task or file named by the user does not exist."""
+
+
+@dataclass(frozen=True)
+class FailureInfo:
+    """Where and how a task attempt failed; what a failure report is made of."""
+
+    task: str
+    action: str
+    attempt: int
+    kind: str  # "user" (the task raised), "crash" (process died), "timeout", "system"
+    message: str
+    exit_code: int | None = None
+    signal: str | None = None
+    rank: int | None = None
+    node: int | None = None
+    log_tail: str = ""
+    traceback: str = ""
+
+
+class TaskFailed(ShoalError):
+    """A task failed after all its retries. ``info`` says where and how."""
+
+    def __init__(self, info: FailureInfo) -> None:
+        self.info = info
+        super().__init__(self.render())
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.info,))
+
+    def render(self) -> str:
+        i = self.info
+        where = f"task {i.task!r} (action {i.action}, attempt {i.attempt}"
+        if i.rank is not None:
+            where += f", rank {i.rank}"
+        if i.node is not None:
+            where += f", node {i.node}"
+        where += ")"
+        how = i.message
+        if i.exit_code is not None:
+            how += f" [exit code {i.exit_code}]"
+        if i.signal is not None:
+            how += f" [killed by {i.signal}]"
+        text = f"{where} failed: {how}"
+        if i.traceback:
+            text += "\n" + i.traceback.rstrip()
+        if i.log_tail:
+            tail = "\n".join("  | " + line for line in i.log_tail.rstrip().splitlines())
+            text += f"\nlast lines of its log:\n{tail}"
+        return text
+
+
+class TaskTimeout(TaskFailed):
+    """A task ran past its ``timeout``; its whole process tree was killed."""
+
+
+class RunCancelled(ShoalError):
+    """The run was cancelled before it finished."""
+
+
+class ShoalSystemError(ShoalError):
+    """Shoal or its infrastructure failed; not the user's code."""
+
+
+class StoreError(ShoalSystemError, OSError):
+    """The object store failed."""
+
+
+class ObjectNotFound(StoreError, FileNotFoundError):
+    """No object at that URI."""
+
+
+class EngineError(ShoalSystemError):
+    """The engine could not start, reach or control a process."""
