@@ -108,25 +108,28 @@ def lat_row(values: list[float]) -> tuple[float, float, float]:
 
 
 class Client:
-    """One way to talk to a store: put/get bytes by key, and a batch put of small objects."""
+    """One way to talk to a store: put/get bytes by key, and a batch put of small objects.
+
+    ``batch(objs)`` does any set-up and returns the timed action.
+    """
 
     def __init__(
         self,
         name: str,
         put: Callable[[str, bytes], object],
         get: Callable[[str], bytes],
-        put_batch: Callable[[dict[str, bytes]], object],
+        batch: Callable[[dict[str, bytes]], Callable[[], object]],
     ) -> None:
-        self.name, self.put, self.get, self.put_batch = name, put, get, put_batch
+        self.name, self.put, self.get, self.batch = name, put, get, batch
 
 
 def shoal_client(store: Store, tmp: Path) -> Client:
-    def batch(objs: dict[str, bytes]) -> None:
+    def batch(objs: dict[str, bytes]) -> Callable[[], object]:
         # put_dir is Shoal's batch path: files from a folder, store.parallelism at a time.
         folder = Path(tempfile.mkdtemp(dir=tmp))
         for k, v in objs.items():
             (folder / k).write_bytes(v)
-        put_dir(store, folder, join(store.root, "batch"))
+        return partial(put_dir, store, folder, join(store.root, "batch"))
 
     return Client(
         "shoal/obstore",
@@ -150,7 +153,7 @@ def s3fs_client(endpoint: str, prefix: str) -> Client:
         "fsspec/s3fs",
         lambda k, d: fs.pipe_file(f"{prefix}/{k}", d),
         lambda k: bytes(fs.cat_file(f"{prefix}/{k}")),
-        lambda objs: fs.pipe({f"{prefix}/batch/{k}": v for k, v in objs.items()}),
+        lambda objs: partial(fs.pipe, {f"{prefix}/batch/{k}": v for k, v in objs.items()}),
     )
 
 
@@ -175,7 +178,7 @@ def measure(client: Client, tag: str) -> dict[str, float]:
         "small get p99 ms": get_p99,
     }
     objs = {f"o{i}": small for i in range(SMALL_N)}
-    out["small batch put s"] = median_time(lambda: client.put_batch(objs))
+    out["small batch put s"] = median_time(client.batch(objs))
     return out
 
 
@@ -250,6 +253,7 @@ def table(rows: dict[str, dict[str, float]], base: str, higher_is_better: set[st
 
 def main() -> None:
     started = time.perf_counter()
+    load = os.getloadavg()
     faster = {"big put MiB/s", "big get MiB/s"}
     with tempfile.TemporaryDirectory() as tmpdir, moto_server() as endpoint:
         tmp = Path(tmpdir)
@@ -277,7 +281,8 @@ def main() -> None:
             "Command: `PYTHONPATH=src .venv/bin/python benchmarks/store_backends.py`",
             "",
             f"Python {sys.version.split()[0]}; {_versions()}; loopback moto server; "
-            f"median of {ROUNDS} rounds; whole run {elapsed:.0f} s.",
+            f"median of {ROUNDS} rounds; whole run {elapsed:.0f} s; load average "
+            f"{load[0]:.1f} at the start (other work on the machine shows up as noise).",
             "",
             f"## s3:// on loopback moto ({BIG_N} x {BIG // MiB} MiB; {SMALL_N} x "
             f"{SMALL // 1024} KiB)",

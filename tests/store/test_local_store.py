@@ -40,7 +40,7 @@ def _sha(data: bytes) -> str:
 # --- the behaviour every backend has -----------------------------------------------------
 
 
-def test_round_trip_and_overwrite(store: Store) -> None:
+def test_round_trip_and_overwrite(store: Store, tmp_path: Path) -> None:
     uri = join(store.root, "a", "b.bin")
     store.put_bytes(uri, b"\x00first\xff")
     assert store.get_bytes(uri) == b"\x00first\xff"
@@ -49,6 +49,8 @@ def test_round_trip_and_overwrite(store: Store) -> None:
     empty = join(store.root, "empty")
     store.put_bytes(empty, b"")
     assert store.get_bytes(empty) == b""
+    store.get_file(empty, tmp_path / "empty")
+    assert (tmp_path / "empty").read_bytes() == b""
     assert store.exists(uri) and store.exists(empty)
 
 

@@ -7,8 +7,10 @@ large files) runs on s3:// too, from test_local_store.py.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,27 @@ def test_import_shoal_storage_does_not_import_obstore(child_env: dict[str, str])
         "assert 'obstore' not in sys.modules, 'obstore imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], env=child_env, check=True)
+
+
+@pytest.mark.s3
+def test_a_forked_child_gets_its_own_working_store(s3_root: str) -> None:
+    store = open_store(s3_root)
+    store.put_bytes(join(store.root, "p"), b"parent")  # the parent's client is now live
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            child = open_store(s3_root)
+            ok = child is not store and child.get_bytes(join(store.root, "p")) == b"parent"
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung talking to the store")
+        time.sleep(0.02)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert store.get_bytes(join(store.root, "p")) == b"parent"  # the parent's still works

@@ -52,7 +52,7 @@ def _check_env_vars(field: str, value: object) -> dict[str, str]:
                 f"{field}[{key!r}]", key,
                 "must be an environment variable name [A-Za-z_][A-Za-z0-9_]*", "rename it",
             )
-        if key in _RESERVED or key.startswith("SHOAL_"):
+        if key in _RESERVED or key.startswith(contract.PREFIX):
             raise SpecError(
                 f"{field}[{key!r}]", key,
                 "is set by Shoal for every task process (the rank/topology contract)",
@@ -174,6 +174,9 @@ class TaskEnvironment:
             cluster=self._cluster_spec(),
             image_tag=(self.image if isinstance(self.image, str)
                        else self.image.uri() if self.image is not None else ""),
+            image_packages=(tuple(self.image.declared_pip_packages())
+                            if self.image is not None and not isinstance(self.image, str)
+                            else ()),
         )
 
     def cache_spec(self, override: Cache | None) -> CacheSpec:

@@ -12,6 +12,7 @@ import concurrent.futures
 import itertools
 import os
 import queue
+import signal
 import threading
 from typing import Any
 
@@ -48,6 +49,7 @@ class ControllerClient:
             self._ready.set_exception(e)
             return
         self._ready.set_result(None)
+        orphaned = True
         try:
             while True:
                 msg = await m.read(reader)
@@ -61,10 +63,16 @@ class ControllerClient:
                         else:
                             fut.set_result(msg.output)
                 elif isinstance(msg, m.Shutdown):
+                    orphaned = False
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the controller went away: stop taking orders
+            pass
         finally:
+            if orphaned:
+                # The controller died without a word (killed driver): nobody will ever read
+                # what this worker computes, so end it and everything it started now rather
+                # than let a training loop run on unwatched.
+                os.killpg(os.getpgrp(), signal.SIGKILL)
             for fut in self._pending.values():
                 fut.set_exception(ConnectionError("the controller closed the connection"))
             self.orders.put(None)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+PREFIX = "SHOAL_"  # every Shoal variable starts with it; users may not set such variables
+
 # --- where things live -------------------------------------------------------------------
 HOME = "SHOAL_HOME"  # local state: SQLite records, logs, the default file:// store
 STORE = "SHOAL_STORE"  # object-store root URI (file:///..., s3://bucket/prefix, gs://...)

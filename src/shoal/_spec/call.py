@@ -45,6 +45,7 @@ class EnvSpec:
     interruptible: bool = False
     cluster: ClusterSpec | None = None
     image_tag: str = ""  # content hash of the image (or its URI), computed once
+    image_packages: tuple[str, ...] = ()  # pip distributions the image declares
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

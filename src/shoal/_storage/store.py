@@ -212,7 +212,7 @@ class Store(ABC):
 
 # --- opening stores ----------------------------------------------------------------------
 
-_stores: dict[tuple[str, str], Store] = {}
+_stores: dict[tuple[str, str, int], Store] = {}
 _stores_lock = threading.Lock()
 
 
@@ -230,13 +230,16 @@ def open_store(root_uri: str | None = None) -> Store:
             fix=f"use {scheme}://bucket or {scheme}://bucket/prefix",
         )
     # The endpoint is part of the cache key: the same s3:// root behind two endpoints (a test
-    # server and the real one) is two stores.
+    # server and the real one) is two stores. So is the pid: a forked worker must not reuse
+    # its parent's HTTP client, whose pooled keep-alive sockets the parent still uses and
+    # whose tokio threads did not survive the fork (tokio-rs/tokio#4301).
     endpoint = os.environ.get(contract.S3_ENDPOINT, "") if scheme == "s3" else ""
+    cache_key = (root, endpoint, os.getpid())
     with _stores_lock:
-        store = _stores.get((root, endpoint))
+        store = _stores.get(cache_key)
         if store is None:
             store = _make_store(scheme, root)
-            _stores[(root, endpoint)] = store
+            _stores[cache_key] = store
         return store
 
 

@@ -18,6 +18,18 @@ WORKER_ARGV = (sys.executable, "-m", "shoal._runtime.worker")
 DEFAULT_REQUEST = Request(cpu=1.0, memory=0, gpu=0)
 
 
+def missing_packages(names: tuple[str, ...]) -> list[str]:
+    from importlib import metadata
+
+    missing = []
+    for name in names:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
 def request_for(env: EnvSpec) -> Request:
     """What one process of ``env`` asks the pool for (requests, not limits)."""
     r = env.resources
@@ -93,13 +105,11 @@ def plan_process(env: EnvSpec, *, capacity: Request, wenv: WorkerEnv,
     got, clamped = ResourcePool(capacity).clamp(want)
     queue, priority = priority_for(env, priorities)
     notes = []
-    if env.image is not None and not isinstance(env.image, str):
-        from shoal._api.image import missing_locally
-
-        missing = missing_locally(env.image)
-        if missing:
-            notes.append("image declares packages missing from this interpreter: "
-                         + ", ".join(missing))
+    missing = missing_packages(env.image_packages)
+    if missing:
+        # Locally a task runs in this interpreter, not in its image: say what it lacks.
+        notes.append("its image declares packages this interpreter lacks: " + ", ".join(missing)
+                     + " (pip install them, or the tasks may fail to import)")
     return ProcessPlan(
         env=env.name,
         argv=WORKER_ARGV,
