@@ -70,8 +70,9 @@ async def prepare(shards: int = 4, max_files: int = 400) -> shoal.Dir:
 @compute_env.task
 async def count(shards: shoal.Dir, shard: int) -> ShardStats:
     """Count the words of one shard (fetching only that shard)."""
-    local = await shards.download()
-    words = json.loads((Path(local) / f"shard-{shard:03d}.json").read_text())
+    files = {f.name: f for f in await shards.listing()}  # names only: nothing downloaded yet
+    local = await files[f"shard-{shard:03d}.json"].download()
+    words = json.loads(Path(local).read_text())
     counts = collections.Counter(words)
     print(f"shard {shard}: {len(words)} words in pid {os.getpid()}")
     return ShardStats(shard, len(words), len(counts), [w for w, _ in counts.most_common(5)])

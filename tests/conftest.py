@@ -1,7 +1,17 @@
-"""Shared fixtures: every test gets its own SHOAL_HOME and file:// store."""
+"""Shared fixtures: every test gets its own SHOAL_HOME and file:// store; tests that need
+S3 get a real S3-protocol server (moto's standalone HTTP server, started as a subprocess once
+per session, so obstore talks real HTTP to it exactly as it would to S3 or MinIO)."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,3 +27,70 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(contract.RETRY_BACKOFF, "0.05")
     monkeypatch.delenv(contract.ENGINE, raising=False)
     return home
+
+
+BUCKET = "shoal-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=0.5):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered, even if not with 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The endpoint of a moto S3 server holding bucket ``BUCKET``, with the env set to use it."""
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(endpoint):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"moto server did not start on {endpoint}:\n{log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        # moto does not check signatures, so a bare PUT creates the bucket.
+        req = urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")
+        urllib.request.urlopen(req, timeout=5).close()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+            mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+            mp.setenv("AWS_REGION", "us-east-1")
+            mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+            mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+            for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+                mp.delenv(name, raising=False)
+            mp.setenv(contract.S3_ENDPOINT, endpoint)
+            yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def s3_root(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh prefix in the test bucket, so tests never see each other's objects."""
+    # The session fixture's env may have been undone by a test's monkeypatch; set it again.
+    monkeypatch.setenv(contract.S3_ENDPOINT, s3_server)
+    return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:12]}"

@@ -138,3 +138,17 @@ def test_cache_hit_skips_execution(tmp_path: Path, shoal_home: Path) -> None:
     assert action.state == "cached" and action.cache_hit
     assert shoal.run(basic.use_cache, 2, str(markers)).outputs() == 3
     assert len(list(markers.iterdir())) == 2
+
+
+def test_concurrent_runs_share_the_cache_safely(tmp_path: Path, shoal_home: Path) -> None:
+    """Four runs of the same cached call at once: all succeed, and the entry stays whole."""
+    import json
+
+    markers = tmp_path / "c"
+    markers.mkdir()
+    runs = [shoal.run(basic.use_cache, 7, str(markers)) for _ in range(4)]
+    assert [r.outputs() for r in runs] == [8] * 4
+    entries = list((shoal_home / "store" / "cache" / "cached.expensive").glob("*.json"))
+    assert len(entries) == 1
+    assert json.loads(entries[0].read_text())["output"] == 8
+    assert shoal.run(basic.use_cache, 7, str(markers)).outputs() == 8

@@ -11,7 +11,6 @@ import hashlib
 
 from shoal._storage.store import Store, join, open_store
 
-
 PREFIX = "sha256:"
 
 

@@ -7,9 +7,10 @@ mid-write leaves only a ``.shoal-tmp-*`` file, which listings skip.
 Durability: after the rename we also fsync the folder. Without it a power loss (not a process
 crash: the kernel still holds the rename) can forget the rename, so an object the caller was
 told is written, such as a run record or a ``put_if_absent`` claim, silently vanishes.
-Measured on ext4 (2-core VM, 4 KiB objects): write+rename 71 us, + file fsync 333 us,
-+ folder fsync 538 us. 0.2 ms per object is small next to a task, so we pay it.
-See benchmarks/store_backends.py for the current figures.
+Measured on ext4 (2-core VM, new 4 KiB objects, p50; benchmarks/store_backends.py and
+benchmarks/results/*-store-backends.md): plain write 0.17 ms, temp + fsync + rename 0.35 ms,
++ folder fsync 0.49 ms. About 0.15 ms per object is small next to a task, so we pay it; for
+8 MiB objects the folder fsync is lost in the noise.
 
 ``OSError`` becomes ``StoreError``/``ObjectNotFound`` in ``_translate`` and nowhere else.
 """

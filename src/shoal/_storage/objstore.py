@@ -13,6 +13,13 @@ multipart upload, downloads as ranged GETs pinned to one ETag (so an object repl
 fails instead of mixing versions). Each request then stays far under the client timeout,
 which would otherwise cut a multi-GB single GET (obstore's docs warn of exactly this).
 
+After ``fork()`` without ``exec``, a child of a process that has already done obstore I/O
+hangs on its first request, even through a store it builds itself (obstore 0.12.1, measured;
+the tokio runtime behind it does not survive a fork, tokio-rs/tokio#4301). Such a child gets
+a ``StoreError`` saying so instead of a hang: start workers with ``subprocess`` or
+multiprocessing's "spawn"/"forkserver", never plain "fork". Re-check on obstore upgrades with
+tests/store/test_s3_store.py::test_a_forked_child_fails_fast_instead_of_hanging.
+
 obstore's exceptions become ``StoreError``/``ObjectNotFound`` in ``_translate`` only.
 """
 
@@ -38,6 +45,24 @@ CHUNK = 8 * 1024 * 1024
 # Operations for which "not found" means "no such object" rather than a store failure.
 _READS = ("get",)
 _CLIENT: ClientConfig = {"connect_timeout": "10s", "timeout": "120s"}
+
+
+# The pid of the process that first did obstore I/O; another pid here means a forked child.
+_io_pid: int | None = None
+
+
+def _check_not_forked(uri: str) -> None:
+    global _io_pid
+    pid = os.getpid()
+    if _io_pid is None:
+        _io_pid = pid
+    elif _io_pid != pid:
+        raise StoreError(
+            f"{uri}: this process was forked (without exec) from process {_io_pid}, which had "
+            "already used the object store, and obstore's HTTP client hangs after such a fork. "
+            "Start worker processes with subprocess or multiprocessing's 'spawn' or "
+            "'forkserver' start method"
+        )
 
 
 def _not_found() -> tuple[type[BaseException], ...]:
@@ -81,6 +106,8 @@ class ObjectStore(Store):
     def _translate(self, op: str, uri: str) -> Iterator[None]:
         from obstore.exceptions import BaseError
 
+        if op != "open":  # building a store does no I/O, so it is safe after any fork
+            _check_not_forked(uri)
         try:
             yield
         except ShoalError:

@@ -1,0 +1,409 @@
+"""Per-call overhead: N trivial calls through ``asyncio.gather`` on Shoal's local engine, against
+the same functions called in-process and the same pipeline under Flyte 2's local mode.
+
+Run:
+    PYTHONPATH=src .venv/bin/python benchmarks/dispatch.py
+
+The workload is ``programs_dispatch.py`` (Shoal) and ``programs_dispatch_flyte.py`` (Flyte 2):
+a driver task in one environment fans N calls of a leaf task, in another environment, out with
+``asyncio.gather``. Three rows, each measured in its own subprocess so nothing is shared:
+- in-process: ``asyncio.run`` of the plain functions (``noop.func``), the floor;
+- shoal local: ``shoal.run(fan_out, n).outputs()``, every call in its environment's process,
+  fresh ``SHOAL_HOME`` in a temp folder;
+- flyte 2 local: ``flyte.with_runcontext(mode="local").run(fan_out, n)``, which runs every call
+  in-process, no isolation. Flyte lives in its own venv, ``benchmarks/.venv-flyte``, made and
+  ``pip install``-ed on the first run and reused after (``--no-flyte`` skips the row).
+
+Each engine does one warm-up run, then N=1 and each N in ``--ns``, ``--rounds`` times; each
+figure is the median. "amortized ms/call" is (t(N) - t(1)) / (N - 1): what one more call costs
+once the run is going; "total ms/call" is t(N) / N, run start-up included. Ratios divide this
+row's amortized ms/call by the reference row's at the same N (above 1 is slower).
+
+Also measured: ``import shoal`` wall time over a bare interpreter (median of ``--import-runs``
+runs of ``python -c "import shoal"`` minus ``python -c "pass"``) and ``-X importtime``'s
+cumulative figure for ``shoal``; the same for ``import flyte``, for scale.
+
+Writes ``benchmarks/results/<date>-cpu<N>-dispatch.md``; about a minute once the Flyte venv
+exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# Only the standard library at module level: this file also runs as the measuring child inside
+# the Flyte venv, where shoal is not installed.
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+FLYTE_VENV = HERE / ".venv-flyte"
+FLYTE_SPEC = "flyte>=2,<3"
+MARK = "DISPATCH-RESULT "  # the child's result line; engines may log to stdout too
+ENGINES = ("in-process", "shoal local", "flyte 2 local")
+# The issue's goal for the shoal row.
+GOAL_MS_PER_CALL = 2.0
+GOAL_IMPORT_S = 0.15
+
+
+# ---------------------------------------------------------------------------------------------
+# The measuring child: ``dispatch.py --child KIND`` times one engine and prints one JSON line.
+# ---------------------------------------------------------------------------------------------
+
+def _time_runs(call: Callable[[int], int], ns: list[int], rounds: int) -> dict[str, list[float]]:
+    """Warm up once, then time ``call(n)`` for N=1 and every N, round after round."""
+    call(min(ns))  # warm-up: imports, worker start-up, first-run caches
+    times: dict[str, list[float]] = {str(n): [] for n in [1, *ns]}
+    for _ in range(rounds):
+        for n in [1, *ns]:
+            t0 = time.perf_counter()
+            total = call(n)
+            times[str(n)].append(time.perf_counter() - t0)
+            if total != n * (n - 1) // 2:
+                raise RuntimeError(f"fan_out({n}) returned {total!r}")
+    return times
+
+
+def _child_in_process(ns: list[int], rounds: int) -> dict[str, list[float]]:
+    import asyncio
+
+    import programs_dispatch as prog
+
+    noop = prog.noop.func  # the plain function under @leaf.task
+
+    async def fan_out(n: int) -> int:
+        return sum(await asyncio.gather(*(noop(i) for i in range(n))))
+
+    return _time_runs(lambda n: asyncio.run(fan_out(n)), ns, rounds)
+
+
+def _child_shoal(ns: list[int], rounds: int) -> dict[str, list[float]]:
+    import shutil
+
+    home = tempfile.mkdtemp(prefix="shoal-bench-dispatch-")
+    os.environ["SHOAL_HOME"] = home  # before shoal reads it; the workers inherit it
+    try:
+        import programs_dispatch as prog
+
+        import shoal
+
+        return _time_runs(lambda n: shoal.run(prog.fan_out, n).outputs(), ns, rounds)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
+    import shutil
+
+    import flyte
+    import programs_dispatch_flyte as prog
+
+    scratch = tempfile.mkdtemp(prefix="flyte-bench-dispatch-")
+    flyte.init()  # no endpoint, no config: nothing leaves this machine
+    runner = flyte.with_runcontext(mode="local", raw_data_path=scratch)
+    # Local mode also makes a folder per action under /tmp/flyte/metadata/<run> (with_runcontext
+    # has no knob for it); each run's is its ``url``, removed at the end.
+    made: list[str] = []
+
+    def call(n: int) -> int:
+        run = runner.run(prog.fan_out, n)
+        made.append(run.url)
+        out = run.outputs()
+        return out.o0 if hasattr(out, "o0") else out  # ActionOutputs(o0=...) in flyte 2.12
+
+    try:
+        return _time_runs(call, ns, rounds)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+        for empty in ("/tmp/flyte/metadata", "/tmp/flyte"):
+            with contextlib.suppress(OSError):
+                os.rmdir(empty)  # only if nothing else (another flyte user) is in there
+
+
+def child(kind: str, ns: list[int], rounds: int) -> None:
+    fn = {"in-process": _child_in_process, "shoal": _child_shoal, "flyte": _child_flyte}[kind]
+    times = fn(ns, rounds)
+    extra = {}
+    if kind == "flyte":
+        import flyte
+
+        extra["version"] = flyte.__version__
+    print(MARK + json.dumps({"times": times, **extra}), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: make the Flyte venv, run the children, time imports, print and write the table.
+# ---------------------------------------------------------------------------------------------
+
+def _shoal_env() -> dict[str, str]:
+    """This environment with the repo's src first on PYTHONPATH (works with or without an
+    editable install; the engine's worker processes inherit it)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
+                                        if p)
+    return env
+
+
+def _flyte_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # nothing of Shoal's inside the Flyte venv
+    # flyte's Sentry crash reporting (flyte/_sentry.py) is on by default; keep the run offline.
+    env["DO_NOT_TRACK"] = "1"
+    return env
+
+
+def _flyte_python() -> Path:
+    return FLYTE_VENV / "bin" / "python"
+
+
+def ensure_flyte_venv() -> str | None:
+    """Make ``benchmarks/.venv-flyte`` with Flyte 2 if it is not there; None when ready, else
+    why not."""
+    py = _flyte_python()
+    check = [str(py), "-c", "import flyte"]
+    if py.exists() and subprocess.run(check, capture_output=True, env=_flyte_env()).returncode == 0:
+        return None
+    print(f"making {FLYTE_VENV} with {FLYTE_SPEC} (once)...", flush=True)
+    steps = [[sys.executable, "-m", "venv", "--clear", str(FLYTE_VENV)],
+             [str(py), "-m", "pip", "install", "-q", FLYTE_SPEC]]
+    for cmd in steps:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=_flyte_env(), timeout=900)
+        if p.returncode != 0:
+            return f"`{shlex.join(cmd)}` failed: {(p.stderr or p.stdout).strip()[-400:]}"
+    return None
+
+
+def run_child(kind: str, python: str, env: dict[str, str], ns: list[int],
+              rounds: int) -> dict[str, Any]:
+    cmd = [python, str(Path(__file__).resolve()), "--child", kind,
+           "--ns", ",".join(map(str, ns)), "--rounds", str(rounds)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(MARK):
+            got: dict[str, Any] = json.loads(line[len(MARK):])
+            return got
+    raise RuntimeError(f"{kind} child failed (exit {p.returncode}):\n"
+                       f"{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+
+
+def wall_median(cmd: list[str], env: dict[str, str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def importtime_cumulative(python: str, module: str, env: dict[str, str], runs: int = 3) -> float:
+    """``-X importtime``'s cumulative seconds for ``module``, median of ``runs``."""
+    found = []
+    for _ in range(runs):
+        p = subprocess.run([python, "-X", "importtime", "-c", f"import {module}"], check=True,
+                           capture_output=True, text=True, env=env, cwd=REPO)
+        for line in p.stderr.splitlines():
+            parts = line.removeprefix("import time:").split("|")
+            if len(parts) == 3 and parts[2].strip() == module:
+                found.append(int(parts[1]) / 1e6)
+    return statistics.median(found)
+
+
+def import_times(runs: int, flyte_ok: bool) -> dict[str, dict[str, float]]:
+    out = {}
+    targets = [("shoal", sys.executable, _shoal_env())]
+    if flyte_ok:
+        targets.append(("flyte", str(_flyte_python()), _flyte_env()))
+    for module, python, env in targets:
+        bare = wall_median([python, "-c", "pass"], env, runs)
+        full = wall_median([python, "-c", f"import {module}"], env, runs)
+        out[module] = {"bare": bare, "import": full, "over_bare": full - bare,
+                       "cumulative": importtime_cumulative(python, module, env)}
+    return out
+
+
+def summarize(times: dict[str, list[float]], ns: list[int]) -> dict[int, dict[str, float]]:
+    t1 = statistics.median(times["1"])
+    rows = {}
+    for n in ns:
+        tn = statistics.median(times[str(n)])
+        rows[n] = {"total_s": tn, "amortized_ms": (tn - t1) / (n - 1) * 1e3,
+                   "total_ms": tn / n * 1e3, "t1_s": t1,
+                   "min_s": min(times[str(n)]), "max_s": max(times[str(n)])}
+    return rows
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{nproc} CPUs ({model}), {platform.system()} {platform.release()}, " \
+           f"Python {platform.python_version()}"
+
+
+def git_commit() -> str:
+    def git(*args: str) -> str:
+        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
+        return p.stdout.strip() if p.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+
+
+def _ratio(x: float | None, ref: float | None) -> str:
+    if x is None or ref is None or ref <= 0:
+        return "-"
+    r = x / ref
+    return f"{r:.3g}x"
+
+
+def table(results: dict[str, dict[int, dict[str, float]] | str], ns: list[int]) -> list[str]:
+    head = ["engine", "N", "total s (min–max)", "ms/call amortized", "ms/call total",
+            "vs flyte 2 local", "vs in-process"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for engine in ENGINES:
+        res = results.get(engine)
+        if isinstance(res, str) or res is None:
+            lines.append(f"| {engine} | - | not measured: {res or 'skipped'} | | | | |")
+            continue
+        for n in ns:
+            r = res[n]
+
+            def ref(name: str, n: int = n) -> float | None:
+                other = results.get(name)
+                return None if isinstance(other, str) or other is None \
+                    else other[n]["amortized_ms"]
+
+            spread = f"{r['total_s']:.3f} ({r['min_s']:.3f}–{r['max_s']:.3f})"
+            lines.append(f"| {engine} | {n} | {spread} | {r['amortized_ms']:.4f} | "
+                         f"{r['total_ms']:.4f} | {_ratio(r['amortized_ms'], ref('flyte 2 local'))}"
+                         f" | {_ratio(r['amortized_ms'], ref('in-process'))} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", default="200,1000", help="call counts, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3, help="repeats per N; the median is kept")
+    ap.add_argument("--import-runs", type=int, default=10)
+    ap.add_argument("--no-flyte", action="store_true", help="skip the Flyte 2 row")
+    ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    ap.add_argument("--child", choices=("in-process", "shoal", "flyte"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    ns = sorted({int(x) for x in args.ns.split(",")})
+    if min(ns) < 2:
+        ap.error("--ns: every N must be at least 2 (N=1 is the baseline subtracted)")
+    if args.child:
+        child(args.child, ns, args.rounds)
+        return
+
+    command = shlex.join([os.path.relpath(sys.executable, REPO), "benchmarks/dispatch.py",
+                          *sys.argv[1:]])
+    if os.environ.get("PYTHONPATH"):
+        command = f"PYTHONPATH={os.environ['PYTHONPATH']} {command}"
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    results: dict[str, dict[int, dict[str, float]] | str] = {}
+    flyte_version = "-"
+    flyte_problem = "--no-flyte" if args.no_flyte else ensure_flyte_venv()
+
+    for engine, kind in (("in-process", "in-process"), ("shoal local", "shoal")):
+        got = run_child(kind, sys.executable, _shoal_env(), ns, args.rounds)
+        results[engine] = summarize(got["times"], ns)
+    if flyte_problem is None:
+        try:
+            got = run_child("flyte", str(_flyte_python()), _flyte_env(), ns, args.rounds)
+            results["flyte 2 local"] = summarize(got["times"], ns)
+            flyte_version = str(got["version"])
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            flyte_problem = str(e).strip().splitlines()[-1][:300]
+    if flyte_problem is not None:
+        results["flyte 2 local"] = flyte_problem
+    imports = import_times(args.import_runs, flyte_problem is None)
+    elapsed = time.perf_counter() - started
+
+    rows = table(results, ns)
+    sh = imports["shoal"]
+    import_lines = [
+        f"`import shoal`: {sh['over_bare']:.3f} s over a bare interpreter "
+        f"({sh['import']:.3f} s vs {sh['bare']:.3f} s, median of {args.import_runs}); "
+        f"-X importtime cumulative {sh['cumulative']:.3f} s. Goal ≤ {GOAL_IMPORT_S} s: "
+        f"{'met' if sh['over_bare'] <= GOAL_IMPORT_S else 'NOT met'}."]
+    if "flyte" in imports:
+        fl = imports["flyte"]
+        import_lines.append(
+            f"`import flyte` (for scale): {fl['over_bare']:.3f} s over a bare interpreter; "
+            f"-X importtime cumulative {fl['cumulative']:.3f} s.")
+    goal_lines = []
+    shoal_rows = results["shoal local"]
+    assert not isinstance(shoal_rows, str)
+    for n in ns:
+        ms = shoal_rows[n]["amortized_ms"]
+        flyte_rows = results.get("flyte 2 local")
+        vs = "" if isinstance(flyte_rows, str) or flyte_rows is None else (
+            f"; no slower than flyte 2 local ({flyte_rows[n]['amortized_ms']:.3f} ms): "
+            f"{'yes' if ms <= flyte_rows[n]['amortized_ms'] else 'NO'}")
+        goal_lines.append(f"N={n}: shoal {ms:.3f} ms/call amortized; goal ≤ {GOAL_MS_PER_CALL}"
+                          f" ms: {'met' if ms <= GOAL_MS_PER_CALL else 'NOT met'}{vs}.")
+    t1 = {e: r[ns[0]]["t1_s"] for e, r in results.items() if not isinstance(r, str)}
+    t1_line = "Run of one call (t(1), subtracted): " + ", ".join(
+        f"{e} {v * 1e3:.1f} ms" for e, v in t1.items()) + "."
+
+    print()
+    print("\n".join(rows))
+    print()
+    for line in [*goal_lines, t1_line, *import_lines]:
+        print(line)
+    print(f"whole benchmark {elapsed:.0f} s")
+
+    if args.no_write:
+        return
+    today = dt.date.today().isoformat()
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{today}-cpu{ncpu}-dispatch.md"
+    md = [
+        f"# Dispatch overhead, {today}, {ncpu} CPUs", "",
+        f"Command: `{command}`", "",
+        f"Machine: {machine()}. Shoal commit {git_commit()}; flyte {flyte_version} "
+        f"(local mode, in `benchmarks/.venv-flyte`). Median of {args.rounds} rounds after one "
+        f"warm-up run; each engine in its own subprocess; whole run {elapsed:.0f} s; load "
+        f"average {load:.1f} at the start (other work on the machine shows up as noise).", "",
+        "## Per-call overhead: N trivial calls fanned out with asyncio.gather", "",
+        *rows, "",
+        "ms/call amortized = (t(N) - t(1)) / (N - 1); ms/call total = t(N) / N, run start-up "
+        "included. Ratios divide the amortized ms/call by the reference row's at the same N "
+        "(above 1 is slower). in-process calls the plain functions with no engine; flyte 2 "
+        "local runs every call in-process with no isolation; shoal local runs every call in "
+        "its environment's process.", "",
+        *[f"- {line}" for line in goal_lines], f"- {t1_line}", "",
+        "## Import time", "",
+        *[f"- {line}" for line in import_lines], "",
+    ]
+    path.write_text("\n".join(md))
+    print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
