@@ -23,7 +23,7 @@ Also measured: ``import shoal`` wall time over a bare interpreter (median of ``-
 runs of ``python -c "import shoal"`` minus ``python -c "pass"``) and ``-X importtime``'s
 cumulative figure for ``shoal``; the same for ``import flyte``, for scale.
 
-Writes ``benchmarks/results/<date>-cpu<N>-dispatch.md``; about a minute once the Flyte venv
+Writes ``benchmarks/results/<date>-cpu<N>-dispatch.md``; about 15 s once the Flyte venv
 exists.
 """
 
@@ -122,7 +122,7 @@ def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
         run = runner.run(prog.fan_out, n)
         made.append(run.url)
         out = run.outputs()
-        return out.o0 if hasattr(out, "o0") else out  # ActionOutputs(o0=...) in flyte 2.12
+        return int(out.o0 if hasattr(out, "o0") else out)  # ActionOutputs(o0=...), flyte 2.12
 
     try:
         return _time_runs(call, ns, rounds)
@@ -184,7 +184,8 @@ def ensure_flyte_venv() -> str | None:
     for cmd in steps:
         p = subprocess.run(cmd, capture_output=True, text=True, env=_flyte_env(), timeout=900)
         if p.returncode != 0:
-            return f"`{shlex.join(cmd)}` failed: {(p.stderr or p.stdout).strip()[-400:]}"
+            last = ((p.stderr or p.stdout).strip().splitlines() or ["no output"])[-1]
+            return f"`{shlex.join(cmd)}` failed: {last[:300]}"
     return None
 
 
@@ -321,7 +322,10 @@ def main() -> None:
     command = shlex.join([os.path.relpath(sys.executable, REPO), "benchmarks/dispatch.py",
                           *sys.argv[1:]])
     if os.environ.get("PYTHONPATH"):
-        command = f"PYTHONPATH={os.environ['PYTHONPATH']} {command}"
+        shown = os.pathsep.join(
+            os.path.relpath(p, REPO) if Path(p).resolve().is_relative_to(REPO) else p
+            for p in os.environ["PYTHONPATH"].split(os.pathsep))
+        command = f"PYTHONPATH={shown} {command}"
     started = time.perf_counter()
     load = os.getloadavg()[0]
     results: dict[str, dict[int, dict[str, float]] | str] = {}
@@ -367,6 +371,13 @@ def main() -> None:
         goal_lines.append(f"N={n}: shoal {ms:.3f} ms/call amortized; goal ≤ {GOAL_MS_PER_CALL}"
                           f" ms: {'met' if ms <= GOAL_MS_PER_CALL else 'NOT met'}{vs}.")
     t1 = {e: r[ns[0]]["t1_s"] for e, r in results.items() if not isinstance(r, str)}
+    if len(ns) > 1:
+        lo, hi = ns[-2], ns[-1]
+        goal_lines.append(
+            f"Marginal cost from N={lo} to N={hi}, (t({hi}) - t({lo})) / {hi - lo}, which "
+            "t(1)'s noise does not touch: " + ", ".join(
+                f"{e} {(r[hi]['total_s'] - r[lo]['total_s']) / (hi - lo) * 1e3:.3f} ms/call"
+                for e, r in results.items() if not isinstance(r, str)) + ".")
     t1_line = "Run of one call (t(1), subtracted): " + ", ".join(
         f"{e} {v * 1e3:.1f} ms" for e, v in t1.items()) + "."
 

@@ -35,6 +35,7 @@ class TaskContext:
     master_port: int | None = None
     restart_attempt: int | None = None
     checkpoint: Any = None
+    in_gang: bool = False  # a rank of a clustered task (it cannot call other tasks yet)
     # How this process reaches the controller running the run; None outside a run.
     client: ControllerClient | None = None
 

@@ -105,6 +105,10 @@ class TaskTemplate(Generic[F]):
         return f"<task {self.name}>"
 
     # -- spec --------------------------------------------------------------------------
+    def forget_spec(self) -> None:
+        """Drop the cached spec after the environment changed (``--override``)."""
+        self._spec = None
+
     def spec(self) -> TaskSpec:
         if self._spec is None:
             rendered = ", ".join(f"{k}: {v!r}" for k, v in self.hints.items())
@@ -158,8 +162,15 @@ class TaskTemplate(Generic[F]):
         if caller is not None and self.env.name not in caller.reachable():
             raise MissingDependencyError(caller_env, self.env.name, self.name)
 
+    def _refuse_from_gang(self, c: Any) -> None:
+        if c.in_gang:
+            raise SpecError(f"call of task {self.name!r}", f"from rank {c.rank} of {c.task!r}",
+                            "a clustered task cannot call other tasks (its ranks have no "
+                            "controller)", "call both from a driver task and pass values between")
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         c = ctx()
+        self._refuse_from_gang(c)
         if c.client is None:
             return self.func(*args, **kwargs)
         self._check_reachable(c.env)
@@ -171,6 +182,7 @@ class TaskTemplate(Generic[F]):
     async def aio(self, *args: Any, **kwargs: Any) -> Any:
         """Call the task and await it, whether its function is sync or async."""
         c = ctx()
+        self._refuse_from_gang(c)
         if c.client is None:
             result = self.func(*args, **kwargs)
             return await result if inspect.isawaitable(result) else result

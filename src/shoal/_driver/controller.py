@@ -57,6 +57,27 @@ class Controller:
         self._reach: dict[str, frozenset[str]] = {}  # environment -> what it may call
         self.backoff = contract.retry_backoff()
 
+    # -- what the engine alone sees ----------------------------------------------------------
+    def engine_event(self, kind: str, action: str, data: dict[str, Any]) -> None:
+        """Record and report progress only the engine sees (gang starts, restarts, preemption)."""
+        d = data
+        if kind == "gang_started":
+            message = (f"gang started (restart {d['restart']}, {len(d['logs'])} ranks, "
+                       f"master port {d['master_port']})")
+        elif kind == "gang_admitted":
+            message = f"gang admitted (restart {d['restart']})"
+        elif kind == "gang_restart":
+            message = (f"{d['message']}; restarting the whole gang "
+                       f"({d['left']} restart(s) left)")
+        elif kind == "gang_preempted":
+            message = "gang preempted; requeued, resumes without using a restart"
+        else:
+            message = kind
+        self.records.add_event(self.run, kind, f"{data.get('task', '')}: {message}",
+                               action_id=action,
+                               data={k: v for k, v in data.items() if k != "logs"})
+        self.report(kind, action, {**data, "message": message})
+
     # -- entry points --------------------------------------------------------------------
     async def run_root(self, call: CallSpec) -> Any:
         return await self._execute(call, "a0")

@@ -24,6 +24,7 @@ from shoal._storage.store import open_store
 from shoal.errors import RunCancelled, ShoalError, SpecError
 
 HEARTBEAT_SECONDS = 2.0
+PREEMPT_REQUEST = "preempt_requested"  # an event `shoal preempt` adds; the runner acts on it
 CANCEL_POLL_SECONDS = 0.5
 
 
@@ -94,7 +95,7 @@ class Runner:
         return RunOutcome(name, "succeeded", output=output)
 
     async def _drive(self, controller: Controller) -> Any:
-        await self.engine.start(controller.handle, self.envs)
+        await self.engine.start(controller.handle, self.envs, notify=controller.engine_event)
         prewarm = getattr(self.engine, "prewarm", None)
         if prewarm is not None:  # start the workers the root's children will need
             self._prewarming = [asyncio.ensure_future(prewarm(env, self.call.task.code_file))
@@ -108,8 +109,16 @@ class Runner:
                 self.records.heartbeat(self.name)
 
     async def _watch_cancel(self, root: asyncio.Future[Any]) -> None:
+        """Carry out what other processes ask through the records: cancel, preempt."""
+        seen = 0
         while not root.done():
             await asyncio.sleep(CANCEL_POLL_SECONDS)
             if self.records.cancel_requested(self.name):
                 root.cancel()
                 return
+            for event in self.records.events(self.name, after_id=seen):
+                seen = event.id
+                if event.kind == PREEMPT_REQUEST:
+                    count = await self.engine.preempt()
+                    self.records.add_event(self.name, "preempt_done",
+                                           f"preempted {count} running gang(s)")

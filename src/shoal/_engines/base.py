@@ -19,6 +19,13 @@ from shoal.errors import EngineError, FailureInfo
 
 # What the engine calls when a running task calls another task: (call) -> output literal.
 CallHandler = Callable[[CallSpec], Awaitable[Any]]
+# What the engine tells the controller about progress it alone sees (gang starts, restarts,
+# preemptions): (kind, action, data). Must not block.
+Notify = Callable[[str, str, dict[str, Any]], None]
+
+
+def _ignore(kind: str, action: str, data: dict[str, Any]) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -49,18 +56,27 @@ class Engine(abc.ABC):
     def __init__(self) -> None:
         self._handler: CallHandler | None = None
         self._closed = False
+        self.notify: Notify = _ignore
 
     # -- public guards -------------------------------------------------------------------
     def dry_run(self, call: CallSpec) -> str:
         """The plan this engine would carry out for ``call``, as printable text."""
         return self._dry_run(call)
 
-    async def start(self, handler: CallHandler, envs: list[EnvSpec]) -> None:
+    async def start(self, handler: CallHandler, envs: list[EnvSpec],
+                    notify: Notify | None = None) -> None:
         """Get ready to run a run; ``handler`` serves calls that running tasks make."""
         if self._handler is not None:
             raise EngineError(f"the {self.name} engine is already started")
         self._handler = handler
+        self.notify = notify or _ignore
         await self._start(envs)
+
+    async def preempt(self) -> int:
+        """Preempt every running gang of this run (``shoal preempt``); how many were."""
+        if self._handler is None or self._closed:
+            return 0
+        return await self._preempt()
 
     async def run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
         """Run one attempt of ``call`` to its end (success, failure, crash or timeout)."""
@@ -93,3 +109,6 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     async def _close(self) -> None: ...
+
+    async def _preempt(self) -> int:
+        return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -51,6 +51,17 @@ MASTER_ADDR = "SHOAL_MASTER_ADDR"
 MASTER_PORT = "SHOAL_MASTER_PORT"
 RESTART_ATTEMPT = "SHOAL_RESTART_ATTEMPT"  # whole-group restarts so far
 CHECKPOINT_URI = "SHOAL_CHECKPOINT_URI"
+TASK = "SHOAL_TASK"  # the task every rank runs ("env.fn")
+RUNTIME = "SHOAL_RUNTIME"  # "torch" | "jax"
+RDZV_BACKEND = "SHOAL_RDZV_BACKEND"  # "static" | "c10d"
+TORCH_MAX_RESTARTS = "SHOAL_TORCH_MAX_RESTARTS"  # torchrun's in-node restarts
+LAUNCH = "SHOAL_LAUNCH"  # "direct" (ranks started by the launcher) | "torchrun"
+IO = "SHOAL_IO"  # store URI of this attempt's folder: inputs.json in, outputs and failures out
+RANK_LOG_DIR = "SHOAL_RANK_LOG_DIR"  # if set, each rank writes rank<N>.log there (local engine)
+COLLECTIVE_TIMEOUT = "SHOAL_COLLECTIVE_TIMEOUT"  # seconds; default timeout of process groups
+GRACE_PERIOD = "SHOAL_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL of ranks
+MASTER_WAIT = "SHOAL_MASTER_WAIT"  # seconds a node waits for the master's address to resolve
+PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------
 TORCH_RANK = "RANK"
@@ -74,6 +85,19 @@ def store_uri() -> str:
     if value:
         return value
     return (home() / "store").resolve().as_uri()
+
+
+def priority_classes() -> dict[str, int]:
+    """Local priority classes from ``SHOAL_PRIORITY_CLASSES="high=100,low=-10"``."""
+    out: dict[str, int] = {}
+    for item in os.environ.get(PRIORITY_CLASSES, "").split(","):
+        name, sep, value = item.strip().partition("=")
+        if sep:
+            try:
+                out[name.strip()] = int(value)
+            except ValueError:
+                continue
+    return out
 
 
 def retry_backoff() -> float:
@@ -117,3 +141,102 @@ class WorkerEnv:
                 f"this process was not started by a Shoal engine: {', '.join(missing)} not set"
             )
         return cls(**{k: env[v] for k, v in cls._NAMES.items()})
+
+
+@dataclass(frozen=True)
+class NodeEnv:
+    """What the node launcher of one node of a gang is told (local process or Kubernetes pod).
+
+    Everything a node needs is here; the launcher reads nothing else, so the same launcher runs
+    under both engines.
+    """
+
+    home: str
+    store: str
+    run: str
+    action: str
+    attempt: int
+    env_name: str
+    code_file: str
+    task: str
+    io: str
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    restart_attempt: int
+    runtime: str = "torch"
+    rdzv_backend: str = "static"
+    torch_max_restarts: int = 0
+    launch: str = "direct"
+    rank_log_dir: str = ""
+    collective_timeout: float = 300.0
+    grace_period: float = 30.0
+    master_wait: float = 300.0
+
+    _NAMES: ClassVar[dict[str, str]] = {
+        "home": HOME, "store": STORE, "run": RUN, "action": ACTION, "attempt": ATTEMPT,
+        "env_name": ENV_NAME, "code_file": CODE_FILE, "task": TASK, "io": IO,
+        "node_rank": NODE_RANK, "nnodes": NNODES, "nproc_per_node": NPROC_PER_NODE,
+        "master_addr": MASTER_ADDR, "master_port": MASTER_PORT,
+        "restart_attempt": RESTART_ATTEMPT, "runtime": RUNTIME, "rdzv_backend": RDZV_BACKEND,
+        "torch_max_restarts": TORCH_MAX_RESTARTS, "launch": LAUNCH,
+        "rank_log_dir": RANK_LOG_DIR, "collective_timeout": COLLECTIVE_TIMEOUT,
+        "grace_period": GRACE_PERIOD, "master_wait": MASTER_WAIT,
+    }
+
+    def to_env(self) -> dict[str, str]:
+        return {self._NAMES[f.name]: str(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> NodeEnv:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        missing = []
+        for f in fields(cls):
+            name = cls._NAMES[f.name]
+            if name not in env:
+                if f.default is MISSING:
+                    missing.append(name)
+                continue
+            raw = env[name]
+            kind = type(f.default) if f.default is not MISSING else None
+            if f.type in ("int", int) or kind is int:
+                values[f.name] = int(raw)
+            elif f.type in ("float", float) or kind is float:
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        if missing:
+            raise RuntimeError("this node was not started by a Shoal engine: "
+                               f"{', '.join(missing)} not set")
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def torch_rank_env(node: NodeEnv, local_rank: int) -> dict[str, str]:
+    """Exactly what torchrun gives a worker process (static rendezvous), for one local rank."""
+    rank = node.node_rank * node.nproc_per_node + local_rank
+    world = node.nnodes * node.nproc_per_node
+    return {
+        TORCH_RANK: str(rank),
+        TORCH_LOCAL_RANK: str(local_rank),
+        TORCH_WORLD_SIZE: str(world),
+        TORCH_LOCAL_WORLD_SIZE: str(node.nproc_per_node),
+        TORCH_GROUP_RANK: str(node.node_rank),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "ROLE_NAME": "default",
+        "GROUP_WORLD_SIZE": str(node.nnodes),
+        TORCH_MASTER_ADDR: node.master_addr,
+        TORCH_MASTER_PORT: str(node.master_port),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": str(node.torch_max_restarts),
+        "TORCHELASTIC_RUN_ID": rendezvous_id(node),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    }
+
+
+def rendezvous_id(node: NodeEnv) -> str:
+    """Unique per whole-group restart, so a restarted gang never meets the dead one's store."""
+    return f"{node.run}-{node.action}-{node.attempt}-{node.restart_attempt}"

@@ -28,6 +28,12 @@ class ClusterSpec:
     torch_max_restarts: int = 0
     max_restarts: int = 0
     resume_after_preemption: bool = False
+    collective_timeout: float = 300.0  # seconds a collective may wait on a dead peer
+    grace_period: float = 30.0  # seconds between SIGTERM and SIGKILL when the gang is stopped
+
+    @property
+    def world_size(self) -> int:
+        return self.replicas * self.nproc_per_node
 
 
 @dataclass(frozen=True)

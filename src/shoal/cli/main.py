@@ -17,6 +17,7 @@ VERBS = {
     "runs": "list recent runs",
     "logs": "print the logs of a run (or one of its actions)",
     "cancel": "cancel a running run",
+    "preempt": "preempt the running gangs of a run (they requeue and resume)",
     "deploy": "validate every environment of a file and render its images",
     "image": "image commands: shoal image build FILE",
 }

@@ -19,13 +19,14 @@ from typing import Any
 
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._engines.local import procs
-from shoal._engines.local.plan import ProcessPlan, plan_process
+from shoal._engines.local.gang import GangRunner, pid_namespace_prefix
+from shoal._engines.local.plan import ProcessPlan, plan_process, request_for
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
 from shoal._runtime import messages as m
 from shoal._runtime.contract import WorkerEnv
-from shoal._spec.call import CallSpec, EnvSpec
+from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal.errors import EngineError, FailureInfo, ShoalError
 
 # Seconds between SIGTERM and SIGKILL when a call times out or is cancelled.
@@ -37,16 +38,20 @@ class LocalEngine(Engine):
 
     def __init__(self, *, run: str = "dry-run", capacity: Request | None = None,
                  priorities: Mapping[str, int] | None = None, home: Path | None = None,
-                 store: str | None = None) -> None:
+                 store: str | None = None, isolate_nodes: bool = True) -> None:
         super().__init__()
         self.run = run
         self.home = home or contract.home()
         self.store = store or contract.store_uri()
         self.pool = ResourcePool(capacity or machine_capacity())
-        self.priorities = dict(priorities or {})
+        self.priorities = dict(priorities if priorities is not None
+                               else contract.priority_classes())
         self._socket_dir: str | None = None
         self._workers: WorkerSet | None = None
         self._admissions: dict[str, tuple[Request, int]] = {}
+        self._gangs: dict[str, GangRunner] = {}
+        self.isolate_nodes = isolate_nodes  # each node in its own PID namespace, if possible
+        self._namespace: tuple[str, ...] | None = None
         # action -> (its reservation, children in flight) while the action runs
         self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
 
@@ -111,8 +116,59 @@ class LocalEngine(Engine):
             self._admissions[env] = (plan.request, plan.priority)
         return self._admissions[env]
 
+    # -- clustered calls -------------------------------------------------------------------
+    def gang_admission(self, call: CallSpec) -> tuple[Request, int]:
+        """(request for the whole gang, priority): every node's request, clamped as one."""
+        cluster = call.task.env.cluster
+        assert cluster is not None
+        env = call.task.env.name
+        key = f"{env}#gang{cluster.replicas}x{cluster.nproc_per_node}"
+        if key not in self._admissions:
+            plan = self.plan(call.task.env, call.task.code_file)
+            whole, clamped = self.pool.clamp(request_for(call.task.env) * cluster.replicas)
+            for note in (*(f"{cluster.replicas} nodes: {c}" for c in clamped), *plan.notes):
+                warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
+            self._admissions[key] = (whole, plan.priority)
+        return self._admissions[key]
+
+    def gpus_emulated(self, env: EnvSpec) -> bool:
+        return request_for(env).gpu > self.pool.capacity.gpu
+
+    def base_environ(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def namespace_prefix(self) -> tuple[str, ...]:
+        if self._namespace is None:
+            self._namespace = pid_namespace_prefix() if self.isolate_nodes else ()
+        return self._namespace
+
+    def launch_mode(self, cluster: ClusterSpec) -> str:
+        """How ranks start: torchrun only when its own features are asked for."""
+        forced = os.environ.get(contract.LAUNCH)
+        if forced in ("direct", "torchrun"):
+            return forced
+        if cluster.runtime == "torch" and (cluster.rdzv_backend == "c10d"
+                                           or cluster.torch_max_restarts > 0):
+            return "torchrun"
+        return "direct"
+
+    async def _preempt(self) -> int:
+        for gang in self._gangs.values():
+            gang.preempt()
+        return len(self._gangs)
+
+    async def _run_gang(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        gang = GangRunner(self, call, ref)
+        self._gangs[ref.action] = gang
+        try:
+            return await gang.run()
+        finally:
+            self._gangs.pop(ref.action, None)
+
     async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
         assert self._workers is not None  # checked by run_attempt's guard
+        if call.task.env.cluster is not None:
+            return await self._run_gang(call, ref)
         request, priority = self._admission(call)
         reservation = await self.pool.acquire(request, priority=priority, label=ref.action)
         worker: Worker | None = None

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from shoal._engines.local.pool import Request
+from shoal._runtime import contract
 from shoal._runtime.contract import WorkerEnv
 from shoal._spec.call import EnvSpec
+from shoal.errors import SpecError
 
 WORKER_ARGV = (sys.executable, "-m", "shoal._runtime.worker")
 DEFAULT_REQUEST = Request(cpu=1.0, memory=0, gpu=0)
@@ -45,18 +47,27 @@ def priority_for(env: EnvSpec, priorities: Mapping[str, int]) -> tuple[str, int]
     pt = env.pod_template
     queue = (pt.queue_name if pt is not None else None) or "default"
     klass = pt.priority_class if pt is not None else None
-    return queue, priorities.get(klass or "", 0)
+    if klass is None:
+        return queue, 0
+    if klass not in priorities:
+        known = ", ".join(f"{k}={v}" for k, v in sorted(priorities.items())) or "none"
+        raise SpecError(f"TaskEnvironment({env.name!r}).pod_template priority-class label",
+                        klass, f"is not a local priority class (known: {known})",
+                        f"define it for the local engine: {contract.PRIORITY_CLASSES}="
+                        f"{klass}=100 (Kueue's WorkloadPriorityClass value)")
+    return queue, priorities[klass]
 
 
-def worker_environ(env: EnvSpec, wenv: WorkerEnv, base: Mapping[str, str],
+def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str],
                    gpus_emulated: bool = False) -> dict[str, str]:
-    """The full environment of a worker process of ``env``."""
+    """The full environment of a process of ``env`` (a worker, or a gang's node launcher)."""
     out = dict(base)
     for name in env.secrets:  # secrets come from the engine's own environment locally
         if name in base:
             out[name] = base[name]
     out.update(env.env_vars)
-    out.update(wenv.to_env())
+    if wenv is not None:
+        out.update(wenv.to_env())
     out["PYTHONUNBUFFERED"] = "1"
     if gpus_emulated:
         out["CUDA_VISIBLE_DEVICES"] = ""

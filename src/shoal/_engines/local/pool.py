@@ -2,7 +2,10 @@
 
 A call is admitted when its whole request fits (a gang is one request: all of it or nothing),
 in order of priority, then arrival; a waiting request is never overtaken by a later one of the
-same or lower priority, so a big gang is not starved by a stream of small calls. A task blocked
+same or lower priority, so a big gang is not starved by a stream of small calls. When the
+request at the head cannot fit, reservations of lower priority that said they can be preempted
+are asked to give their resources back (lowest priority first, then the most recent), as
+Kueue preempts lower-priority workloads; they release when their gang has stopped. A task blocked
 awaiting its children *suspends* its reservation (as Ray does for blocked tasks) so a driver
 never starves its own children; resuming takes the resources back at once, even if that
 briefly oversubscribes the pool.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
@@ -54,6 +58,11 @@ class Reservation:
     pool: ResourcePool
     request: Request
     label: str
+    priority: int = 0
+    # Called (once) when a higher-priority request needs these resources; None: not preemptible.
+    on_preempt: Callable[[], None] | None = None
+    preempting: bool = False
+    seq: int = 0
     active: bool = True
     _suspensions: int = field(default=0, repr=False)
 
@@ -71,6 +80,7 @@ class Reservation:
     def release(self) -> None:
         if self.active:
             self.active = False
+            self.pool._held.discard(self)
             if self._suspensions == 0:
                 self.pool._give_back(self.request)
 
@@ -88,6 +98,7 @@ class ResourcePool:
         self.capacity = capacity or machine_capacity()
         self._used = Request(0.0, 0, 0)
         self._waiters: list[_Waiter] = []
+        self._held: set[Reservation] = set()
         self._seq = itertools.count()
 
     @property
@@ -114,9 +125,13 @@ class ResourcePool:
             gpu = cap.gpu
         return Request(cpu, memory, gpu), notes
 
-    async def acquire(self, request: Request, *, priority: int = 0,
-                      label: str = "") -> Reservation:
-        """Wait until ``request`` fits (it must already be clamped), then reserve it."""
+    async def acquire(self, request: Request, *, priority: int = 0, label: str = "",
+                      on_preempt: Callable[[], None] | None = None) -> Reservation:
+        """Wait until ``request`` fits (it must already be clamped), then reserve it.
+
+        With ``on_preempt``, the reservation may be preempted by a higher-priority request:
+        the callback must then stop the holder, which releases the reservation.
+        """
         waiter = _Waiter(request, priority, next(self._seq),
                          asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
@@ -130,7 +145,9 @@ class ResourcePool:
             elif waiter.future.done() and not waiter.future.cancelled():
                 self._give_back(request)  # admitted just as we were cancelled
             raise
-        return Reservation(self, request, label)
+        reservation = Reservation(self, request, label, priority, on_preempt, seq=waiter.seq)
+        self._held.add(reservation)
+        return reservation
 
     @property
     def waiting(self) -> int:
@@ -143,10 +160,36 @@ class ResourcePool:
                 self._waiters.pop(0)
                 continue
             if not head.request.fits(self.free):
+                self._preempt_for(head)
                 return
             self._waiters.pop(0)
             self._take(head.request)
             head.future.set_result(None)
+
+    def _preempt_for(self, head: _Waiter) -> None:
+        """Ask lower-priority preemptible holders to make room for ``head``, if they can."""
+        free = self.free
+        for r in self._held:
+            if r.preempting:  # already on its way out: count it as freed
+                free = free + r.request
+        if head.request.fits(free):
+            return
+        candidates = sorted(
+            (r for r in self._held if r.on_preempt is not None and not r.preempting
+             and r.priority < head.priority and r._suspensions == 0),
+            key=lambda r: (r.priority, -r.seq))
+        chosen: list[Reservation] = []
+        for r in candidates:
+            chosen.append(r)
+            free = free + r.request
+            if head.request.fits(free):
+                break
+        else:
+            return  # even preempting all of them would not make room: preempt nobody
+        for r in chosen:
+            r.preempting = True
+            assert r.on_preempt is not None
+            r.on_preempt()
 
     def _take(self, request: Request) -> None:
         self._used = self._used + request

@@ -1,0 +1,250 @@
+"""Clustered calls on the local engine: ``replicas`` simulated nodes, started and ended as one.
+
+State machine of one task attempt (see docs/architecture.md):
+
+    queued ──admitted──► running ──all nodes exit 0──► succeeded
+      ▲                    │
+      │                    ├─ a rank fails ──► stopping ──► restart left? ──yes──► queued
+      │                    │                                  └─no──► failed (report)
+      └── readmitted ◄─────┴─ preempted (SIGTERM, grace) ──► requeued
+                               (uses a restart unless resume_after_preemption)
+
+Each node is one launcher process (`shoal._runtime.launcher`, the same program a Kubernetes
+pod runs) in its own session and, where ``unshare`` allows, its own PID namespace, so ending a
+node ends every process it started. Nodes talk over loopback; each start gets a fresh master
+port and rendezvous id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shoal._engines.base import AttemptOutcome, AttemptRef
+from shoal._engines.local import procs
+from shoal._engines.local.plan import worker_environ
+from shoal._runtime.contract import NodeEnv
+from shoal._spec.call import CallSpec, ClusterSpec
+from shoal._storage.store import join, open_store
+from shoal.errors import FailureInfo, ObjectNotFound
+
+if TYPE_CHECKING:
+    from shoal._engines.local.engine import LocalEngine
+
+LAUNCHER = (sys.executable, "-m", "shoal._runtime.launcher")
+# Seconds to let the other nodes' ranks write their own reports before they are killed.
+FAILURE_GRACE = 2.0
+
+
+def free_port() -> int:
+    """A port free on loopback now. Another process could take it before rank 0 binds it; the
+    window is milliseconds and a restart picks a new one."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_namespace_prefix() -> tuple[str, ...]:
+    """``unshare`` in a new PID namespace, when this machine lets us: the kernel then ends every
+    process of a node when its launcher dies, whatever they did to escape."""
+    exe = shutil.which("unshare")
+    if exe is None or not sys.platform.startswith("linux"):
+        return ()
+    probe = [exe, "--pid", "--fork", "--kill-child", "true"]
+    with contextlib.suppress(OSError, ValueError):
+        import subprocess
+
+        if subprocess.run(probe, capture_output=True, timeout=10).returncode == 0:
+            return (exe, "--pid", "--fork", "--kill-child")
+        probe[1:1] = ["--user", "--map-root-user"]
+        if subprocess.run(probe, capture_output=True, timeout=10).returncode == 0:
+            return (exe, "--user", "--map-root-user", "--pid", "--fork", "--kill-child")
+    return ()
+
+
+@dataclass
+class Gang:
+    """One start of the nodes of a clustered call."""
+
+    restart: int
+    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    log_dir: Path = Path()
+    io: str = ""
+
+
+class GangRunner:
+    """Runs one attempt of a clustered call, with whole-group restarts and preemption."""
+
+    def __init__(self, engine: LocalEngine, call: CallSpec, ref: AttemptRef) -> None:
+        self.engine = engine
+        self.call = call
+        self.ref = ref
+        assert call.task.env.cluster is not None  # dispatched here only for clustered calls
+        self.cluster: ClusterSpec = call.task.env.cluster
+        self.store = open_store(engine.store)
+        self.io = join(engine.store, "runs", ref.run, ref.action, str(ref.attempt))
+        self.preempted = asyncio.Event()
+        self.gang: Gang | None = None
+
+    # -- the loop of starts ----------------------------------------------------------------
+    async def run(self) -> AttemptOutcome:
+        self.store.put_bytes(join(self.io, "inputs.json"),
+                             json.dumps(dict(self.call.inputs)).encode())
+        request, priority = self.engine.gang_admission(self.call)
+        restarts_used = 0
+        restart = 0
+        while True:
+            self.preempted.clear()
+            reservation = await self.engine.pool.acquire(
+                request, priority=priority, label=f"{self.ref.action} gang",
+                on_preempt=self.preempted.set)
+            self.engine.notify("gang_admitted", self.ref.action,
+                               {"task": self.call.task.name, "restart": restart})
+            try:
+                outcome = await self._start_and_watch(restart)
+            finally:
+                reservation.release()
+            if outcome == "succeeded":
+                return AttemptOutcome(output=self._output(restart))
+            if outcome == "preempted" and self.cluster.resume_after_preemption:
+                self.engine.notify("gang_preempted", self.ref.action,
+                                   {"task": self.call.task.name, "restart": restart,
+                                    "uses_restart": False})
+                restart += 1
+                continue
+            failure = self._failure(restart, preempted=outcome == "preempted")
+            if restarts_used < self.cluster.max_restarts:
+                restarts_used += 1
+                self.engine.notify("gang_restart", self.ref.action, {
+                    "task": self.call.task.name, "restart": restart,
+                    "message": failure.message, "rank": failure.rank,
+                    "left": self.cluster.max_restarts - restarts_used})
+                restart += 1
+                continue
+            return AttemptOutcome(failure=failure)
+
+    async def _start_and_watch(self, restart: int) -> str:
+        gang = await self._start(restart)
+        self.gang = gang
+        waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(gang.procs)}
+        preempt = asyncio.ensure_future(self.preempted.wait())
+        try:
+            pending = set(waits)
+            while pending:
+                done, pending = await asyncio.wait(pending | {preempt},
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(preempt)
+                if preempt in done:
+                    await self._stop(gang, self.cluster.grace_period)
+                    return "preempted"
+                if any(t.result() != 0 for t in done if t in waits):
+                    await self._stop(gang, FAILURE_GRACE)
+                    return "failed"
+            return "succeeded"
+        except asyncio.CancelledError:
+            await self._stop(gang, self.cluster.grace_period)
+            raise
+        finally:
+            preempt.cancel()
+            self.gang = None
+
+    async def _start(self, restart: int) -> Gang:
+        c, ref, env = self.cluster, self.ref, self.call.task.env
+        log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        gang = Gang(restart=restart, log_dir=log_dir, io=self.io)
+        port = free_port()
+        prefix = self.engine.namespace_prefix()
+        emulated = self.engine.gpus_emulated(env)
+        logs: dict[str, str] = {}
+        for node_rank in range(c.replicas):
+            node = NodeEnv(
+                home=str(self.engine.home), store=self.engine.store, run=ref.run,
+                action=ref.action, attempt=ref.attempt, env_name=env.name,
+                code_file=self.call.task.code_file, task=self.call.task.name, io=self.io,
+                node_rank=node_rank, nnodes=c.replicas, nproc_per_node=c.nproc_per_node,
+                master_addr="127.0.0.1", master_port=port, restart_attempt=restart,
+                runtime=c.runtime, rdzv_backend=c.rdzv_backend,
+                torch_max_restarts=c.torch_max_restarts, launch=self.engine.launch_mode(c),
+                rank_log_dir=str(log_dir), collective_timeout=c.collective_timeout,
+                grace_period=c.grace_period, master_wait=30.0,
+            )
+            environ = worker_environ(env, None, self.engine.base_environ(),
+                                     gpus_emulated=emulated)
+            environ.update(node.to_env())
+            log = log_dir / f"node{node_rank}.log"
+            gang.procs.append(await procs.spawn((*prefix, *LAUNCHER), environ, log))
+            for local in range(c.nproc_per_node):
+                rank = node_rank * c.nproc_per_node + local
+                logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(
+                    log_dir / f"rank{rank}.log")
+        self.engine.notify("gang_started", ref.action, {
+            "task": self.call.task.name, "restart": restart, "logs": logs,
+            "pids": [p.pid for p in gang.procs], "master_port": port})
+        return gang
+
+    async def _stop(self, gang: Gang, grace: float) -> None:
+        """SIGTERM every node (the launchers pass it on to their ranks), then SIGKILL."""
+        await asyncio.gather(*(procs.kill_tree(p.pid, grace) for p in gang.procs
+                               if p.returncode is None))
+        for p in gang.procs:
+            with contextlib.suppress(ProcessLookupError):
+                await asyncio.wait_for(p.wait(), 10)
+
+    def preempt(self) -> None:
+        self.preempted.set()
+
+    # -- reading what the ranks left ---------------------------------------------------------
+    def _output(self, restart: int) -> Any:
+        return json.loads(self.store.get_bytes(join(self.io, f"r{restart}", "output.json")))
+
+    def _reports(self, restart: int) -> list[dict[str, Any]]:
+        folder = join(self.io, f"r{restart}")
+        reports = []
+        for uri in self.store.list(folder):
+            name = uri.rsplit("/", 1)[-1]
+            if name.startswith(("rank-", "node-")) and name.endswith(".json"):
+                with contextlib.suppress(ObjectNotFound, ValueError):
+                    report = json.loads(self.store.get_bytes(uri))
+                    report["kind"] = "rank" if name.startswith("rank-") else "node"
+                    reports.append(report)
+        return reports
+
+    def _failure(self, restart: int, preempted: bool) -> FailureInfo:
+        task, ref = self.call.task.name, self.ref
+        log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
+        if preempted:
+            return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
+                               message=f"the gang was preempted (restart {restart}) and "
+                               "resume_after_preemption is off")
+        reports = sorted(self._reports(restart), key=lambda r: r.get("at", time.time()))
+        if not reports:
+            tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
+            return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
+                               message=f"a node launcher failed (restart {restart})",
+                               log_tail="\n".join(t for t in tails if t))
+        first = reports[0]
+        rank = first.get("rank")
+        # A rank's own report has the traceback; its node's report has the exit code/signal.
+        same = [r for r in reports if r.get("rank") == rank]
+        node_report = next((r for r in same if r["kind"] == "node"), {})
+        rank_report = next((r for r in same if r["kind"] == "rank"), {})
+        how = rank_report.get("message") or (
+            "the process was killed" if node_report.get("signal") else "the process exited")
+        tail = procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
+        return FailureInfo(
+            task=task, action=ref.action, attempt=ref.attempt,
+            kind="user" if rank_report else "crash",
+            message=f"rank {rank} failed first (restart {restart}): {how}",
+            exit_code=node_report.get("exit_code"), signal=node_report.get("signal"),
+            rank=rank, node=first.get("node"), log_tail=tail,
+            traceback=rank_report.get("traceback", ""),
+        )

@@ -1,0 +1,199 @@
+"""The node launcher: what runs on every node of a gang (a local process or a Kubernetes pod).
+
+Driven only by the `NodeEnv` variables of the contract, it
+1. becomes a child subreaper, so rank processes orphaned by a dying parent (torchrun) are
+   re-parented here and can still be found and ended;
+2. waits, bounded, until the master's address resolves (a pod may start before DNS has it);
+3. starts the ranks: directly, with exactly the variables torchrun would give them (the local
+   default: no elastic agent to start, ~2 s saved per node), or through torchrun (its in-node
+   restarts and c10d rendezvous), with a rendezvous id that includes the restart attempt;
+4. watches them: the first rank that exits non-zero ends every other rank of the node at once
+   (a peer blocked in a collective would otherwise wait for the timeout), and the launcher
+   writes a node report (which rank, exit code or signal, when) and exits non-zero;
+5. on SIGTERM (preemption, gang stop) passes SIGTERM to the ranks, waits the grace period so
+   they can checkpoint, then kills whatever is left.
+
+Console script: ``shoal-node``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import NoReturn
+
+from shoal._runtime import contract
+from shoal._runtime.contract import NodeEnv
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def wait_for_master(node: NodeEnv) -> None:
+    deadline = time.monotonic() + node.master_wait
+    while True:
+        try:
+            socket.getaddrinfo(node.master_addr, node.master_port)
+            return
+        except socket.gaierror as e:
+            if time.monotonic() > deadline:
+                _die(f"the master address {node.master_addr!r} did not resolve within "
+                     f"{node.master_wait:g}s ({e})")
+            time.sleep(0.5)
+
+
+def torchrun_argv(node: NodeEnv) -> list[str]:
+    argv = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={node.nnodes}", f"--nproc-per-node={node.nproc_per_node}",
+        f"--node-rank={node.node_rank}", f"--max-restarts={node.torch_max_restarts}",
+        f"--rdzv-backend={node.rdzv_backend}", f"--rdzv-id={contract.rendezvous_id(node)}",
+    ]
+    if node.rdzv_backend == "c10d":
+        argv.append(f"--rdzv-endpoint={node.master_addr}:{node.master_port}")
+    else:
+        argv += [f"--master-addr={node.master_addr}", f"--master-port={node.master_port}"]
+    return [*argv, "-m", "shoal._runtime.rank"]
+
+
+def rank_argv() -> list[str]:
+    return [sys.executable, "-m", "shoal._runtime.rank"]
+
+
+class Node:
+    def __init__(self, node: NodeEnv) -> None:
+        self.node = node
+        self.children: dict[int, int] = {}  # pid -> local rank (-1: torchrun)
+        self.stopping = threading.Event()
+
+    def start(self) -> None:
+        base = dict(os.environ)
+        n = self.node
+        if n.launch == "torchrun" and n.runtime == "torch":
+            env = dict(base)
+            if n.rdzv_backend == "c10d":
+                # New workers must not reuse the dead attempt's store (pytorch/pytorch#135712).
+                env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+            self.children[subprocess.Popen(torchrun_argv(n), env=env).pid] = -1
+            return
+        for local_rank in range(n.nproc_per_node):
+            env = {**base, **contract.torch_rank_env(n, local_rank)}
+            if n.nproc_per_node > 1:
+                env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does
+            self.children[subprocess.Popen(rank_argv(), env=env).pid] = local_rank
+
+    def signal_all(self, sig: int) -> None:
+        import psutil
+
+        try:
+            family = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            family = []
+        for p in family:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every descendant, wait up to ``grace``, SIGKILL what is left, reap all."""
+        self.stopping.set()
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self._reap(block=False) is not None:
+            time.sleep(0.05)
+        self.signal_all(signal.SIGKILL)
+        while self._reap(block=True) is not None:
+            pass
+
+    def _reap(self, block: bool) -> tuple[int, int] | None:
+        """Reap one child (ours or re-parented); None when there are no children left."""
+        try:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return None
+        return (pid, status) if pid else (0, 0)
+
+    def watch(self) -> int:
+        """Wait for the ranks; the exit code of the node."""
+        running = dict(self.children)
+        while running:
+            reaped = self._reap(block=True)
+            if reaped is None:
+                break
+            pid, status = reaped
+            if pid not in running:
+                continue  # a re-parented orphan: reaped, nothing more to do
+            local_rank = running.pop(pid)
+            if self.stopping.is_set():
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:
+                self._report(local_rank, code)
+                self.stop(grace=min(self.node.grace_period, 2.0))
+                return 1
+        return 0
+
+    def _report(self, local_rank: int, code: int) -> None:
+        from shoal._runtime.rank import attempt_folder
+        from shoal._storage.store import join, open_store
+
+        n = self.node
+        rank = n.node_rank * n.nproc_per_node + local_rank if local_rank >= 0 else None
+        sig = signal.Signals(-code).name if code < 0 and -code in signal.valid_signals() \
+            else None
+        report = {"node": n.node_rank, "local_rank": local_rank if local_rank >= 0 else None,
+                  "rank": rank, "exit_code": None if sig else code, "signal": sig,
+                  "at": time.time()}
+        what = f"local rank {local_rank}" if local_rank >= 0 else "torchrun"
+        print(f"shoal-node {n.node_rank}: {what} exited with "
+              f"{sig or f'exit code {code}'}; stopping the node", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            open_store(n.store).put_bytes(
+                join(attempt_folder(n), f"node-{n.node_rank}.json"), json.dumps(report).encode())
+
+
+def _die(message: str) -> NoReturn:
+    print(f"shoal-node: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def main() -> None:
+    node = NodeEnv.from_env()
+    become_subreaper()
+    wait_for_master(node)
+    runner = Node(node)
+
+    def stop_and_exit(signum: int) -> None:
+        runner.stop(node.grace_period)
+        os._exit(128 + signum)
+
+    def on_term(signum: int, frame: object) -> None:
+        # Preemption or gang stop: give the ranks their grace period, then end them all.
+        threading.Thread(target=stop_and_exit, args=(signum,), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    runner.start()
+    code = runner.watch()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""One rank of a clustered task: inputs in, the task function with its topology, output out.
+
+Started by the node launcher (directly, or by torchrun) as ``python -m shoal._runtime.rank``
+with the node's `NodeEnv` variables and torchrun's per-rank variables. Every rank checks its
+return value against the declared type; rank 0 writes the output. A rank that fails writes a
+failure report (message, traceback, time) next to the output, so the engine can say which rank
+failed first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from shoal._api.context import TaskContext, running
+from shoal._runtime import contract
+from shoal._runtime.contract import NodeEnv
+from shoal._runtime.frameworks import prepare_runtime
+
+
+def attempt_folder(node: NodeEnv) -> str:
+    """Where this restart's outputs and failure reports go (a store URI)."""
+    from shoal._storage.store import join
+
+    return join(node.io, f"r{node.restart_attempt}")
+
+
+def _redirect(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
+    return TaskContext(
+        run_name=node.run, action=node.action, task=node.task, env=node.env_name,
+        attempt=node.attempt, rank=rank, local_rank=local_rank,
+        world_size=node.nnodes * node.nproc_per_node, local_world_size=node.nproc_per_node,
+        node_rank=node.node_rank, nnodes=node.nnodes, master_addr=node.master_addr,
+        master_port=node.master_port, restart_attempt=node.restart_attempt, in_gang=True,
+    )
+
+
+def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
+    from shoal._runtime.loader import find_task
+    from shoal._storage import codecs
+    from shoal._storage.blobs import store_blobs
+    from shoal._storage.store import join, open_store
+
+    store = open_store(node.store)
+    task = find_task(node.code_file, node.task)
+    blobs = store_blobs(node.store)
+    literals = json.loads(store.get_bytes(join(node.io, "inputs.json")))
+    kwargs = codecs.decode_inputs(literals, task.hints, blobs=blobs, task=task.name,
+                                  allow_pickle=task.allow_pickle)
+    prepare_runtime(node)
+    with running(_context(node, rank, local_rank)):
+        value: Any = task.func(**kwargs)
+        if asyncio.iscoroutine(value):
+            value = asyncio.run(value)
+    literal = codecs.encode(value, task.return_type, blobs=blobs,
+                            field=f"output of task {task.name!r} on rank {rank}",
+                            allow_pickle=task.allow_pickle)
+    if rank == 0:
+        store.put_bytes(join(attempt_folder(node), "output.json"),
+                        json.dumps(literal).encode())
+
+
+def main() -> None:
+    node = NodeEnv.from_env()
+    rank = int(os.environ[contract.TORCH_RANK])
+    local_rank = int(os.environ.get(contract.TORCH_LOCAL_RANK, "0"))
+    if node.rank_log_dir:
+        _redirect(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
+    try:
+        run_rank(node, rank, local_rank)
+    except BaseException as e:  # every failure of this rank is reported, then it exits non-zero
+        if isinstance(e, SystemExit) and e.code in (0, None):
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        _report_failure(node, rank, local_rank, e)
+        os._exit(1)  # skip atexit hooks that may block on a broken process group
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException) -> None:
+    from shoal._storage.store import join, open_store
+
+    report = {
+        "rank": rank, "local_rank": local_rank, "node": node.node_rank, "at": time.time(),
+        "message": f"{type(e).__name__}: {e}",
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+    }
+    try:
+        open_store(node.store).put_bytes(join(attempt_folder(node), f"rank-{rank}.failure.json"),
+                                         json.dumps(report).encode())
+    except Exception as store_error:
+        print(f"shoal: could not write the failure report: {store_error}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

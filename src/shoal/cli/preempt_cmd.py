@@ -1,0 +1,30 @@
+"""`shoal preempt RUN`: preempt the running gangs of a run, as a higher-priority job would.
+
+Each gang gets SIGTERM and its grace period (ranks can checkpoint), is requeued and restarts
+when readmitted: without using a restart if its policy says resume_after_preemption=True.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="run name (a unique prefix is enough)")
+
+
+def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal._driver.runner import PREEMPT_REQUEST
+    from shoal._runtime import contract
+    from shoal._storage.records import Records
+
+    records = Records(contract.home() / "shoal.db")
+    records.reap_dead_runs()
+    run = records.get_run(args.run)
+    if run.terminal:
+        print(f"run {run.name} already ended ({run.state}); nothing to preempt")
+        return 1
+    records.add_event(run.name, PREEMPT_REQUEST, "preemption requested by `shoal preempt`")
+    print(f"preemption requested for {run.name}; its driver (pid {run.engine_pid}) carries it "
+          "out within a second")
+    return 0

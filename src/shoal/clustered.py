@@ -1,0 +1,177 @@
+"""Clustered tasks: one function across ``replicas × nproc_per_node`` ranks, launched as a gang.
+
+    from shoal.clustered import ClusteredTaskEnvironment, TorchRun, JaxRun, ClusterFailurePolicy
+
+    train_env = ClusteredTaskEnvironment(
+        name="pretrain", replicas=4, nproc_per_node=8,
+        resources=shoal.Resources(cpu=64, memory="512Gi", gpu="H200:8", shm="16Gi"),
+        runtime=TorchRun(), failure_policy=ClusterFailurePolicy(max_restarts=1),
+    )
+
+Every rank runs the same task function with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set (so DDP, FSDP, Lightning, Accelerate and DeepSpeed work
+unchanged) and the topology in `shoal.ctx()`. Rank 0's return value is the task's output.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Any
+
+from shoal._api.environment import TaskEnvironment
+from shoal._spec.call import ClusterSpec
+from shoal.errors import SpecError
+
+__all__ = ["ClusterFailurePolicy", "ClusteredTaskEnvironment", "JaxRun", "TorchRun"]
+
+_RDZV = ("static", "c10d")
+
+
+def _count(field: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(field, value, f"must be an int >= {minimum}", f"e.g. {field}={minimum}")
+    return value
+
+
+def _seconds(field: str, value: object) -> float:
+    if isinstance(value, _dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SpecError(field, value, "must be a positive number of seconds or a timedelta",
+                        f"e.g. {field}=300")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class TorchRun:
+    """Start ``nproc_per_node`` torch processes per node, torchrun-style.
+
+    ``rdzv_backend="static"``: fixed ranks, rank 0's node hosts the store (the default).
+    ``"c10d"``: torchrun's dynamic rendezvous. ``max_restarts`` is torchrun's own in-node
+    restart count (the whole-group restart count is `ClusterFailurePolicy.max_restarts`).
+    """
+
+    rdzv_backend: str = "static"
+    max_restarts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rdzv_backend not in _RDZV:
+            raise SpecError("TorchRun.rdzv_backend", self.rdzv_backend,
+                            f"must be one of {', '.join(map(repr, _RDZV))}",
+                            'use rdzv_backend="static"')
+        _count("TorchRun.max_restarts", self.max_restarts, 0)
+
+
+@dataclass(frozen=True)
+class JaxRun:
+    """One JAX process per node that owns every local device; ``jax.distributed.initialize``
+    runs (coordinator on node 0) before the task body, so the body just uses JAX."""
+
+
+@dataclass(frozen=True)
+class ClusterFailurePolicy:
+    """What happens when a rank fails or the gang is preempted.
+
+    Any rank failing stops the whole gang; it is then restarted as a whole, up to
+    ``max_restarts`` times. With ``resume_after_preemption=True`` a gang stopped by preemption
+    (a higher-priority job, a drained node) waits to be readmitted and restarts without using a
+    restart (``restart_on_host_maintenance`` is Flyte 2's name for it). ``collective_timeout``
+    bounds how long a collective may wait on a dead or unreachable peer; ``grace_period`` is how
+    long ranks get after SIGTERM (to checkpoint) before they are killed.
+    """
+
+    max_restarts: int = 0
+    resume_after_preemption: bool = False
+    restart_on_host_maintenance: bool = False
+    collective_timeout: float | _dt.timedelta = 300.0
+    grace_period: float | _dt.timedelta = 30.0
+
+    def __post_init__(self) -> None:
+        _count("ClusterFailurePolicy.max_restarts", self.max_restarts, 0)
+        for name in ("resume_after_preemption", "restart_on_host_maintenance"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"ClusterFailurePolicy.{name}", getattr(self, name),
+                                "must be a bool", f"use {name}=True")
+        object.__setattr__(self, "collective_timeout", _seconds(
+            "ClusterFailurePolicy.collective_timeout", self.collective_timeout))
+        object.__setattr__(self, "grace_period", _seconds(
+            "ClusterFailurePolicy.grace_period", self.grace_period))
+
+    @property
+    def resumes_after_preemption(self) -> bool:
+        return self.resume_after_preemption or self.restart_on_host_maintenance
+
+
+class ClusteredTaskEnvironment(TaskEnvironment):
+    """A `TaskEnvironment` whose tasks run as a gang of ``replicas`` nodes × ``nproc_per_node``
+    processes. ``resources`` apply to each node."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        replicas: int = 1,
+        nproc_per_node: int = 1,
+        runtime: TorchRun | JaxRun | None = None,
+        failure_policy: ClusterFailurePolicy | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name, **kwargs)
+        self.runtime = TorchRun() if runtime is None else runtime
+        if not isinstance(self.runtime, TorchRun | JaxRun):
+            raise SpecError(f"ClusteredTaskEnvironment({name!r}).runtime", runtime,
+                            "must be TorchRun() or JaxRun()", "use runtime=TorchRun()")
+        self.failure_policy = ClusterFailurePolicy() if failure_policy is None else failure_policy
+        if not isinstance(self.failure_policy, ClusterFailurePolicy):
+            raise SpecError(f"ClusteredTaskEnvironment({name!r}).failure_policy", failure_policy,
+                            "must be ClusterFailurePolicy(...)",
+                            "use failure_policy=ClusterFailurePolicy(max_restarts=1)")
+        self.replicas = replicas
+        self.nproc_per_node = nproc_per_node
+        self._validate_topology()
+
+    def _validate_topology(self) -> None:
+        where = f"ClusteredTaskEnvironment({self.name!r})"
+        _count(f"{where}.replicas", self.replicas, 1)
+        _count(f"{where}.nproc_per_node", self.nproc_per_node, 1)
+        gpus = self.resources.gpu_count if self.resources is not None else 0
+        if gpus and self.nproc_per_node > gpus:
+            raise SpecError(f"{where}.nproc_per_node", self.nproc_per_node,
+                            f"must be <= resources.gpu per node ({gpus}): one process per GPU",
+                            f"use nproc_per_node={gpus}, or ask for gpu={self.nproc_per_node}")
+        if isinstance(self.runtime, JaxRun) and self.nproc_per_node != 1:
+            raise SpecError(f"{where}.nproc_per_node", self.nproc_per_node,
+                            "must be 1 with JaxRun (one JAX process per node owns every local "
+                            "device)", "use nproc_per_node=1")
+
+    def override(self, field: str, value: int) -> None:
+        """Change ``replicas`` or ``nproc_per_node`` (``shoal run --override``), re-validated."""
+        if field not in ("replicas", "nproc_per_node"):
+            raise SpecError("--override", f"{self.name}.{field}",
+                            "only replicas and nproc_per_node can be overridden",
+                            f"e.g. --override {self.name}.replicas=2")
+        old = getattr(self, field)
+        setattr(self, field, value)
+        try:
+            self._validate_topology()
+        except SpecError:
+            setattr(self, field, old)
+            raise
+        for task in self.tasks.values():
+            task.forget_spec()
+
+    def _cluster_spec(self) -> ClusterSpec:
+        torch = self.runtime if isinstance(self.runtime, TorchRun) else TorchRun()
+        policy = self.failure_policy
+        return ClusterSpec(
+            replicas=self.replicas,
+            nproc_per_node=self.nproc_per_node,
+            runtime="jax" if isinstance(self.runtime, JaxRun) else "torch",
+            rdzv_backend=torch.rdzv_backend,
+            torch_max_restarts=torch.max_restarts,
+            max_restarts=policy.max_restarts,
+            resume_after_preemption=policy.resumes_after_preemption,
+            collective_timeout=float(policy.collective_timeout),  # type: ignore[arg-type]
+            grace_period=float(policy.grace_period),  # type: ignore[arg-type]
+        )

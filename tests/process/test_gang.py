@@ -1,0 +1,132 @@
+"""Clustered tasks on the local engine: real processes, real gloo, real JAX on CPU."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import shoal
+from shoal._storage.records import Records
+from shoal.errors import TaskFailed
+
+from .programs import gang
+
+pytestmark = pytest.mark.slow
+
+
+def _records(home: Path) -> Records:
+    return Records(home / "shoal.db")
+
+
+def _no_survivors(home: Path, run: str) -> list[int]:
+    """Processes of this run still alive (launchers and ranks carry SHOAL_RUN)."""
+    alive = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get("SHOAL_RUN") == run and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def test_ddp_2x2_returns_rank0_loss(shoal_home: Path) -> None:
+    run = shoal.run(gang.train, 40)
+    loss = run.outputs()
+    assert isinstance(loss, float) and loss < 0.05
+    logs = list((shoal_home / "runs" / run.name / "logs" / "gang").glob("a0.0/r0/rank*.log"))
+    assert len(logs) == 4
+    assert "step 0 loss" in (logs[0].parent / "rank0.log").read_text()
+    assert not _no_survivors(shoal_home, run.name)
+
+
+def test_ddp_4x1_through_override(shoal_home: Path) -> None:
+    gang.ddp_env.override("replicas", 4)
+    gang.ddp_env.override("nproc_per_node", 1)
+    try:
+        assert shoal.run(gang.train, 20).outputs() < 1.0
+    finally:
+        gang.ddp_env.override("nproc_per_node", 2)
+        gang.ddp_env.override("replicas", 2)
+
+
+def test_topology_on_every_rank(tmp_path: Path) -> None:
+    out = shoal.run(gang.topology, str(tmp_path)).outputs()
+    assert out["rank"] == 0 and out["world_size"] == 2 and out["nnodes"] == 2
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["node_rank"] for r in ranks] == [0, 1]
+    assert [r["env_rank"] for r in ranks] == [0, 1]
+    assert all(r["env_world"] == 2 and r["local_rank"] == 0 for r in ranks)
+
+
+def test_kill9_of_a_rank_restarts_the_group(tmp_path: Path, shoal_home: Path) -> None:
+    marker = tmp_path / "killed.pid"
+    run = shoal.run(gang.train, 40, 0.05, 10, str(marker))
+    loss = run.outputs()
+    assert marker.exists(), "rank 1 never killed itself"
+    assert loss < 0.05
+    kinds = [e.kind for e in _records(shoal_home).events(run.name)]
+    assert kinds.count("gang_started") == 2 and "gang_restart" in kinds
+    assert not _no_survivors(shoal_home, run.name)
+
+
+def test_restarts_exhausted_reports_the_first_failing_rank(shoal_home: Path) -> None:
+    t0 = time.monotonic()
+    run = shoal.run(gang.always_fails, 1)
+    with pytest.raises(TaskFailed) as err:
+        run.outputs()
+    assert time.monotonic() - t0 < 90, "the survivor waited for the collective timeout"
+    info = err.value.info
+    assert info.rank == 1 and info.node == 1
+    assert "rank 1 failed first" in info.message and "broke on purpose" in info.message
+    assert info.exit_code == 1
+    assert "rank 1 is about to fail" in info.log_tail
+    assert "RuntimeError: rank 1 broke on purpose" in info.traceback
+    text = str(err.value)
+    assert "rank 1" in text and "node 1" in text and "attempt 0" in text
+    kinds = [e.kind for e in _records(shoal_home).events(run.name)]
+    assert kinds.count("gang_started") == 2  # max_restarts=1: one restart, then the report
+    assert not _no_survivors(shoal_home, run.name)
+
+
+def test_wrong_type_on_any_rank_fails_the_task() -> None:
+    with pytest.raises(TaskFailed) as err:
+        shoal.run(gang.wrong_type_on_rank1).outputs()
+    assert err.value.info.rank == 1 and "on rank 1" in err.value.info.message
+
+
+def test_an_unanswering_peer_fails_within_the_collective_timeout(tmp_path: Path,
+                                                                  shoal_home: Path) -> None:
+    t0 = time.monotonic()
+    run = shoal.run(gang.hang_on_rank1, str(tmp_path))
+    with pytest.raises(TaskFailed) as err:
+        run.outputs()
+    assert time.monotonic() - t0 < 90
+    assert err.value.info.rank == 0  # the rank whose collective timed out
+    assert not _no_survivors(shoal_home, run.name), "a stopped rank survived"
+
+
+def test_preemption_resumes_without_using_a_restart(tmp_path: Path, shoal_home: Path) -> None:
+    run = shoal.run(gang.wait_for_preemption, str(tmp_path))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready-0").exists() or not (tmp_path / "ready-1").exists():
+        assert time.monotonic() < deadline, "the gang never started"
+        time.sleep(0.1)
+    from shoal._driver.runner import PREEMPT_REQUEST
+
+    _records(shoal_home).add_event(run.name, PREEMPT_REQUEST, "test")
+    assert run.outputs() == 1  # restart_attempt 1, although max_restarts=0
+    assert (tmp_path / "sigterm-0").exists(), "ranks did not get SIGTERM before being killed"
+    kinds = [e.kind for e in _records(shoal_home).events(run.name)]
+    assert "gang_preempted" in kinds and "gang_restart" not in kinds
+
+
+def test_jax_2x1_cross_process_reduction(shoal_home: Path) -> None:
+    pytest.importorskip("jax")
+    run = shoal.run(gang.jax_sum)
+    assert run.outputs() == 3.0
+    assert not _no_survivors(shoal_home, run.name)
