@@ -121,29 +121,38 @@ class Controller:
         self.store.put_bytes(self._cache_uri(call, key),
                              json.dumps(entry, sort_keys=True).encode())
 
+    def _log_path(self, action: str, attempt: int) -> Path:
+        return self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
+
     async def _execute(self, call: CallSpec, action: str) -> Any:
         task, rec = call.task, self.records
         self._envs[action] = task.env.name
         self._reach.setdefault(task.env.name, task.env.reachable)
         key = self._key(call)
-        rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
-                          task=task.name, env=task.env.name, inputs=dict(call.inputs),
-                          cache_key=key)
-        if key is not None and task.cache.behavior == "auto":
-            hit = self._cache_get(call, key)
+        hit = self._cache_get(call, key) if key and task.cache.behavior == "auto" else None
+        # One transaction for the writes that start a call: a fan-out makes hundreds a second.
+        with rec.batch():
+            rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
+                              task=task.name, env=task.env.name, inputs=dict(call.inputs),
+                              cache_key=key)
             if hit is not None:
                 rec.set_action_state(self.run, action, "cached", outputs=hit["output"],
                                      cache_hit=True)
                 rec.add_event(self.run, "cache_hit",
                               f"{task.name}: outputs reused from run {hit.get('run')}",
                               action_id=action, data={"key": key, "from_run": hit.get("run")})
-                self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
-                return hit["output"]
-        rec.set_action_state(self.run, action, "running")
+            else:
+                rec.set_action_state(self.run, action, "running")
+                rec.start_attempt(self.run, action, 0, pid=None,
+                                  log_path=str(self._log_path(action, 0)))
+        if hit is not None:
+            self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
+            return hit["output"]
         failure: FailureInfo | None = None
         for attempt in range(task.retries + 1):
-            log = self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
-            rec.start_attempt(self.run, action, attempt, pid=None, log_path=str(log))
+            log = self._log_path(action, attempt)
+            if attempt > 0:
+                rec.start_attempt(self.run, action, attempt, pid=None, log_path=str(log))
             self.report("started", action, {"task": task.name, "attempt": attempt,
                                             "log": str(log)})
             t0 = time.monotonic()
@@ -151,16 +160,18 @@ class Controller:
                 outcome = await self.engine.run_attempt(call, AttemptRef(self.run, action,
                                                                          attempt, log))
             except asyncio.CancelledError:
-                rec.finish_attempt(self.run, action, attempt, state="cancelled")
-                rec.set_action_state(self.run, action, "cancelled")
+                with rec.batch():
+                    rec.finish_attempt(self.run, action, attempt, state="cancelled")
+                    rec.set_action_state(self.run, action, "cancelled")
                 self.report("cancelled", action, {"task": task.name})
                 raise
             elapsed = time.monotonic() - t0
             if outcome.failure is None:
-                rec.finish_attempt(self.run, action, attempt, state="succeeded")
                 if key is not None:
                     self._cache_put(call, key, action, outcome.output)
-                rec.set_action_state(self.run, action, "succeeded", outputs=outcome.output)
+                with rec.batch():
+                    rec.finish_attempt(self.run, action, attempt, state="succeeded")
+                    rec.set_action_state(self.run, action, "succeeded", outputs=outcome.output)
                 self.report("succeeded", action, {"task": task.name, "seconds": elapsed})
                 return outcome.output
             failure = outcome.failure

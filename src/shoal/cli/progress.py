@@ -59,6 +59,14 @@ class Progress:
             self._flush(action)
             self._print(f"↻ {task} [{action}] attempt {data['attempt']} failed: "
                         f"{data['message']}; retrying in {data['delay']:.1f}s")
+        elif kind == "gang_started":
+            self._flush_gang(action)
+            for label, log in data["logs"].items():
+                self.tails[f"{action}|{label}"] = (label, Path(log), 0)
+            self._print(f"⇶ {task} [{action}] {data['message']}")
+        elif kind in ("gang_restart", "gang_preempted"):
+            self._flush_gang(action)
+            self._print(f"↻ {task} [{action}] {data['message']}")
         elif kind in ("failed", "cancelled"):
             self._flush(action)
             self._print(f"✗ {task} [{action}] {kind}: {data.get('message', '')}")
@@ -67,6 +75,11 @@ class Progress:
         entry = self.tails.pop(action, None)
         if entry is not None:
             self._emit(action, entry)
+        self._flush_gang(action)
+
+    def _flush_gang(self, action: str) -> None:
+        for key in [k for k in self.tails if k.startswith(f"{action}|")]:
+            self._emit(key, self.tails.pop(key))
 
     def _emit(self, action: str, entry: tuple[str, Path, int]) -> tuple[str, Path, int]:
         label, path, offset = entry

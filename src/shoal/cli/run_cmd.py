@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     p.add_argument("--name", default=None, help="the run's name (default: generated)")
     p.add_argument("--quiet", action="store_true", help="no live log lines of the tasks")
+    p.add_argument("--override", action="append", default=[], metavar="ENV.FIELD=N",
+                   help="shrink a clustered topology for this machine, e.g. "
+                        "--override pretrain.replicas=2 --override pretrain.nproc_per_node=1")
     p.epilog = "Task arguments follow TASK, typed from its signature: --steps 10 --lr 0.1"
 
 
@@ -34,6 +37,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
     init(engine=args.engine or contract_engine(), store=args.store)
     task = find_task(args.file, args.task)
+    apply_overrides(task, args.override)
     values = parse_task_args(task, rest)
     call = task.make_call((), values, parent_action=None)
     envs = [e.spec() for e in task.env.reachable().values()]
@@ -58,6 +62,26 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"shoal: run {runner.name} succeeded; logs: shoal logs {runner.name}", file=sys.stderr)
     print(_render(value))
     return 0
+
+
+def apply_overrides(task: Any, overrides: list[str]) -> None:
+    """``ENV.FIELD=N`` on the environments the task can reach, validated like the original."""
+    from shoal.errors import SpecError
+
+    envs = task.env.reachable()
+    for item in overrides:
+        target, sep, value = item.partition("=")
+        env_name, dot, field = target.partition(".")
+        if not sep or not dot or not value.strip().isdigit():
+            raise SpecError("--override", item, "must look like ENV.FIELD=N",
+                            "e.g. --override pretrain.replicas=2")
+        env = envs.get(env_name)
+        if env is None or not hasattr(env, "override"):
+            clustered = [n for n, e in envs.items() if hasattr(e, "override")]
+            raise SpecError("--override", item,
+                            f"{env_name!r} is not a clustered environment this task reaches",
+                            f"use one of: {', '.join(clustered) or 'none'}")
+        env.override(field, int(value))
 
 
 def contract_engine() -> str:

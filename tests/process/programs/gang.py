@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import shoal as flyte
-from shoal.clustered import ClusterFailurePolicy, ClusteredTaskEnvironment, JaxRun, TorchRun
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, JaxRun, TorchRun
 
 RESOURCES = flyte.Resources(cpu=(1, 2), memory=("1Gi", "2Gi"))
 

@@ -14,6 +14,7 @@ briefly oversubscribes the pool.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import os
 from collections.abc import Callable
@@ -134,8 +135,7 @@ class ResourcePool:
         """
         waiter = _Waiter(request, priority, next(self._seq),
                          asyncio.get_running_loop().create_future())
-        self._waiters.append(waiter)
-        self._waiters.sort(key=lambda w: (-w.priority, w.seq))
+        bisect.insort(self._waiters, waiter, key=lambda w: (-w.priority, w.seq))
         self._admit()
         try:
             await waiter.future
