@@ -61,6 +61,7 @@ RANK_LOG_DIR = "SHOAL_RANK_LOG_DIR"  # if set, each rank writes rank<N>.log ther
 COLLECTIVE_TIMEOUT = "SHOAL_COLLECTIVE_TIMEOUT"  # seconds; default timeout of process groups
 GRACE_PERIOD = "SHOAL_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL of ranks
 MASTER_WAIT = "SHOAL_MASTER_WAIT"  # seconds a node waits for the master's address to resolve
+NODE_ADDR = "SHOAL_NODE_ADDR"  # the address other nodes reach this node at ("": its hostname)
 PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------
@@ -174,6 +175,7 @@ class NodeEnv:
     collective_timeout: float = 300.0
     grace_period: float = 30.0
     master_wait: float = 300.0
+    node_addr: str = ""
 
     _NAMES: ClassVar[dict[str, str]] = {
         "home": HOME, "store": STORE, "run": RUN, "action": ACTION, "attempt": ATTEMPT,
@@ -183,7 +185,7 @@ class NodeEnv:
         "restart_attempt": RESTART_ATTEMPT, "runtime": RUNTIME, "rdzv_backend": RDZV_BACKEND,
         "torch_max_restarts": TORCH_MAX_RESTARTS, "launch": LAUNCH,
         "rank_log_dir": RANK_LOG_DIR, "collective_timeout": COLLECTIVE_TIMEOUT,
-        "grace_period": GRACE_PERIOD, "master_wait": MASTER_WAIT,
+        "grace_period": GRACE_PERIOD, "master_wait": MASTER_WAIT, "node_addr": NODE_ADDR,
     }
 
     def to_env(self) -> dict[str, str]:

@@ -66,8 +66,13 @@ def torchrun_argv(node: NodeEnv) -> list[str]:
         f"--node-rank={node.node_rank}", f"--max-restarts={node.torch_max_restarts}",
         f"--rdzv-backend={node.rdzv_backend}", f"--rdzv-id={contract.rendezvous_id(node)}",
     ]
+    if node.node_addr:  # what c10d tells the workers to dial instead of this node's hostname
+        argv.append(f"--local-addr={node.node_addr}")
     if node.rdzv_backend == "c10d":
-        argv.append(f"--rdzv-endpoint={node.master_addr}:{node.master_port}")
+        # Every simulated node resolves the endpoint to itself; say which one hosts the store.
+        is_host = 1 if node.node_rank == 0 else 0
+        argv += [f"--rdzv-endpoint={node.master_addr}:{node.master_port}",
+                 f"--rdzv-conf=is_host={is_host},join_timeout={int(node.master_wait)}"]
     else:
         argv += [f"--master-addr={node.master_addr}", f"--master-port={node.master_port}"]
     return [*argv, "-m", "shoal._runtime.rank"]

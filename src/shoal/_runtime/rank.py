@@ -42,8 +42,12 @@ def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
         run_name=node.run, action=node.action, task=node.task, env=node.env_name,
         attempt=node.attempt, rank=rank, local_rank=local_rank,
         world_size=node.nnodes * node.nproc_per_node, local_world_size=node.nproc_per_node,
-        node_rank=node.node_rank, nnodes=node.nnodes, master_addr=node.master_addr,
-        master_port=node.master_port, restart_attempt=node.restart_attempt, in_gang=True,
+        # c10d rendezvous may give this node another group rank than the one it was started as
+        node_rank=int(os.environ.get(contract.TORCH_GROUP_RANK, node.node_rank)),
+        nnodes=node.nnodes,
+        master_addr=os.environ.get(contract.TORCH_MASTER_ADDR, node.master_addr),
+        master_port=int(os.environ.get(contract.TORCH_MASTER_PORT, node.master_port)),
+        restart_attempt=node.restart_attempt, in_gang=True,
     )
 
 

@@ -63,7 +63,7 @@ def _file_or_dir(text: str, tp: Any) -> Any:
 
 
 def task_parser(task: Any) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"shoal run FILE {task.short_name}",
+    parser = argparse.ArgumentParser(prog=f"shoal run FILE {task.short_name}", allow_abbrev=False,
                                      description=(task.func.__doc__ or "").strip() or None)
     for name, param in task.signature.parameters.items():
         tp = task.hints[name]

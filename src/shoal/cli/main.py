@@ -24,14 +24,17 @@ VERBS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # No abbreviations: `--n 100` must reach the task's --n, not shoal's --name.
     parser = argparse.ArgumentParser(
-        prog="shoal", description="Run ML pipelines on the local engine or Kubernetes.")
+        prog="shoal", description="Run ML pipelines on the local engine or Kubernetes.",
+        allow_abbrev=False)
     parser.add_argument("--debug", action="store_true",
                         help="show Python tracebacks for errors")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, help_text in VERBS.items():
         module = importlib.import_module(f"shoal.cli.{verb}_cmd")
-        module.add_arguments(sub.add_parser(verb, help=help_text, description=help_text))
+        module.add_arguments(sub.add_parser(verb, help=help_text, description=help_text,
+                                            allow_abbrev=False))
     return parser
 
 

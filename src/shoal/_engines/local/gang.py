@@ -58,15 +58,15 @@ def pid_namespace_prefix() -> tuple[str, ...]:
     exe = shutil.which("unshare")
     if exe is None or not sys.platform.startswith("linux"):
         return ()
-    probe = [exe, "--pid", "--fork", "--kill-child", "true"]
-    with contextlib.suppress(OSError, ValueError):
-        import subprocess
+    import subprocess
 
-        if subprocess.run(probe, capture_output=True, timeout=10).returncode == 0:
-            return (exe, "--pid", "--fork", "--kill-child")
-        probe[1:1] = ["--user", "--map-root-user"]
-        if subprocess.run(probe, capture_output=True, timeout=10).returncode == 0:
-            return (exe, "--user", "--map-root-user", "--pid", "--fork", "--kill-child")
+    # Its own PID namespace (ending the launcher ends the node): as root directly, else
+    # through a user namespace.
+    for prefix in ((exe, "--pid", "--fork", "--kill-child"),
+                   (exe, "--user", "--map-root-user", "--pid", "--fork", "--kill-child")):
+        with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                return prefix
     return ()
 
 
@@ -176,6 +176,10 @@ class GangRunner:
                 torch_max_restarts=c.torch_max_restarts, launch=self.engine.launch_mode(c),
                 rank_log_dir=str(log_dir), collective_timeout=c.collective_timeout,
                 grace_period=c.grace_period, master_wait=30.0,
+                # Each simulated node has its own loopback address (all of 127/8 is local),
+                # as real nodes have their own IPs: torchrun's c10d rendezvous tells agents
+                # apart by address and pid, and pids repeat across PID namespaces.
+                node_addr=f"127.0.0.{node_rank + 1}",
             )
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
