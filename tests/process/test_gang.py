@@ -130,3 +130,15 @@ def test_jax_2x1_cross_process_reduction(shoal_home: Path) -> None:
     run = shoal.run(gang.jax_sum)
     assert run.outputs() == 3.0
     assert not _no_survivors(shoal_home, run.name)
+
+
+def test_jax_dead_process_stops_the_gang(shoal_home: Path) -> None:
+    """A JAX survivor would wait ~100 s for the heartbeat; the gang stops at the first exit."""
+    pytest.importorskip("jax")
+    t0 = time.monotonic()
+    run = shoal.run(gang.jax_process1_dies)
+    with pytest.raises(TaskFailed) as err:
+        run.outputs()
+    assert time.monotonic() - t0 < 45
+    assert err.value.info.rank == 1 and "process 1 gives up" in err.value.info.message
+    assert not _no_survivors(shoal_home, run.name)

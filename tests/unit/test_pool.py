@@ -88,3 +88,45 @@ def test_cancelled_waiter_leaves_the_queue() -> None:
         assert pool.free.cpu == 1
 
     asyncio.run(main())
+
+
+def test_higher_priority_preempts_lower_preemptible_holders() -> None:
+    async def main() -> None:
+        pool = ResourcePool(Request(cpu=4))
+        asked: list[str] = []
+        low_old = await pool.acquire(Request(cpu=2), priority=0,
+                                     on_preempt=lambda: asked.append("low_old"))
+        low_new = await pool.acquire(Request(cpu=2), priority=0,
+                                     on_preempt=lambda: asked.append("low_new"))
+        same = asyncio.ensure_future(pool.acquire(Request(cpu=2), priority=0))
+        await settle()
+        assert asked == []  # equal priority never preempts
+        same.cancel()
+        await settle()
+        high = asyncio.ensure_future(pool.acquire(Request(cpu=2), priority=5))
+        await settle()
+        assert asked == ["low_new"]  # the most recent of the lowest priority, and only it
+        assert not high.done()
+        low_new.release()  # the preempted holder stops and gives its resources back
+        await settle()
+        assert high.done()
+        (await high).release()
+        low_old.release()
+
+    asyncio.run(main())
+
+
+def test_no_preemption_when_it_would_not_make_room() -> None:
+    async def main() -> None:
+        pool = ResourcePool(Request(cpu=4))
+        asked: list[str] = []
+        pinned = await pool.acquire(Request(cpu=3), priority=0)  # not preemptible
+        low = await pool.acquire(Request(cpu=1), priority=0, on_preempt=lambda: asked.append("x"))
+        big = asyncio.ensure_future(pool.acquire(Request(cpu=4), priority=9))
+        await settle()
+        assert asked == [] and not big.done()
+        big.cancel()
+        pinned.release()
+        low.release()
+
+    asyncio.run(main())

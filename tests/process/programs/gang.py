@@ -142,3 +142,15 @@ def jax_sum() -> float:
     local = jnp.asarray([float(jax.process_index() + 1)])
     gathered = multihost_utils.process_allgather(local)
     return float(np.asarray(gathered).sum())
+
+
+@jax_env.task
+def jax_process1_dies() -> float:
+    """Process 1 fails after initialisation; process 0 waits in a collective for it."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    if jax.process_index() == 1:
+        raise RuntimeError("process 1 gives up")
+    return float(multihost_utils.process_allgather(jnp.ones(1)).sum())
