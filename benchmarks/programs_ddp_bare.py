@@ -3,28 +3,41 @@
 
     python -m torch.distributed.run --nnodes=2 --nproc-per-node=2 --node-rank=0 \\
         --master-addr=127.0.0.1 --master-port=29500 --rdzv-backend=static \\
-        benchmarks/programs_ddp_bare.py --steps 20        # and --node-rank=1 alongside
+        benchmarks/programs_ddp_bare.py --steps 50        # and --node-rank=1 alongside
 
-Same model, data, seed and steps as ``examples/seed/ddp.py``'s ``train_ddp`` (gloo on CPU).
-Rank 0 prints ``FIRST_STEP <unix time>`` when step 0 has run and ``END <unix time>`` after the
-last barrier: the benchmark reads both from its stdout.
+Same model, data, seed and steps as ``examples/seed/ddp.py``'s ``train_ddp`` (gloo on CPU),
+and the same marks as ``programs_ddp_shoal.py``: rank 0 prints ``NAME <unix time>`` lines,
+``BODY`` before torch is imported, ``TORCH`` once it is, ``PG`` once the process group exists,
+``FIRST_STEP`` after step 0 and ``END`` after the last barrier, to the stdout torchrun gives it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+
+def _mark(name: str) -> None:
+    print(f"{name} {time.time():.6f}", flush=True)
 
 
 def train_ddp(steps: int = 50, lr: float = 0.05) -> float:
+    rank0 = os.environ.get("RANK") == "0"
+    if rank0:
+        _mark("BODY")
+    # Imported here, as in the seed example's task body, so BODY -> TORCH is torch's import.
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if rank0:
+        _mark("TORCH")
     dist.init_process_group(backend="gloo")  # RANK, WORLD_SIZE, MASTER_* come from torchrun
-    rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"[rank {rank}/{world}]", flush=True)
+    rank = dist.get_rank()
+    if rank0:
+        _mark("PG")
 
     torch.manual_seed(0)  # the same initial weights on every rank
     model = DDP(nn.Linear(4, 1))
@@ -42,14 +55,14 @@ def train_ddp(steps: int = 50, lr: float = 0.05) -> float:
         optimizer.step()
         loss_value = float(loss.detach())
         if rank == 0 and step == 0:
-            print(f"FIRST_STEP {time.time():.6f}", flush=True)
+            _mark("FIRST_STEP")
         if rank == 0 and step % 10 == 0:
             print(f"[rank 0] step {step:3d} loss {loss_value:.5f}", flush=True)
 
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
-        print(f"END {time.time():.6f}", flush=True)
+        _mark("END")
     print(f"[rank {rank}] done, final loss {loss_value:.5f}", flush=True)
     return loss_value
 

@@ -4,7 +4,9 @@ For every call (the run's root or a call made by a running task) it
 1. names the action deterministically (``a0`` for the root, ``<parent>.<n>`` for the n-th call
    a parent makes), so a resumed run finds the same names;
 2. checks ``depends_on`` (the engine-independent rule);
-3. looks the call up in the cache, and returns stored outputs on a hit;
+3. when the run resumes an earlier one (``shoal run --resume``), replays the call's outputs from
+   the earlier run's records if that call (same action, task and inputs) completed there;
+   otherwise looks the call up in the cache, and returns stored outputs on a hit;
 4. runs attempts on the engine, with retries and exponential backoff;
 5. records every step in the run records and tells the reporter.
 """
@@ -29,6 +31,7 @@ from shoal._storage.store import Store, join
 from shoal.errors import (
     FailureInfo,
     MissingDependencyError,
+    NotFoundError,
     ObjectNotFound,
     TaskFailed,
     TaskTimeout,
@@ -45,8 +48,10 @@ def _quiet(kind: str, action: str, data: dict[str, Any]) -> None:
 
 class Controller:
     def __init__(self, *, run: str, records: Records, store: Store, engine: Engine,
-                 home: Path, reporter: Reporter | None = None) -> None:
+                 home: Path, reporter: Reporter | None = None,
+                 resumes: list[str] | None = None) -> None:
         self.run = run
+        self.resumes = list(resumes or [])  # the runs this one resumes, newest first
         self.records = records
         self.store = store
         self.engine = engine
@@ -121,6 +126,20 @@ class Controller:
         self.store.put_bytes(self._cache_uri(call, key),
                              json.dumps(entry, sort_keys=True).encode())
 
+    def _replay(self, call: CallSpec, action: str) -> tuple[str, Any] | None:
+        """(earlier run, outputs) if this very call completed in a run this one resumes."""
+        want = json.dumps(dict(call.inputs), sort_keys=True)
+        for earlier in self.resumes:
+            try:
+                old = self.records.get_action(earlier, action)
+            except NotFoundError:
+                continue
+            if old.task != call.task.name or json.dumps(old.inputs, sort_keys=True) != want:
+                return None  # the program took another path: run it afresh
+            if old.state in ("succeeded", "cached", "replayed"):
+                return earlier, old.outputs
+        return None
+
     def _log_path(self, action: str, attempt: int) -> Path:
         return self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
 
@@ -129,13 +148,20 @@ class Controller:
         self._envs[action] = task.env.name
         self._reach.setdefault(task.env.name, task.env.reachable)
         key = self._key(call)
-        hit = self._cache_get(call, key) if key and task.cache.behavior == "auto" else None
+        replayed = self._replay(call, action) if self.resumes else None
+        hit = (self._cache_get(call, key) if key and task.cache.behavior == "auto"
+               and replayed is None else None)
         # One transaction for the writes that start a call: a fan-out makes hundreds a second.
         with rec.batch():
             rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
                               task=task.name, env=task.env.name, inputs=dict(call.inputs),
                               cache_key=key)
-            if hit is not None:
+            if replayed is not None:
+                rec.set_action_state(self.run, action, "replayed", outputs=replayed[1])
+                rec.add_event(self.run, "replayed",
+                              f"{task.name}: completed in run {replayed[0]}, not run again",
+                              action_id=action, data={"from_run": replayed[0]})
+            elif hit is not None:
                 rec.set_action_state(self.run, action, "cached", outputs=hit["output"],
                                      cache_hit=True)
                 rec.add_event(self.run, "cache_hit",
@@ -145,6 +171,9 @@ class Controller:
                 rec.set_action_state(self.run, action, "running")
                 rec.start_attempt(self.run, action, 0, pid=None,
                                   log_path=str(self._log_path(action, 0)))
+        if replayed is not None:
+            self.report("replayed", action, {"task": task.name, "from_run": replayed[0]})
+            return replayed[1]
         if hit is not None:
             self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
             return hit["output"]

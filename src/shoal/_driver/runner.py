@@ -49,17 +49,22 @@ class Runner:
     def __init__(self, call: CallSpec, *, envs: list[EnvSpec] | None = None,
                  name: str | None = None, engine: str = "local",
                  reporter: Reporter | None = None, records: Records | None = None,
-                 engine_options: dict[str, Any] | None = None) -> None:
+                 engine_options: dict[str, Any] | None = None,
+                 resume: str | None = None) -> None:
         self.call = call
         self.envs = envs or [call.task.env]
         self.home = contract.home()
         self.store_uri = contract.store_uri()
         self.records = records or Records(self.home / "shoal.db")
         self.name = name or self.records.new_run_name()
+        # `shoal run --resume`: the runs this one continues, newest first. Checkpoints belong
+        # to the first run of the chain, so every resumed run finds them.
+        self.resumes = [r.name for r in self.records.lineage(resume)] if resume else []
+        self.lineage_root = self.resumes[-1] if self.resumes else self.name
         self.engine_kind = engine
         self.reporter = reporter
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,
-                                  **(engine_options or {}))
+                                  lineage=self.lineage_root, **(engine_options or {}))
 
     def dry_run(self) -> str:
         return self.engine.dry_run(self.call)
@@ -69,9 +74,11 @@ class Runner:
         rec.create_run(name=name, task=self.call.task.name, code_file=self.call.task.code_file,
                        engine=self.engine_kind, store=self.store_uri,
                        inputs=dict(self.call.inputs), engine_pid=os.getpid(),
-                       engine_host=socket.gethostname())
+                       engine_host=socket.gethostname(),
+                       resumed_from=self.resumes[0] if self.resumes else None)
         controller = Controller(run=name, records=rec, store=open_store(self.store_uri),
-                                engine=self.engine, home=self.home, reporter=self.reporter)
+                                engine=self.engine, home=self.home, reporter=self.reporter,
+                                resumes=self.resumes)
         rec.set_run_state(name, "running")
         root = asyncio.ensure_future(self._drive(controller))
         watchers = [asyncio.ensure_future(self._heartbeat()),

@@ -263,6 +263,13 @@ class Records(ActionsAndEvents):
 
         return self._retrying(read)
 
+    def lineage(self, name: str) -> list[RunRecord]:
+        """This run and the runs it resumes, newest first (``shoal run --resume`` chains)."""
+        chain = [self.get_run(name)]
+        while chain[-1].resumed_from and len(chain) < 1000:
+            chain.append(self.get_run(chain[-1].resumed_from))
+        return chain
+
     def get_run(self, name: str) -> RunRecord:
         """The run named ``name``, or the only run whose name starts with ``name``."""
 

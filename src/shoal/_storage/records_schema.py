@@ -32,7 +32,9 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 RUN_STATES = frozenset({"queued", "running", "succeeded", "failed", "cancelled", "crashed"})
-ACTION_STATES = frozenset({"queued", "running", "succeeded", "failed", "cancelled", "cached"})
+# "replayed": a resumed run took the outputs of the same call from the run it resumes.
+ACTION_STATES = frozenset({"queued", "running", "succeeded", "failed", "cancelled", "cached",
+                           "replayed"})
 ATTEMPT_STATES = frozenset(
     {"running", "succeeded", "failed", "crashed", "cancelled", "timed_out", "preempted"}
 )

@@ -55,6 +55,9 @@ class Progress:
         elif kind == "cached":
             self._print(f"● {task} [{action}] cache hit: outputs reused from run "
                         f"{data.get('from_run')}, not executed")
+        elif kind == "replayed":
+            self._print(f"↺ {task} [{action}] completed in run {data.get('from_run')}: "
+                        "replayed, not run again")
         elif kind == "retry":
             self._flush(action)
             self._print(f"↻ {task} [{action}] attempt {data['attempt']} failed: "
@@ -105,11 +108,12 @@ class Progress:
                     self.tails[action] = self._emit(action, entry)
 
     def summary(self) -> str:
-        rows = [("task", "calls", "ok", "cached", "failed", "retries", "task time")]
+        rows = [("task", "calls", "ok", "cached", "replayed", "failed", "retries", "task time")]
         for task, c in self.counts.items():
-            calls = c["started"] - c["retry"] + c["cached"]
+            calls = c["started"] - c["retry"] + c["cached"] + c["replayed"]
             rows.append((task, str(calls), str(c["succeeded"]), str(c["cached"]),
-                         str(c["failed"]), str(c["retry"]), f"{self.seconds[task]:.2f}s"))
+                         str(c["replayed"]), str(c["failed"]), str(c["retry"]),
+                         f"{self.seconds[task]:.2f}s"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))
                          for r in rows)

@@ -10,11 +10,17 @@ import sys
 from typing import Any
 
 from shoal._runtime import contract
+from shoal.errors import SpecError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="the Python file that defines the task")
-    p.add_argument("task", metavar="TASK", help="the task to run: a function name or env.task")
+    p.add_argument("file", metavar="FILE", nargs="?",
+                   help="the Python file that defines the task")
+    p.add_argument("task", metavar="TASK", nargs="?",
+                   help="the task to run: a function name or env.task")
+    p.add_argument("--resume", metavar="RUN", default=None,
+                   help="continue a run that crashed, failed or was cancelled: completed calls "
+                        "are replayed from its records, checkpoints are found again")
     p.add_argument("--engine", choices=["local"], default=None,
                    help="where to run (default: $SHOAL_ENGINE or local)")
     p.add_argument("--store", default=None,
@@ -36,14 +42,21 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.cli.progress import Progress
 
     init(engine=args.engine or contract_engine(), store=args.store)
-    task = find_task(args.file, args.task)
-    apply_overrides(task, args.override)
-    values = parse_task_args(task, rest)
-    call = task.make_call((), values, parent_action=None)
+    if args.resume is not None:
+        task, call = _resumed_call(args, rest)
+    else:
+        if not args.file or not args.task:
+            raise SpecError("shoal run", " ".join(filter(None, [args.file, args.task])),
+                            "needs FILE and TASK (or --resume RUN)",
+                            "e.g. shoal run examples/pipeline.py main")
+        task = find_task(args.file, args.task)
+        apply_overrides(task, args.override)
+        values = parse_task_args(task, rest)
+        call = task.make_call((), values, parent_action=None)
     envs = [e.spec() for e in task.env.reachable().values()]
     progress = Progress(stream_logs=not args.quiet)
     runner = Runner(call, envs=envs, name=args.name, engine=args.engine or contract_engine(),
-                    reporter=progress)
+                    reporter=progress, resume=args.resume)
     if args.dry_run:
         print(runner.dry_run())
         for env in envs:
@@ -62,6 +75,29 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"shoal: run {runner.name} succeeded; logs: shoal logs {runner.name}", file=sys.stderr)
     print(_render(value))
     return 0
+
+
+def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:
+    """The call of the run to resume: its file, task and inputs, exactly as recorded."""
+    from shoal._runtime.loader import find_task
+    from shoal._spec.call import CallSpec
+    from shoal._storage.records import Records
+
+    if rest or args.file or args.task:
+        raise SpecError("shoal run --resume",
+                        " ".join([*filter(None, [args.file, args.task]), *rest]),
+                        "a resumed run takes its file, task and inputs from the records",
+                        f"run `shoal run --resume {args.resume}` alone")
+    records = Records(contract.home() / "shoal.db")
+    records.reap_dead_runs()
+    old = records.get_run(args.resume)
+    if not old.terminal:
+        raise SpecError("--resume", old.name, f"is still {old.state} (driver pid "
+                        f"{old.engine_pid})", f"wait for it, or `shoal cancel {old.name}` first")
+    task = find_task(old.code_file, old.task)
+    apply_overrides(task, args.override)
+    args.resume = old.name
+    return task, CallSpec(task=task.spec(), inputs=old.inputs, parent_action=None)
 
 
 def apply_overrides(task: Any, overrides: list[str]) -> None:

@@ -38,9 +38,11 @@ class LocalEngine(Engine):
 
     def __init__(self, *, run: str = "dry-run", capacity: Request | None = None,
                  priorities: Mapping[str, int] | None = None, home: Path | None = None,
-                 store: str | None = None, isolate_nodes: bool = True) -> None:
+                 store: str | None = None, isolate_nodes: bool = True,
+                 lineage: str | None = None) -> None:
         super().__init__()
         self.run = run
+        self.lineage = lineage or run  # the first run of a resume chain: owns the checkpoints
         self.home = home or contract.home()
         self.store = store or contract.store_uri()
         self.pool = ResourcePool(capacity or machine_capacity())
