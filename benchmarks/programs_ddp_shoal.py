@@ -20,7 +20,7 @@ import signal
 import time
 
 import shoal
-from shoal.clustered import ClusterFailurePolicy, ClusteredTaskEnvironment, TorchRun
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
 
 
 def _mark(name: str, extra: str = "") -> None:

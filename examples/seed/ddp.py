@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 import shoal as flyte
-from shoal.clustered import ClusterFailurePolicy, ClusteredTaskEnvironment, TorchRun
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
 
 USE_GPU = os.environ.get("SHOAL_EXAMPLE_GPU") == "1"
 REPLICAS = 2  # nodes (pods) in the gang

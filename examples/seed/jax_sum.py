@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import shoal as flyte
-from shoal.clustered import ClusterFailurePolicy, ClusteredTaskEnvironment, JaxRun
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, JaxRun
 
 env = ClusteredTaskEnvironment(
     name="jax_env",

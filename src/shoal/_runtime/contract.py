@@ -62,6 +62,8 @@ COLLECTIVE_TIMEOUT = "SHOAL_COLLECTIVE_TIMEOUT"  # seconds; default timeout of p
 GRACE_PERIOD = "SHOAL_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL of ranks
 MASTER_WAIT = "SHOAL_MASTER_WAIT"  # seconds a node waits for the master's address to resolve
 NODE_ADDR = "SHOAL_NODE_ADDR"  # the address other nodes reach this node at ("": its hostname)
+# An inherited pipe end whose EOF means the local engine died: its nodes then end themselves.
+LIFELINE_FD = "SHOAL_LIFELINE_FD"
 PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------
@@ -99,6 +101,18 @@ def priority_classes() -> dict[str, int]:
             except ValueError:
                 continue
     return out
+
+
+def checkpoint_uri(store: str, lineage: str, action: str) -> str:
+    """Where the checkpoint of one task call lives: it belongs to the call (the first run of a
+    resume chain and the action), not to an attempt, a restart or a resumed run."""
+    return f"{store.rstrip('/')}/checkpoints/{lineage}/{action}"
+
+
+def checkpoint_local_dir(uri: str) -> Path:
+    """This machine's working folder for the checkpoint at ``uri`` (see `checkpoint_uri`)."""
+    lineage, action = uri.rstrip("/").split("/")[-2:]
+    return home() / "checkpoints" / lineage / action
 
 
 def retry_backoff() -> float:
@@ -176,6 +190,7 @@ class NodeEnv:
     grace_period: float = 30.0
     master_wait: float = 300.0
     node_addr: str = ""
+    checkpoint_uri: str = ""
 
     _NAMES: ClassVar[dict[str, str]] = {
         "home": HOME, "store": STORE, "run": RUN, "action": ACTION, "attempt": ATTEMPT,
@@ -186,6 +201,7 @@ class NodeEnv:
         "torch_max_restarts": TORCH_MAX_RESTARTS, "launch": LAUNCH,
         "rank_log_dir": RANK_LOG_DIR, "collective_timeout": COLLECTIVE_TIMEOUT,
         "grace_period": GRACE_PERIOD, "master_wait": MASTER_WAIT, "node_addr": NODE_ADDR,
+        "checkpoint_uri": CHECKPOINT_URI,
     }
 
     def to_env(self) -> dict[str, str]:

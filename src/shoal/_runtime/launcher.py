@@ -105,6 +105,13 @@ class Node:
             self.children[subprocess.Popen(rank_argv(), env=env).pid] = local_rank
 
     def signal_all(self, sig: int) -> None:
+        """Signal every descendant. As the init of its own PID namespace, kill(-1) reaches
+        exactly the node's processes (the kernel's view, whatever /proc shows); otherwise the
+        process tree is walked (this launcher is a subreaper, so orphans stay in it)."""
+        if os.getpid() == 1:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, sig)
+            return
         import psutil
 
         try:
@@ -178,6 +185,24 @@ def _die(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def watch_lifeline(runner: Node, grace: float) -> None:
+    """On the local engine, end the node when the engine dies (even by SIGKILL): the engine
+    holds the write end of a pipe whose read end this process inherited; EOF means it's gone."""
+    fd = os.environ.get(contract.LIFELINE_FD)
+    if not fd:
+        return
+
+    def wait_for_eof() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(int(fd), 1):
+                pass
+        print("shoal-node: the engine is gone; stopping the node", file=sys.stderr, flush=True)
+        runner.stop(grace)
+        os._exit(1)
+
+    threading.Thread(target=wait_for_eof, name="shoal-lifeline", daemon=True).start()
+
+
 def main() -> None:
     node = NodeEnv.from_env()
     become_subreaper()
@@ -194,6 +219,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    watch_lifeline(runner, min(node.grace_period, 5.0))
     runner.start()
     code = runner.watch()
     sys.stdout.flush()

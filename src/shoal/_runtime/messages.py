@@ -56,6 +56,7 @@ class Run:
     code_file: str
     inputs: dict[str, Any]
     log_path: str
+    checkpoint_uri: str = ""
 
 
 @dataclass(frozen=True)

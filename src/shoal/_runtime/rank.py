@@ -37,6 +37,17 @@ def _redirect(path: str) -> None:
     os.close(fd)
 
 
+def _checkpoint(node: NodeEnv, rank: int) -> Any:
+    if not node.checkpoint_uri:
+        return None
+    from shoal._storage.checkpoints import Checkpoint
+
+    local = contract.checkpoint_local_dir(node.checkpoint_uri) / f"node{node.node_rank}"
+    return Checkpoint(node.checkpoint_uri, local_dir=local,
+                      rank=rank, world_size=node.nnodes * node.nproc_per_node,
+                      gang_id=f"{node.attempt}.{node.restart_attempt}")
+
+
 def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
     return TaskContext(
         run_name=node.run, action=node.action, task=node.task, env=node.env_name,
@@ -47,7 +58,7 @@ def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
         nnodes=node.nnodes,
         master_addr=os.environ.get(contract.TORCH_MASTER_ADDR, node.master_addr),
         master_port=int(os.environ.get(contract.TORCH_MASTER_PORT, node.master_port)),
-        restart_attempt=node.restart_attempt, in_gang=True,
+        restart_attempt=node.restart_attempt, in_gang=True, checkpoint=_checkpoint(node, rank),
     )
 
 
@@ -64,10 +75,15 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     kwargs = codecs.decode_inputs(literals, task.hints, blobs=blobs, task=task.name,
                                   allow_pickle=task.allow_pickle)
     prepare_runtime(node)
-    with running(_context(node, rank, local_rank)):
-        value: Any = task.func(**kwargs)
-        if asyncio.iscoroutine(value):
-            value = asyncio.run(value)
+    context = _context(node, rank, local_rank)
+    try:
+        with running(context):
+            value: Any = task.func(**kwargs)
+            if asyncio.iscoroutine(value):
+                value = asyncio.run(value)
+    finally:
+        if context.checkpoint is not None:
+            context.checkpoint.close()  # asynchronous saves in flight land (or fail) first
     literal = codecs.encode(value, task.return_type, blobs=blobs,
                             field=f"output of task {task.name!r} on rank {rank}",
                             allow_pickle=task.allow_pickle)

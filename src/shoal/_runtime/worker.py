@@ -55,6 +55,15 @@ def _failure(order: m.Run, exc: BaseException, kind: str) -> FailureInfo:
                        message=message, traceback=tb)
 
 
+def _checkpoint(order: m.Run) -> Any:
+    """The call's checkpoint; created lazily by nothing but a few attributes (no I/O)."""
+    from shoal._runtime.contract import checkpoint_local_dir
+    from shoal._storage.checkpoints import Checkpoint
+
+    return Checkpoint(order.checkpoint_uri, local_dir=checkpoint_local_dir(order.checkpoint_uri),
+                      gang_id=str(order.attempt))
+
+
 class Worker:
     def __init__(self, wenv: WorkerEnv) -> None:
         self.wenv = wenv
@@ -91,13 +100,19 @@ class Worker:
         blobs = store_blobs()
         kwargs = codecs.decode_inputs(order.inputs, task.hints, blobs=blobs, task=task.name,
                                       allow_pickle=task.allow_pickle)
+        checkpoint = _checkpoint(order) if order.checkpoint_uri else None
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
-                              env=task.env.name, attempt=order.attempt, client=self.client)
-        with running(context):
-            if task.is_async:
-                value = self.loop.run_until_complete(task.func(**kwargs))
-            else:
-                value = task.func(**kwargs)
+                              env=task.env.name, attempt=order.attempt, client=self.client,
+                              checkpoint=checkpoint)
+        try:
+            with running(context):
+                if task.is_async:
+                    value = self.loop.run_until_complete(task.func(**kwargs))
+                else:
+                    value = task.func(**kwargs)
+        finally:
+            if checkpoint is not None:
+                checkpoint.close()  # an asynchronous save in flight must land (or fail) first
         return codecs.encode(value, task.return_type, blobs=blobs,
                              field=f"output of task {task.name!r}", allow_pickle=task.allow_pickle)
 

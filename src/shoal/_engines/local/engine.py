@@ -52,6 +52,7 @@ class LocalEngine(Engine):
         self._workers: WorkerSet | None = None
         self._admissions: dict[str, tuple[Request, int]] = {}
         self._gangs: dict[str, GangRunner] = {}
+        self.lifeline: tuple[int, int] | None = None
         self.isolate_nodes = isolate_nodes  # each node in its own PID namespace, if possible
         self._namespace: tuple[str, ...] | None = None
         # action -> (its reservation, children in flight) while the action runs
@@ -81,6 +82,8 @@ class LocalEngine(Engine):
         # Unix socket paths are limited to ~100 bytes: keep the folder short, and private.
         self._socket_dir = tempfile.mkdtemp(prefix="shoal-")
         os.chmod(self._socket_dir, 0o700)
+        # Gang nodes hold the read end; when this process dies, however, they see EOF.
+        self.lifeline = os.pipe()
         self._workers = WorkerSet(os.path.join(self._socket_dir, "ctl.sock"), self._on_submit)
         await self._workers.start()
 
@@ -99,6 +102,11 @@ class LocalEngine(Engine):
             await self._workers.close()
         if self._socket_dir:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
+        if self.lifeline is not None:
+            for fd in self.lifeline:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.lifeline = None
 
     # -- running -------------------------------------------------------------------------
     async def _spawn(self, env: EnvSpec, code_file: str) -> Worker:
@@ -180,7 +188,9 @@ class LocalEngine(Engine):
                       or await self._spawn(call.task.env, call.task.code_file))
             order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
                           task=call.task.name, code_file=call.task.code_file,
-                          inputs=dict(call.inputs), log_path=str(ref.log_path))
+                          inputs=dict(call.inputs), log_path=str(ref.log_path),
+                          checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage,
+                                                                 ref.action))
             try:
                 done = await asyncio.wait_for(worker.order(order), call.task.timeout)
             except asyncio.TimeoutError:

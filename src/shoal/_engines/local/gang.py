@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import procs
 from shoal._engines.local.plan import worker_environ
+from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.store import join, open_store
@@ -60,10 +61,11 @@ def pid_namespace_prefix() -> tuple[str, ...]:
         return ()
     import subprocess
 
-    # Its own PID namespace (ending the launcher ends the node): as root directly, else
-    # through a user namespace.
-    for prefix in ((exe, "--pid", "--fork", "--kill-child"),
-                   (exe, "--user", "--map-root-user", "--pid", "--fork", "--kill-child")):
+    # Its own PID namespace (ending the launcher ends the node) with its own /proc, so process
+    # tools inside see the node's processes and no others: as root directly, else through a
+    # user namespace.
+    ns = ("--pid", "--fork", "--kill-child", "--mount-proc")
+    for prefix in ((exe, *ns), (exe, "--user", "--map-root-user", *ns)):
         with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
             if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
                 return prefix
@@ -180,12 +182,19 @@ class GangRunner:
                 # as real nodes have their own IPs: torchrun's c10d rendezvous tells agents
                 # apart by address and pid, and pids repeat across PID namespaces.
                 node_addr=f"127.0.0.{node_rank + 1}",
+                checkpoint_uri=contract.checkpoint_uri(self.engine.store, self.engine.lineage,
+                                                       ref.action),
             )
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
             environ.update(node.to_env())
+            fds: tuple[int, ...] = ()
+            if self.engine.lifeline is not None:
+                fds = (self.engine.lifeline[0],)
+                environ[contract.LIFELINE_FD] = str(fds[0])
             log = log_dir / f"node{node_rank}.log"
-            gang.procs.append(await procs.spawn((*prefix, *LAUNCHER), environ, log))
+            gang.procs.append(await procs.spawn((*prefix, *LAUNCHER), environ, log,
+                                                pass_fds=fds))
             for local in range(c.nproc_per_node):
                 rank = node_rank * c.nproc_per_node + local
                 logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(

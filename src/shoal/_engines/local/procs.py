@@ -19,7 +19,8 @@ from shoal.errors import EngineError
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
-                cwd: str | None = None) -> asyncio.subprocess.Process:
+                cwd: str | None = None,
+                pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
     """Start ``argv`` in a new session (its own process group), output appended to the log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -27,6 +28,7 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
             return await asyncio.create_subprocess_exec(
                 *argv, env=dict(env), stdout=log, stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL, start_new_session=True, cwd=cwd,
+                pass_fds=tuple(pass_fds),
             )
     except OSError as e:
         raise EngineError(f"could not start {argv[0]!r}: {e}") from e

@@ -1,0 +1,123 @@
+"""Sharded torch state dicts (DDP, FSDP2) through `torch.distributed.checkpoint` into a Shoal
+checkpoint: every rank writes its own shard, the version commits when all have landed.
+
+Each rank lets DCP write into its own local staging folder (rank 0's holds ``.metadata``), then
+uploads that folder as its shard; nothing assumes the ranks share a filesystem, so the same
+code works across Kubernetes nodes. Loading downloads every shard into one folder (DCP's
+metadata names files relative to it) and lets DCP read what this rank needs.
+
+Asynchronous saves copy the state to CPU memory (the only time training is blocked), then write
+in a background thread. DCP's own thread-mode ``async_save`` deadlocks unless it has its own
+process group and the ranks agree together when a save is done, so the background save runs
+its collectives on a dedicated gloo group made once, in step, by every rank.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal._storage.checkpoints import Checkpoint
+
+_groups: dict[int, Any] = {}
+_lock = threading.Lock()
+
+
+def _checkpoint_group() -> Any:
+    """A gloo process group only for checkpoint collectives (made on first use, by all ranks)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    key = id(dist.group.WORLD)
+    with _lock:
+        if key not in _groups:
+            _groups[key] = dist.new_group(backend="gloo")
+        return _groups[key]
+
+
+def _stage(state: Any) -> Any:
+    """A CPU copy of every tensor in the (nested) state dict: training may go on after this."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {k: _stage(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(_stage(v) for v in state)
+    return state
+
+
+def _write(cp: Checkpoint, state: Any, step: int, group: Any) -> int:
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    staging = Path(tempfile.mkdtemp(prefix=f"shoal-dcp-{cp.rank}-", dir=cp.path))
+    try:
+        save(state, storage_writer=FileSystemWriter(str(staging)), process_group=group)
+        cp.save_shard_sync(staging, step=step)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return step
+
+
+class StateDictSaver:
+    """Per-checkpoint state: the save in flight, so the next one waits for it."""
+
+    def __init__(self, cp: Checkpoint) -> None:
+        self.cp = cp
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shoal-dcp")
+        self.inflight: concurrent.futures.Future[int] | None = None
+
+    def save(self, state: Any, step: int, *, async_save: bool) -> concurrent.futures.Future[int]:
+        self.wait()
+        group = _checkpoint_group()
+        if not async_save:
+            done: concurrent.futures.Future[int] = concurrent.futures.Future()
+            done.set_result(_write(self.cp, state, step, group))
+            return done
+        staged = _stage(state)
+        self.inflight = self.pool.submit(_write, self.cp, staged, step, group)
+        return self.inflight
+
+    def wait(self) -> None:
+        if self.inflight is not None:
+            inflight, self.inflight = self.inflight, None
+            inflight.result()
+
+
+def load_into(cp: Checkpoint, state: Any, step: int | None) -> int | None:
+    """Load the latest (or ``step``) sharded version into ``state`` in place; its step."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.state_dict_loader import load
+
+    chosen = cp.latest() if step is None else step
+    if chosen is None:
+        return None
+    folder = cp.load_all_shards_sync(step=chosen)
+    if folder is None:
+        return None
+    flat = Path(tempfile.mkdtemp(prefix="shoal-dcp-load-", dir=cp.path))
+    try:
+        for shard in sorted(Path(folder).glob("shard-*")):
+            for f in shard.rglob("*"):
+                if f.is_file():
+                    target = flat / f.relative_to(shard)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        os.link(f, target)
+                    except OSError:
+                        shutil.copy2(f, target)
+        load(
+            state, storage_reader=FileSystemReader(str(flat)), process_group=_checkpoint_group()
+        )
+    finally:
+        shutil.rmtree(flat, ignore_errors=True)
+    return chosen
