@@ -90,6 +90,7 @@ def test_resume_after_killing_the_driver_continues_from_the_checkpoint(
     while _processes_of(crashed.name):
         assert time.monotonic() < deadline, "the killed driver's gang kept running"
         time.sleep(0.2)
+    (tmp_path / "no-more-pauses").write_text("1")
     p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--resume", crashed.name],
                        capture_output=True, text=True, timeout=300, env=os.environ.copy())
     assert p.returncode == 0, p.stderr

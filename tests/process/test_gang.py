@@ -69,8 +69,11 @@ def test_kill9_of_a_rank_restarts_the_group(tmp_path: Path, shoal_home: Path) ->
     loss = run.outputs()
     assert marker.exists(), "rank 1 never killed itself"
     assert loss < 0.05
-    kinds = [e.kind for e in _records(shoal_home).events(run.name)]
+    events = _records(shoal_home).events(run.name)
+    kinds = [e.kind for e in events]
     assert kinds.count("gang_started") == 2 and "gang_restart" in kinds
+    restart = next(e for e in events if e.kind == "gang_restart")
+    assert restart.data["rank"] == 1, restart.message  # the killed rank, not a peer it broke
     assert not _no_survivors(shoal_home, run.name)
 
 

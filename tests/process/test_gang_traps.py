@@ -63,10 +63,11 @@ def test_a_killed_node_takes_all_its_ranks_with_it(tmp_path: Path, launch: str,
     while not pidfile.exists() or not pidfile.read_text():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    rank1 = [p for p in _processes(run.name, RANK="1", SHOAL_RESTART_ATTEMPT="0")
-             if "shoal._runtime.rank" in " ".join(p.cmdline())]
+    # Node 1's launcher: the one whose parent is not itself a launcher (ranks may be forks).
     launcher = next(p for p in _processes(run.name, SHOAL_NODE_RANK="1")
-                    if "shoal._runtime.launcher" in " ".join(p.cmdline()))
+                    if "shoal._runtime.launcher" in " ".join(p.cmdline())
+                    and "shoal._runtime.launcher" not in " ".join(p.parent().cmdline()))
+    rank1 = launcher.children(recursive=True)
     assert rank1
     launcher.send_signal(signal.SIGKILL)
     assert run.outputs() == 1  # restarted once, then finished

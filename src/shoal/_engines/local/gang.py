@@ -72,6 +72,24 @@ def pid_namespace_prefix() -> tuple[str, ...]:
     return ()
 
 
+# Reports this close in time are one event: a dying rank's peers see its sockets close before
+# its launcher has reaped it, and may report their own (consequential) errors first.
+SAME_EVENT_SECONDS = 1.0
+
+
+def _root_cause_first(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reports ordered so the root cause comes first: among reports within a moment of the
+    earliest, a rank that died without raising (killed, crashed, os._exit) goes before ranks
+    that raised, since those most often raised because it died."""
+    if not reports:
+        return reports
+    raised = {r.get("rank") for r in reports if r["kind"] == "rank"}
+    t0 = reports[0].get("at", 0.0)
+    died = [r for r in reports if r["kind"] == "node" and r.get("rank") not in raised
+            and r.get("at", 0.0) - t0 <= SAME_EVENT_SECONDS]
+    return died[:1] + [r for r in reports if r not in died[:1]]
+
+
 @dataclass
 class Gang:
     """One start of the nodes of a clustered call."""
@@ -239,6 +257,7 @@ class GangRunner:
                                message=f"the gang was preempted (restart {restart}) and "
                                "resume_after_preemption is off")
         reports = sorted(self._reports(restart), key=lambda r: r.get("at", time.time()))
+        reports = _root_cause_first(reports)
         if not reports:
             tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
