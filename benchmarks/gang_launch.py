@@ -10,9 +10,11 @@ Rows of (a), each run a fresh set of processes (and a fresh ``SHOAL_HOME``):
   --node-rank={0,1} --master-addr=127.0.0.1 --master-port=P --rdzv-backend=static
   programs_ddp_bare.py``, both started together: the baseline;
 - shoal direct: ``shoal run programs_ddp_shoal.py train_ddp`` with ``SHOAL_LAUNCH=direct``
-  (each node's launcher starts its ranks itself, the default for this spec);
-- shoal torchrun: the same with ``SHOAL_LAUNCH=torchrun`` (each launcher starts torchrun,
-  which starts the ranks).
+  (the default for this spec): each node's launcher imports torch once and forks its ranks;
+- shoal direct, no pre-import: the same with ``SHOAL_PREIMPORT=0``: the launcher starts each
+  rank as a new interpreter, which imports torch itself;
+- shoal torchrun: ``SHOAL_LAUNCH=torchrun``: each launcher starts torchrun, which starts the
+  ranks.
 ``programs_ddp_shoal.py`` is the seed example (``examples/seed/ddp.py``) with wall-clock marks
 that rank 0 prints (``BODY``, ``TORCH``, ``PG``, ``FIRST_STEP``, ``END``); the bare script
 prints the same. Launch → first step is ``FIRST_STEP`` minus the time just before the first
@@ -24,8 +26,10 @@ prints ``FIRST_STEP <t> restart 1``. Kill → first step is the difference, for 
 
 (c) Memory: while (a) and (b) run, a thread of this process samples, every ``--sample-ms``,
 the RSS of every process under the one it started (found with psutil, told apart by their
-command line: ``shoal run`` is the engine, ``shoal._runtime.launcher`` a node launcher,
-``torch.distributed.run`` a torchrun agent, the rest ranks) and keeps each one's peak.
+command line: ``shoal run`` is the engine, ``shoal._runtime.launcher`` a node launcher (its
+children with the same command line are ranks it forked), ``torch.distributed.run`` a torchrun
+agent, the rest ranks) and keeps each one's peak; every ``--pss-ms`` it also sums their PSS,
+which counts the pages that forked ranks share with their launcher once.
 
 Stages: process start times (psutil, calibrated against the launch) and the ranks' marks give
 where the time to the first step goes. Reference costs (an interpreter, ``import torch``, the
@@ -64,13 +68,19 @@ REPO = HERE.parent
 RESULTS = HERE / "results"
 SHOAL_PROGRAM = HERE / "programs_ddp_shoal.py"
 BARE_PROGRAM = HERE / "programs_ddp_bare.py"
-LAUNCH_ROWS = ("bare torchrun", "shoal direct", "shoal torchrun")
+# Each Shoal row: the variables that choose how a node starts its ranks.
+SHOAL_ROWS = {
+    "shoal direct": {"SHOAL_LAUNCH": "direct"},  # the launcher pre-imports torch, forks ranks
+    "shoal direct, no pre-import": {"SHOAL_LAUNCH": "direct", "SHOAL_PREIMPORT": "0"},
+    "shoal torchrun": {"SHOAL_LAUNCH": "torchrun"},
+}
+LAUNCH_ROWS = ("bare torchrun", *SHOAL_ROWS)
 RECOVERY_ROWS = ("shoal direct", "shoal torchrun")
 BASELINE = "bare torchrun"
 GOAL_RATIO = 1.0  # the issue's goal: shoal ≤ 1.0x bare torchrun, launch → first step
 MARK = re.compile(r"^(BODY|TORCH|PG|FIRST_STEP|END|KILL) (\d+\.\d+)(?: restart (\d+))?$")
 MIB = 1024 * 1024
-BLAMED = re.compile(r"rank (\d+) failed first")  # in the gang restart line of `shoal run`
+BLAMED = re.compile(r"rank (\S+) failed first")  # in the gang restart line of `shoal run`
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,14 +109,30 @@ class Seen:
     last_seen: float = 0.0  # wall-clock time of the last sample that found it running
 
 
-class Sampler(threading.Thread):
-    """Samples the RSS of ``roots`` and all their descendants every ``interval`` seconds."""
+def pss_bytes(pid: int) -> int:
+    """Proportional set size: pages shared between processes (a rank forked from a launcher
+    that has torch loaded) counted once across them, unlike RSS. The kernel walks the page
+    tables for it (~3 ms for a process with torch), so it is sampled less often than RSS."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
-    def __init__(self, roots: list[int], engine_root: bool, interval: float) -> None:
+
+class Sampler(threading.Thread):
+    """Samples the RSS of ``roots`` and all their descendants every ``interval`` seconds, and
+    the sum of their PSS every ``pss_interval`` seconds."""
+
+    def __init__(self, roots: list[int], engine_root: bool, interval: float,
+                 pss_interval: float) -> None:
         super().__init__(daemon=True)
         self.roots = [psutil.Process(pid) for pid in roots]
         self.engine_root = engine_root
         self.interval = interval
+        self.pss_interval = pss_interval
+        self.last_pss = 0.0
+        self.peak_pss: dict[str, int] = {"all": 0, "non-rank": 0}  # peak of the summed PSS
         self.seen: dict[int, Seen] = {}
         self.done = threading.Event()
 
@@ -115,26 +141,53 @@ class Sampler(threading.Thread):
             self.sample()
             self.done.wait(self.interval)
 
-    def sample(self) -> None:
-        now = time.time()
+    def _family(self) -> list[tuple[psutil.Process, str]]:
+        """Every running process of the tree, with its role."""
+        found: list[tuple[psutil.Process, list[str], str]] = []
         for root in self.roots:
             with contextlib.suppress(psutil.Error):
-                family = [root, *root.children(recursive=True)]
-                for p in family:
+                for p in [root, *root.children(recursive=True)]:
                     with contextlib.suppress(psutil.Error):
                         # Read the command line each time: a child seen between fork and exec
                         # still shows its parent's. An exited, unreaped one shows none.
                         cmdline = p.cmdline()
-                        if not cmdline or p.status() == psutil.STATUS_ZOMBIE:
-                            continue
-                        role = role_of(cmdline, p.pid == root.pid, self.engine_root)
-                        rss = p.memory_info().rss
-                        entry = self.seen.get(p.pid)
-                        if entry is None:
-                            entry = self.seen[p.pid] = Seen(role, p.create_time())
-                        entry.role = role
-                        entry.peak_rss = max(entry.peak_rss, rss)
-                        entry.last_seen = now
+                        if cmdline and p.status() != psutil.STATUS_ZOMBIE:
+                            found.append((p, cmdline, role_of(cmdline, p.pid == root.pid,
+                                                              self.engine_root)))
+        # A launcher's child that still has the launcher's command line is a rank it forked
+        # (the launcher pre-imports torch and forks its ranks without exec).
+        launchers = {p.pid for p, _, role in found if role == "launcher"}
+        family = []
+        for p, _, role in found:
+            with contextlib.suppress(psutil.Error):
+                if role == "launcher" and p.ppid() in launchers:
+                    role = "rank"
+                family.append((p, role))
+        return family
+
+    def sample(self) -> None:
+        now = time.time()
+        family = self._family()
+        for p, role in family:
+            with contextlib.suppress(psutil.Error):
+                rss = p.memory_info().rss
+                entry = self.seen.get(p.pid)
+                if entry is None:
+                    entry = self.seen[p.pid] = Seen(role, p.create_time())
+                entry.role = role
+                entry.peak_rss = max(entry.peak_rss, rss)
+                entry.last_seen = now
+        if now - self.last_pss >= self.pss_interval:
+            self.last_pss = now
+            totals = {"all": 0, "non-rank": 0}
+            for p, role in family:
+                with contextlib.suppress(OSError):
+                    pss = pss_bytes(p.pid)
+                    totals["all"] += pss
+                    if role in ("engine", "launcher", "agent"):
+                        totals["non-rank"] += pss
+            for key, value in totals.items():
+                self.peak_pss[key] = max(self.peak_pss[key], value)
 
     def stop(self) -> None:
         self.done.set()
@@ -167,7 +220,8 @@ def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
                                         if p)
-    env.pop("SHOAL_LAUNCH", None)
+    for name in ("SHOAL_LAUNCH", "SHOAL_PREIMPORT"):  # each row sets its own
+        env.pop(name, None)
     env.update(extra)
     return env
 
@@ -222,7 +276,7 @@ def _own_cpu() -> float:
 
 
 def _run_processes(cmds: list[list[str]], env: dict[str, str], logs: list[Path],
-                   engine_root: bool, interval: float,
+                   engine_root: bool, interval: float, pss_interval: float,
                    timeout: float) -> tuple[float, float, Sampler, dict[str, float]]:
     """Start ``cmds`` together, watch them, wait for all; (launch wall-clock time, total s,
     sampler, the machine's CPU: what others used and what the hypervisor stole, in %)."""
@@ -237,7 +291,7 @@ def _run_processes(cmds: list[list[str]], env: dict[str, str], logs: list[Path],
             with open(log, "wb") as out:
                 handles.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                                 env=env, cwd=REPO, start_new_session=True))
-        sampler = Sampler([p.pid for p in handles], engine_root, interval)
+        sampler = Sampler([p.pid for p in handles], engine_root, interval, pss_interval)
         sampler.sample()  # before the first interval: the roots' start times
         sampler.start()
         deadline = time.monotonic() + timeout
@@ -293,11 +347,14 @@ def _stages(marks: dict[str, float], sampler: Sampler, launched: float, origin: 
 
 
 def _rss(sampler: Sampler) -> dict[str, list[float]]:
-    return {role: sampler.peaks(role)
-            for role in ("engine", "launcher", "agent", "rank", "wrapper", "other")}
+    """Peak RSS per process of each role, and (as one-item lists) the peak summed PSS."""
+    rss = {role: sampler.peaks(role)
+           for role in ("engine", "launcher", "agent", "rank", "wrapper", "other")}
+    rss.update({f"pss {key}": [value / MIB] for key, value in sampler.peak_pss.items()})
+    return rss
 
 
-def run_bare(steps: int, interval: float, timeout: float) -> Outcome:
+def run_bare(steps: int, interval: float, pss_interval: float, timeout: float) -> Outcome:
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-gang-bare-"))
     done = False
     try:
@@ -307,7 +364,8 @@ def run_bare(steps: int, interval: float, timeout: float) -> Outcome:
                  f"--master-port={port}", "--rdzv-backend=static", str(BARE_PROGRAM),
                  "--steps", str(steps)] for node in (0, 1)]
         logs = [work / "node0.log", work / "node1.log"]
-        t0, total, sampler, cpu = _run_processes(cmds, _env(), logs, False, interval, timeout)
+        t0, total, sampler, cpu = _run_processes(cmds, _env(), logs, False, interval,
+                                                 pss_interval, timeout)
         marks = read_marks(logs[0])  # rank 0 runs on node 0, torchrun passes its stdout on
         if "FIRST_STEP" not in marks:
             raise RuntimeError(f"no FIRST_STEP mark in {logs[0]}")
@@ -320,17 +378,18 @@ def run_bare(steps: int, interval: float, timeout: float) -> Outcome:
         _clean(work, done)
 
 
-def run_shoal(launch: str, task: str, steps: int, interval: float, timeout: float,
-              kill_at: int | None = None) -> Outcome:
+def run_shoal(row: str, task: str, steps: int, interval: float, pss_interval: float,
+              timeout: float, kill_at: int | None = None) -> Outcome:
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-gang-"))
     done = False
     try:
         cmd = [*_shoal_cli(), "run", str(SHOAL_PROGRAM), task, "--steps", str(steps)]
         if kill_at is not None:
             cmd += ["--kill-at", str(kill_at)]
-        env = _env(SHOAL_HOME=str(home), SHOAL_LAUNCH=launch)
+        env = _env(SHOAL_HOME=str(home), **SHOAL_ROWS[row])
         log = home / "shoal-run.log"
-        t0, total, sampler, cpu = _run_processes([cmd], env, [log], True, interval, timeout)
+        t0, total, sampler, cpu = _run_processes([cmd], env, [log], True, interval,
+                                                 pss_interval, timeout)
         gang = list(home.glob("runs/*/logs/gang/a0.0"))
         if not gang:
             raise RuntimeError(f"no gang logs under {home}/runs:\n{log.read_text()[-3000:]}")
@@ -373,14 +432,11 @@ REFERENCES = (
     ("interpreter (`python -c pass`)", "pass"),
     ("`import shoal._runtime.launcher` (node launcher)", "import shoal._runtime.launcher"),
     ("`import shoal._runtime.rank` (rank, before the task)", "import shoal._runtime.rank"),
-    ("`import torch.distributed` (rank; Shoal's rank does it before the body)",
+    ("`import torch.distributed` (each rank, or once per node in a pre-importing launcher)",
      "import torch.distributed"),
     ("`import torch.distributed.run` (torchrun agent)", "import torch.distributed.run"),
-    ("`from torch.nn.parallel import DistributedDataParallel` + DDP()'s lazy imports",
-     "import torch.nn as nn, torch.distributed as d, os; "
-     "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='__PORT__', RANK='0', "
-     "WORLD_SIZE='1'); d.init_process_group('gloo'); "
-     "from torch.nn.parallel import DistributedDataParallel as D; D(nn.Linear(4, 1))"),
+    ("`import torch.distributed, torch._dynamo` (DDP() imports torch._dynamo on first use)",
+     "import torch.distributed, torch._dynamo"),
 )
 
 
@@ -389,9 +445,8 @@ def reference_costs(runs: int) -> list[tuple[str, float]]:
     for label, code in REFERENCES:
         times = []
         for _ in range(runs):
-            source = code.replace("__PORT__", str(free_port()))
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-c", source], check=True, env=_env(), cwd=REPO,
+            subprocess.run([sys.executable, "-c", code], check=True, env=_env(), cwd=REPO,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             times.append(time.perf_counter() - t)
         out.append((label, statistics.median(times)))
@@ -492,32 +547,32 @@ def recovery_table(res: Results, launch: Results) -> list[str]:
 
 
 def memory_table(res: Results) -> list[str]:
-    head = ["launcher", "engine (`shoal run`)", "node launcher, per node", "torchrun agent, "
-            "per node", "all non-rank processes", "vs bare torchrun", "rank, per rank"]
+    head = ["launcher", "engine (`shoal run`)", "node launcher, per node",
+            "torchrun agent, per node", "all non-rank processes", "vs bare torchrun",
+            "rank, per rank", "PSS: non-rank processes", "PSS: all processes",
+            "PSS all vs bare torchrun"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def per_run(got: list[Outcome], role: str, agg: str) -> list[float]:
-        out = []
-        for o in got:
-            vals = o.rss.get(role, [])
-            if vals:
-                out.append(max(vals) if agg == "max" else sum(vals))
-        return out
+    def per_run(got: list[Outcome], role: str) -> list[float]:
+        return [max(o.rss[role]) for o in got if o.rss.get(role)]
 
     def overhead(o: Outcome) -> float:
         return sum(sum(o.rss.get(r, [])) for r in ("engine", "launcher", "agent"))
 
     base = res.get(BASELINE)
     ref = med([overhead(o) for o in base]) if isinstance(base, list) else None
+    ref_pss = med(per_run(base, "pss all")) if isinstance(base, list) else None
     for row in LAUNCH_ROWS:
         got = res.get(row)
         if not isinstance(got, list):
             continue
-        cells = [spread(per_run(got, role, "max"), 0) for role in ("engine", "launcher",
-                                                                     "agent")]
+        cells = [spread(per_run(got, role), 0) for role in ("engine", "launcher", "agent")]
         total = [overhead(o) for o in got]
+        pss_all = per_run(got, "pss all")
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {spread(total, 0)} | "
-                     f"{ratio(med(total), ref)} | {spread(per_run(got, 'rank', 'max'), 0)} |")
+                     f"{ratio(med(total), ref)} | {spread(per_run(got, 'rank'), 0)} | "
+                     f"{spread(per_run(got, 'pss non-rank'), 0)} | {spread(pss_all, 0)} | "
+                     f"{ratio(med(pss_all), ref_pss)} |")
     return lines
 
 
@@ -579,6 +634,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per row; the median is kept")
     ap.add_argument("--kill-at", type=int, default=5, help="step at which rank 1 kills itself")
     ap.add_argument("--sample-ms", type=float, default=50.0, help="RSS sampling interval")
+    ap.add_argument("--pss-ms", type=float, default=500.0, help="PSS sampling interval")
     ap.add_argument("--reference-runs", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
@@ -597,11 +653,13 @@ def main() -> None:
               flush=True)
     started = time.perf_counter()
     interval = args.sample_ms / 1000
-    common = {"interval": interval, "timeout": args.timeout}
+    common = {"interval": interval, "pss_interval": args.pss_ms / 1000,
+              "timeout": args.timeout}
 
     print("warm-up (not measured): one bare torchrun and one shoal run", flush=True)
     measure("warm-up bare torchrun", run_bare, args.steps, **common)
-    measure("warm-up shoal direct", run_shoal, "direct", "train_ddp", args.steps, **common)
+    measure("warm-up shoal direct", run_shoal, "shoal direct", "train_ddp", args.steps,
+            **common)
 
     launch: Results = {}
     recovery: Results = {}
@@ -609,13 +667,11 @@ def main() -> None:
         print(f"round {i + 1}/{args.repeats}", flush=True)
         collect(launch, "bare torchrun", measure("(a) bare torchrun", run_bare, args.steps,
                                                  **common))
-        for launch_mode in ("direct", "torchrun"):
-            row = f"shoal {launch_mode}"
-            collect(launch, row, measure(f"(a) {row}", run_shoal, launch_mode, "train_ddp",
+        for row in SHOAL_ROWS:
+            collect(launch, row, measure(f"(a) {row}", run_shoal, row, "train_ddp",
                                          args.steps, **common))
-        for launch_mode in ("direct", "torchrun"):
-            row = f"shoal {launch_mode}"
-            collect(recovery, row, measure(f"(b) {row}", run_shoal, launch_mode,
+        for row in RECOVERY_ROWS:
+            collect(recovery, row, measure(f"(b) {row}", run_shoal, row,
                                            "train_recover", args.steps,
                                            kill_at=args.kill_at, **common))
     print("reference costs", flush=True)
@@ -633,7 +689,7 @@ def main() -> None:
 
     goal_lines = []
     base = launch.get(BASELINE)
-    for row in ("shoal direct", "shoal torchrun"):
+    for row in SHOAL_ROWS:
         got = launch.get(row)
         if isinstance(got, list) and isinstance(base, list):
             r_first = med([o.first_step for o in got]) / med([o.first_step for o in base])
@@ -685,21 +741,27 @@ def main() -> None:
         "process has exited. bare torchrun: two `python -m torch.distributed.run --nnodes=2 "
         "--nproc-per-node=2 --node-rank={0,1} --master-addr=127.0.0.1 --master-port=P "
         "--rdzv-backend=static benchmarks/programs_ddp_bare.py` started together. shoal: "
-        "`shoal run benchmarks/programs_ddp_shoal.py train_ddp` with `SHOAL_LAUNCH=direct` "
-        "(the launcher starts the ranks) or `SHOAL_LAUNCH=torchrun` (the launcher starts "
-        "torchrun), a fresh `SHOAL_HOME` each run. CPU used by others / stolen: over the "
-        "run, the machine's busy CPU time (/proc/stat) minus what this benchmark and every "
-        "process it started used, and the time the hypervisor stole, in % of the machine's "
-        "capacity: the noise in that run.", "",
+        "`shoal run benchmarks/programs_ddp_shoal.py train_ddp`, a fresh `SHOAL_HOME` each "
+        "run, with `SHOAL_LAUNCH=direct` (each node's launcher imports torch once and forks "
+        "its ranks from itself), `SHOAL_LAUNCH=direct SHOAL_PREIMPORT=0` (the launcher "
+        "starts each rank as a new interpreter, which imports torch itself) or "
+        "`SHOAL_LAUNCH=torchrun` (the launcher starts torchrun, which starts the ranks). "
+        "CPU used by others / stolen: over the run, the machine's busy CPU time "
+        "(/proc/stat) minus what this benchmark and every process it started used, and the "
+        "time the hypervisor stole, in % of the machine's capacity: the noise in that run.",
+        "",
         *[f"- {line}" for line in goal_lines], "",
         "### Where the time goes (median seconds from launch)", "",
         *a_stages, "",
         "node process up: the first node launcher (shoal) or torchrun agent (bare) started; "
         "first rank process: the first rank's process started (psutil start times, "
-        "calibrated against the launch); task body … last step: rank 0's marks. In Shoal's "
-        "rank, torch is imported before the task body (the rank bounds the collective "
-        "timeout first), so `task body` → `torch imported` is ~0 there and torch's import "
-        "sits in `first rank process` → `task body`.", "",
+        "calibrated against the launch; a process forked from a launcher counts as a rank); "
+        "task body … last step: rank 0's marks; ranks / node processes exited: the last "
+        "sample that found one running. In Shoal, torch is loaded before the task body (by "
+        "the launcher before it forks the ranks, or with no pre-import by the rank, which "
+        "bounds the collective timeout first), so `task body` → `torch imported` is ~0 there "
+        "and torch's import sits before `first rank process` (pre-import) or between `first "
+        "rank process` and `task body` (no pre-import).", "",
         "## (b) Recovery: rank 1 SIGKILLs itself at step "
         f"{args.kill_at}, the whole gang restarts (max_restarts=1)", "",
         *b_rows, "",
@@ -709,13 +771,19 @@ def main() -> None:
         "floor a restart by hand would pay.", "",
         "### Where the time goes (median seconds from the kill)", "",
         *b_stages, "",
-        "## (c) Peak memory during (a), RSS in MiB (median (min–max) over the runs)", "",
+        "## (c) Peak memory during (a), MiB (median (min–max) over the runs)", "",
         *c_rows, "",
-        f"Sampled every {args.sample_ms:g} ms by a thread of the benchmark process (psutil, "
-        "the whole process tree of what it started). Per node / per rank: the largest of "
-        "them in each run. All non-rank processes: the sum of the peaks of the engine, "
-        "launchers and torchrun agents (the `unshare` wrapper of each Shoal node, ~1 MiB, "
-        "not counted).", "",
+        f"RSS sampled every {args.sample_ms:g} ms by a thread of the benchmark process "
+        "(psutil, the whole process tree of what it started). Per node / per rank: the "
+        "largest of them in each run. All non-rank processes: the sum of the peak RSS of the "
+        "engine, launchers and torchrun agents (the `unshare` wrapper of each Shoal node, "
+        "~1 MiB, not counted). RSS counts a page shared by several processes in each of "
+        "them: ranks forked from a launcher that has torch loaded share its pages, so the "
+        "launcher's RSS is not all extra memory. PSS (proportional set size, "
+        f"`/proc/<pid>/smaps_rollup`, sampled every {args.pss_ms:g} ms because the kernel "
+        "walks the page tables for it) splits shared pages between their users: the peak of "
+        "the summed PSS of the non-rank processes, and of every process (the whole gang's "
+        "memory), is the fair total.", "",
         "## Reference costs", "",
         *ref_rows, "",
         f"Each alone on an otherwise idle machine, median of {args.reference_runs}; in the "

@@ -19,8 +19,8 @@ from typing import Any
 
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._engines.local import procs
-from shoal._engines.local.gang import GangRunner, pid_namespace_prefix
-from shoal._engines.local.plan import ProcessPlan, plan_process, request_for
+from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
+from shoal._engines.local.plan import ProcessPlan, format_bytes, plan_process, request_for
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
@@ -75,7 +75,33 @@ class LocalEngine(Engine):
         head = (f"local engine: pool of cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "
                 f"gpu={cap.gpu}; task {call.task.name!r} (retries={call.task.retries}, "
                 f"timeout={call.task.timeout}, cache={call.task.cache.behavior})")
+        if call.task.env.cluster is not None:
+            return head + "\n" + self._gang_plan(call)
         return head + "\n" + self.plan(call.task.env, call.task.code_file).render()
+
+    def _gang_plan(self, call: CallSpec) -> str:
+        c = call.task.env.cluster
+        assert c is not None
+        request, priority = self.gang_admission(call)
+        prefix = " ".join(self.namespace_prefix())
+        started = ("by the launcher" if self.launch_mode(c) == "direct" else
+                   f"by torchrun ({c.rdzv_backend} rendezvous, {c.torch_max_restarts} in-node "
+                   "restarts)")
+        lines = [
+            f"gang {call.task.env.name!r}: {c.replicas} node(s) x {c.nproc_per_node} "
+            f"process(es) = world size {c.world_size}, runtime {c.runtime}, ranks started "
+            f"{started}",
+            f"  admitted as one request: cpu={request.cpu:g} memory={format_bytes(request.memory)}"
+            f" gpu={request.gpu} (priority {priority})",
+            f"  failure policy: {c.max_restarts} group restart(s), resume after preemption: "
+            f"{c.resume_after_preemption}, collective timeout {c.collective_timeout:g}s, "
+            f"grace period {c.grace_period:g}s",
+        ]
+        for node in range(c.replicas):
+            lines.append(f"  node {node}: {prefix + ' ' if prefix else ''}"
+                         f"{' '.join(LAUNCHER)}  (address 127.0.0.{node + 1}, "
+                         f"master 127.0.0.1:<free port>)")
+        return "\n".join(lines)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _start(self, envs: list[EnvSpec]) -> None:

@@ -74,7 +74,7 @@ def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str]
     return out
 
 
-def _bytes(n: int) -> str:
+def format_bytes(n: int) -> str:
     for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if n >= size:
             return f"{n / size:g}{unit}"
@@ -98,7 +98,7 @@ class ProcessPlan:
         lines = [
             f"environment {self.env!r}: one warm worker process per concurrent call",
             f"  command:  {' '.join(self.argv)}",
-            f"  request:  cpu={self.request.cpu:g} memory={_bytes(self.request.memory)} "
+            f"  request:  cpu={self.request.cpu:g} memory={format_bytes(self.request.memory)} "
             f"gpu={self.request.gpu}  (queue {self.queue!r}, priority {self.priority})",
         ]
         lines += [f"  clamped:  {c}" for c in self.clamped]
