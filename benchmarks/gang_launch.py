@@ -472,7 +472,12 @@ def med(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-Results = dict[str, list[Outcome] | str]  # row -> outcomes, or why it was not measured
+Results = dict[str, list[Outcome]]  # row -> the outcomes of its runs that succeeded
+Failures = dict[str, list[str]]  # row -> why each of its failed runs failed
+
+
+def runs(got: list[Outcome], failed: list[str]) -> str:
+    return f"{len(got)}/{len(got) + len(failed)}"
 
 
 def noise(got: list[Outcome]) -> str:
@@ -481,30 +486,30 @@ def noise(got: list[Outcome]) -> str:
     return f"{others:.0f} / {steal:.0f}"
 
 
-def launch_table(res: Results) -> list[str]:
-    head = ["launcher", "launch → first step s (min–max)", "vs bare torchrun",
+def launch_table(res: Results, failures: Failures) -> list[str]:
+    head = ["launcher", "runs ok", "launch → first step s (min–max)", "vs bare torchrun",
             "total wall s (min–max)", "vs bare torchrun", "CPU used by others / stolen, % "
             "(worst run)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base = res.get(BASELINE)
-    ref_first = med([o.first_step for o in base]) if isinstance(base, list) else None
-    ref_total = med([o.total for o in base]) if isinstance(base, list) else None
+    base = res.get(BASELINE, [])
+    ref_first = med([o.first_step for o in base])
+    ref_total = med([o.total for o in base])
     for row in LAUNCH_ROWS:
-        got = res.get(row)
-        if not isinstance(got, list):
-            lines.append(f"| {row} | not measured: {got} | | | | |")
+        got, failed = res.get(row, []), failures.get(row, [])
+        if not got:
+            lines.append(f"| {row} | {runs(got, failed)} | | | | | |")
             continue
         first, total = [o.first_step for o in got], [o.total for o in got]
-        lines.append(f"| {row} | {spread(first)} | {ratio(med(first), ref_first)} | "
-                     f"{spread(total)} | {ratio(med(total), ref_total)} | {noise(got)} |")
+        lines.append(f"| {row} | {runs(got, failed)} | {spread(first)} | "
+                     f"{ratio(med(first), ref_first)} | {spread(total)} | "
+                     f"{ratio(med(total), ref_total)} | {noise(got)} |")
     return lines
 
 
 def stage_table(res: Results, rows: tuple[str, ...], origin: str) -> list[str]:
     names: list[str] = []
     for row in rows:
-        got = res.get(row)
-        for o in got if isinstance(got, list) else []:
+        for o in res.get(row, []):
             names += [n for n in o.stages if n not in names]
     order = ["node process up", "torchrun agent up", "first rank process", "task body",
              "torch imported", "process group", "first step", "last step", "ranks exited",
@@ -513,8 +518,8 @@ def stage_table(res: Results, rows: tuple[str, ...], origin: str) -> list[str]:
     lines = ["| " + " | ".join([f"s from {origin}", *names]) + " |",
              "|" + "---|" * (len(names) + 1)]
     for row in rows:
-        got = res.get(row)
-        if not isinstance(got, list):
+        got = res.get(row, [])
+        if not got:
             continue
         cells = []
         for n in names:
@@ -524,23 +529,22 @@ def stage_table(res: Results, rows: tuple[str, ...], origin: str) -> list[str]:
     return lines
 
 
-def recovery_table(res: Results, launch: Results) -> list[str]:
-    head = ["launcher", "kill → first step after restart s (min–max)",
+def recovery_table(res: Results, launch: Results, failures: Failures) -> list[str]:
+    head = ["launcher", "runs ok", "kill → first step after restart s (min–max)",
             "vs bare torchrun launch → first step", "vs same launcher's launch → first step",
             "rank named as failing first, per run (rank 1 was killed)",
             "CPU used by others / stolen, % (worst run)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base = launch.get(BASELINE)
-    ref = med([o.first_step for o in base]) if isinstance(base, list) else None
+    ref = med([o.first_step for o in launch.get(BASELINE, [])])
     for row in RECOVERY_ROWS:
-        got = res.get(row)
-        if not isinstance(got, list):
-            lines.append(f"| {row} | not measured: {got} | | | | |")
+        got, failed = res.get(row, []), failures.get(row, [])
+        if not got:
+            lines.append(f"| {row} | {runs(got, failed)} | | | | | |")
             continue
-        same = launch.get(row)
-        own = med([o.first_step for o in same]) if isinstance(same, list) else None
+        own = med([o.first_step for o in launch.get(row, [])])
         values = [o.first_step for o in got]
-        lines.append(f"| {row} | {spread(values)} | {ratio(med(values), ref)} | "
+        lines.append(f"| {row} | {runs(got, failed)} | {spread(values)} | "
+                     f"{ratio(med(values), ref)} | "
                      f"{ratio(med(values), own)} | {', '.join(o.blamed for o in got)} | "
                      f"{noise(got)} |")
     return lines
@@ -559,12 +563,12 @@ def memory_table(res: Results) -> list[str]:
     def overhead(o: Outcome) -> float:
         return sum(sum(o.rss.get(r, [])) for r in ("engine", "launcher", "agent"))
 
-    base = res.get(BASELINE)
-    ref = med([overhead(o) for o in base]) if isinstance(base, list) else None
-    ref_pss = med(per_run(base, "pss all")) if isinstance(base, list) else None
+    base = res.get(BASELINE, [])
+    ref = med([overhead(o) for o in base])
+    ref_pss = med(per_run(base, "pss all"))
     for row in LAUNCH_ROWS:
-        got = res.get(row)
-        if not isinstance(got, list):
+        got = res.get(row, [])
+        if not got:
             continue
         cells = [spread(per_run(got, role), 0) for role in ("engine", "launcher", "agent")]
         total = [overhead(o) for o in got]
@@ -609,23 +613,33 @@ def git_commit() -> str:
     return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
 
 
+def failure_summary(why: str) -> str:
+    """One line for a failed run: ``shoal run``'s own verdict when it printed one."""
+    lines = [line.strip() for line in why.splitlines() if line.strip()]
+    verdict = [line for line in lines if line.startswith("shoal: run ") and "failed" in line]
+    return (verdict[-1] if verdict else lines[0] if lines else "failed")[:300]
+
+
 def measure(label: str, fn: Any, *args: Any, **kwargs: Any) -> Outcome | str:
     try:
         o: Outcome = fn(*args, **kwargs)
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        why = str(e).strip()
-        print(f"  {label}: FAILED: {why[-1500:]}", flush=True)
-        return why.splitlines()[0][:200] if why else type(e).__name__
-    print(f"  {label}: first step {o.first_step:.2f} s, total {o.total:.2f} s", flush=True)
+        why = str(e).strip() or type(e).__name__
+        print(f"  {label}: FAILED: {why[-2500:]}", flush=True)
+        return failure_summary(why)
+    stages = ", ".join(f"{name} {secs:.2f}" for name, secs in o.stages.items())
+    print(f"  {label}: first step {o.first_step:.2f} s, total {o.total:.2f} s ({stages}; "
+          f"others' CPU {o.cpu.get('others', 0.0):.0f}%)", flush=True)
     return o
 
 
-def collect(res: Results, row: str, got: Outcome | str) -> None:
-    current = res.get(row, [])
+def collect(res: Results, failures: Failures, row: str, got: Outcome | str) -> None:
+    """Keep a run's outcome, or why it failed: the row's figures are its runs that succeeded,
+    and the tables say how many did."""
     if isinstance(got, str):
-        res[row] = got  # one failed run spoils the row: say why rather than a partial median
-    elif isinstance(current, list):
-        res[row] = [*current, got]
+        failures.setdefault(row, []).append(got)
+    else:
+        res.setdefault(row, []).append(got)
 
 
 def main() -> None:
@@ -663,37 +677,42 @@ def main() -> None:
 
     launch: Results = {}
     recovery: Results = {}
+    failures: dict[str, Failures] = {"a": {}, "b": {}}
     for i in range(args.repeats):
         print(f"round {i + 1}/{args.repeats}", flush=True)
-        collect(launch, "bare torchrun", measure("(a) bare torchrun", run_bare, args.steps,
-                                                 **common))
+        collect(launch, failures["a"], BASELINE,
+                measure(f"(a) {BASELINE}", run_bare, args.steps, **common))
         for row in SHOAL_ROWS:
-            collect(launch, row, measure(f"(a) {row}", run_shoal, row, "train_ddp",
-                                         args.steps, **common))
+            collect(launch, failures["a"], row,
+                    measure(f"(a) {row}", run_shoal, row, "train_ddp", args.steps, **common))
         for row in RECOVERY_ROWS:
-            collect(recovery, row, measure(f"(b) {row}", run_shoal, row,
-                                           "train_recover", args.steps,
-                                           kill_at=args.kill_at, **common))
+            collect(recovery, failures["b"], row,
+                    measure(f"(b) {row}", run_shoal, row, "train_recover", args.steps,
+                            kill_at=args.kill_at, **common))
     print("reference costs", flush=True)
     refs = reference_costs(args.reference_runs)
     load_end = os.getloadavg()
     elapsed = time.perf_counter() - started
 
-    a_rows = launch_table(launch)
+    a_rows = launch_table(launch, failures["a"])
     a_stages = stage_table(launch, LAUNCH_ROWS, "launch")
-    b_rows = recovery_table(recovery, launch)
+    b_rows = recovery_table(recovery, launch, failures["b"])
     b_stages = stage_table(recovery, RECOVERY_ROWS, "kill")
     c_rows = memory_table(launch)
     ref_rows = ["| alone, idle machine | s (median) |", "|---|---|",
                 *[f"| {label} | {secs:.3f} |" for label, secs in refs]]
+    failure_lines = [f"({part}) {row}: {why}" for part, by_row in failures.items()
+                     for row, whys in by_row.items() for why in whys]
 
     goal_lines = []
-    base = launch.get(BASELINE)
+    base = launch.get(BASELINE, [])
     for row in SHOAL_ROWS:
-        got = launch.get(row)
-        if isinstance(got, list) and isinstance(base, list):
-            r_first = med([o.first_step for o in got]) / med([o.first_step for o in base])
-            r_total = med([o.total for o in got]) / med([o.total for o in base])
+        got = launch.get(row, [])
+        if got and base:
+            r_first = statistics.median([o.first_step for o in got]) / statistics.median(
+                [o.first_step for o in base])
+            r_total = statistics.median([o.total for o in got]) / statistics.median(
+                [o.total for o in base])
             verdict = "met" if r_first <= GOAL_RATIO and r_total <= GOAL_RATIO else "NOT met"
             # The least disturbed run of each row: other work on the machine only adds time.
             b_first = min(o.first_step for o in got) / min(o.first_step for o in base)
@@ -715,6 +734,8 @@ def main() -> None:
         print()
     for line in goal_lines:
         print(line)
+    for line in failure_lines:
+        print(f"failed run: {line}")
     print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
           f"{load_end[0]:.2f} at the end")
 
@@ -784,6 +805,10 @@ def main() -> None:
         "walks the page tables for it) splits shared pages between their users: the peak of "
         "the summed PSS of the non-rank processes, and of every process (the whole gang's "
         "memory), is the fair total.", "",
+        "## Failed runs", "",
+        *([f"- {line}" for line in failure_lines] or ["None."]), "",
+        "A failed run is left out of its row's figures; `runs ok` in the tables counts them.",
+        "",
         "## Reference costs", "",
         *ref_rows, "",
         f"Each alone on an otherwise idle machine, median of {args.reference_runs}; in the "

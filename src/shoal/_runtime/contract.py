@@ -65,6 +65,8 @@ NODE_ADDR = "SHOAL_NODE_ADDR"  # the address other nodes reach this node at ("":
 # An inherited pipe end whose EOF means the local engine died: its nodes then end themselves.
 LIFELINE_FD = "SHOAL_LIFELINE_FD"
 PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"
+CODE_BUNDLE = "SHOAL_CODE_BUNDLE"  # URI of the content-hashed code bundle (Kubernetes pods)
+KUBE_CONFIG = "SHOAL_KUBE_CONFIG"  # the Kubernetes engine's settings, as JSON, for the driver pod
 PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch and fork ranks
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------

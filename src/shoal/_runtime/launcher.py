@@ -261,8 +261,23 @@ def watch_lifeline(runner: Node, grace: float) -> None:
     threading.Thread(target=wait_for_eof, name="shoal-lifeline", daemon=True).start()
 
 
+def fetch_code(node: NodeEnv) -> NodeEnv:
+    """On a pod, the user's code comes as a bundle from the object store: unpack it and point
+    the contract (and so every rank) at the task file inside it."""
+    uri = os.environ.get(contract.CODE_BUNDLE)
+    if not uri:
+        return node
+    from dataclasses import replace
+
+    from shoal._storage.bundle import fetch
+
+    path = str(fetch(uri, node.code_file))
+    os.environ[contract.CODE_FILE] = path
+    return replace(node, code_file=path)
+
+
 def main() -> None:
-    node = NodeEnv.from_env()
+    node = fetch_code(NodeEnv.from_env())
     become_subreaper()
     wait_for_master(node)
     runner = Node(node)

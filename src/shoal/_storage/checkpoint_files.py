@@ -54,6 +54,8 @@ CHUNK = 8 * 1024 * 1024
 BYTES_NAME = "data"  # the one object of a bytes save (and its file name in load_all_shards)
 # Below this, handing a chunk to the hashing thread costs more than it saves.
 _PARALLEL_MIN = 1024 * 1024
+# What a load's hashing thread reads at a time: small enough to stay in the CPU cache.
+_HASH_BUFFER = 1024 * 1024
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -225,6 +227,37 @@ def _file_chunks(fd: int) -> Iterator[memoryview]:
         turn ^= 1
 
 
+def _hash_fd(fd: int) -> tuple[int, str]:
+    """Size and sha256 of the file behind ``fd``, read with ``pread`` (the file position stays
+    where it is) into one small buffer, which stays in the CPU cache until it is hashed."""
+    h = hashlib.sha256()
+    buffer = memoryview(bytearray(_HASH_BUFFER))
+    size = 0
+    while n := os.preadv(fd, [buffer], size):
+        _digest_chunk(h, buffer[:n])
+        size += n
+    return size, h.hexdigest()
+
+
+def _read_hashed(fd: int) -> tuple[bytes, int, str]:
+    """The whole file behind ``fd``, and the size and sha256 of what the file holds.
+
+    A helper thread hashes the file through the same descriptor (so the same inode, through
+    the same page cache) while this thread reads it: about max(read, hash) rather than their
+    sum, which halved a 256 MiB load here (benchmarks/checkpoint_io.py). A ``bytes`` cannot be
+    filled piece by piece to hash it as it fills, and reading into a ``bytearray`` costs a
+    second copy to return ``bytes``; hashing what the file holds is what a load checks anyway.
+    """
+    hashed = _hash_pool().submit(_hash_fd, fd)
+    try:
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        hashed.exception()  # the caller closes fd: the helper must be done with it first
+    size, digest = hashed.result()
+    return data, size, digest
+
+
 def _write_all(fd: int, chunk: memoryview) -> None:
     while chunk:
         chunk = chunk[os.write(fd, chunk) :]
@@ -347,10 +380,9 @@ def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) ->
             ) from e
         try:
             if dest is None:
-                with open(fd, "rb", closefd=False) as f:
-                    data = f.read()
-                size, digest = _pump(_memory_chunks(data), None)
-                _verify(uri, entry, size, digest, step)
+                data, hashed, digest = _read_hashed(fd)
+                for size in {len(data), hashed}:  # both reads must find what the commit says
+                    _verify(uri, entry, size, digest, step)
                 return data
             dest.parent.mkdir(parents=True, exist_ok=True)
             out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)

@@ -9,15 +9,45 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--engine", choices=["local"], default="local")
-    p.add_argument("--out", default=None, help="write each environment's Dockerfile here")
+    p.add_argument("--engine", choices=["local", "kubernetes"], default="local")
+    p.add_argument("--out", default=None,
+                   help="write each environment's Dockerfile here (with --engine kubernetes: "
+                        "the manifests, as YAML)")
+    p.add_argument("--store", default=None,
+                   help="object-store root URI (default: $SHOAL_STORE); s3:// or gs:// for "
+                        "Kubernetes")
+    p.add_argument("--kube-settings", default=None, metavar="FILE",
+                   help="Kubernetes engine settings (YAML: namespace, registry, accelerators…)")
     p.add_argument("--dry-run", action="store_true", help="validate and print, change nothing")
+
+
+def _kubernetes(envs: dict[str, object], args: argparse.Namespace) -> int:
+    from shoal.cli import kube
+    from shoal.errors import EngineError
+
+    if not args.dry_run:
+        raise EngineError("deploying to a Kubernetes cluster is not available from this "
+                          "machine (no API server is reachable). Fix: `shoal deploy --engine "
+                          "kubernetes --dry-run --out DIR FILE` and `kubectl apply -f DIR`")
+    if args.store:
+        from shoal._api.run import init
+
+        init(store=args.store)
+    config = kube.kube_config(args.kube_settings)
+    text = kube.write(kube.deploy_manifests(envs, config, args.file), args.out)
+    if args.out:
+        print(f"wrote the manifests of {len(envs)} environment(s) to {args.out}/")
+    else:
+        print(text, end="")
+    return 0
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.cli.envs import environments_of
 
     envs = environments_of(args.file)
+    if args.engine == "kubernetes":
+        return _kubernetes(envs, args)
     rows = [("ENV", "TASKS", "DEPENDS_ON", "IMAGE")]
     for name, env in sorted(envs.items()):
         spec = env.spec()  # builds and validates the whole description

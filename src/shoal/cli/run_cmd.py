@@ -21,8 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="RUN", default=None,
                    help="continue a run that crashed, failed or was cancelled: completed calls "
                         "are replayed from its records, checkpoints are found again")
-    p.add_argument("--engine", choices=["local"], default=None,
+    p.add_argument("--engine", choices=["local", "kubernetes"], default=None,
                    help="where to run (default: $SHOAL_ENGINE or local)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="with --engine kubernetes --dry-run: write the manifests here as YAML")
+    p.add_argument("--kube-settings", default=None, metavar="FILE",
+                   help="Kubernetes engine settings (YAML: namespace, registry, accelerators…)")
     p.add_argument("--store", default=None,
                    help="object-store root URI (default: $SHOAL_STORE or file://~/.shoal/store)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
@@ -41,7 +45,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.cli.args import parse_task_args
     from shoal.cli.progress import Progress
 
-    init(engine=args.engine or contract_engine(), store=args.store)
+    engine = args.engine or contract_engine()
+    init(engine="local" if engine == "kubernetes" else engine, store=args.store)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
     else:
@@ -54,6 +59,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         values = parse_task_args(task, rest)
         call = task.make_call((), values, parent_action=None)
     envs = [e.spec() for e in task.env.reachable().values()]
+    if engine == "kubernetes":
+        return _kubernetes(task, call, args)
     progress = Progress(stream_logs=not args.quiet)
     runner = Runner(call, envs=envs, name=args.name, engine=args.engine or contract_engine(),
                     reporter=progress, resume=args.resume)
@@ -74,6 +81,26 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     value = task.decode_output(outcome.output)
     print(f"shoal: run {runner.name} succeeded; logs: shoal logs {runner.name}", file=sys.stderr)
     print(_render(value))
+    return 0
+
+
+def _kubernetes(task: Any, call: Any, args: argparse.Namespace) -> int:
+    from shoal.cli import kube
+    from shoal.errors import EngineError
+
+    config = kube.kube_config(args.kube_settings)
+    if not args.dry_run:
+        raise EngineError("submitting to a Kubernetes cluster is not available from this "
+                          "machine (no API server is reachable). Fix: `shoal run --engine "
+                          "kubernetes --dry-run --out DIR ...` and `kubectl apply -f DIR`")
+    from shoal._storage.records import Records
+
+    run = args.name or Records(contract.home() / "shoal.db").new_run_name()
+    text = kube.write(kube.run_manifests(task, call, run, config), args.out)
+    if args.out:
+        print(f"wrote the manifests of run {run} ({task.name}) to {args.out}/")
+    else:
+        print(text, end="")
     return 0
 
 

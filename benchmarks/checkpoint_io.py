@@ -1,0 +1,716 @@
+"""Checkpoint I/O: Shoal's ``Checkpoint`` against raw writes and reads of the same bytes.
+
+Run:
+    PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_io.py
+
+Four sections, each measured in its own subprocess (nothing shared but the disk), rounds
+interleaved so drift hits both sides; each figure is the median of ``--rounds`` with min–max:
+
+1. sync save on a ``file://`` store, for each size in ``--sizes`` (MiB of random bytes):
+   ``save_sync(bytes)`` and ``save_sync(<file path>)`` against a raw ``open/write/fsync`` of
+   the same bytes to the same folder (and, for the file, against ``shutil.copyfile`` + fsync);
+2. load: ``load_sync()`` of the bytes version (verified: sha256 of every byte) against
+   ``open(path, "rb").read()``, cold (both files' pages evicted first with
+   ``posix_fadvise(DONTNEED)``) and warm; and the first ``load_sync()`` of the file version
+   (a verified copy into ``local_dir/loaded``) against a cold ``shutil.copyfile``;
+3. async save of ``--async-mib``: how long ``save_async(bytes)``, ``save_async(bytearray)``
+   and ``save_state_dict(..., async_save=True)`` (a dict of float32 tensors, through DCP, in a
+   one-process gloo group) block the caller, against one in-memory copy of the same state
+   (``bytearray(x)``, ``tensor.clone()``), the physical floor; and the sync saves of the same;
+   then a small CPU training loop (an MLP, 2 threads) in steps/s with no save against the
+   steps that overlap an async save of that state;
+4. ``s3://`` on a loopback moto server (started here): ``save_sync(bytes)``,
+   ``save_sync(<file>)`` and ``load_sync()`` against raw ``obstore.put``/``obstore.get`` of the
+   same bytes, with the part size and concurrency Shoal's store uses.
+
+The goals (from the issue): save and load ≥ 0.8x the raw figure; an async save blocks ≤ 1.5x
+one in-memory copy. Evicting one file's pages with fadvise needs no root and, unlike
+``/proc/sys/vm/drop_caches``, leaves other work on the machine alone; ``fincore`` (util-linux)
+checks that nothing stayed resident. moto is a Python server sharing the CPUs with the client:
+read its ratios, not its MiB/s. Writes ``benchmarks/results/<date>-cpu<N>-checkpoint-io.md``;
+about 3 minutes on 2 CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+MARK = "CHECKPOINT-IO-RESULT "
+MiB = 1024 * 1024
+BUCKET = "shoal-bench-ckpt"
+GOAL_THROUGHPUT = 0.8  # save/load vs raw, at least
+GOAL_BLOCKED = 1.5  # async blocked time vs one in-memory copy, at most
+TRAIN_THREADS = 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the children
+# ---------------------------------------------------------------------------------------------
+
+def timed(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def write_fsync(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def copy_fsync(src: Path, dest: Path) -> None:
+    shutil.copyfile(src, dest)
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def timed_read(fn: Callable[[], object], size: int) -> float:
+    """Seconds ``fn()`` takes, checking it returned ``size`` bytes (freed before returning)."""
+    t = time.perf_counter()
+    got = fn()
+    secs = time.perf_counter() - t
+    got_size = memoryview(got).nbytes  # type: ignore[arg-type]
+    if got_size != size:
+        raise RuntimeError(f"expected {size} bytes, got {got_size}")
+    return secs
+
+
+def read_all(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def evict(*paths: Path) -> None:
+    """Drop these files' pages from the page cache (they must be clean: written and fsynced)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def resident_bytes(path: Path) -> int | None:
+    """Bytes of ``path`` in the page cache, from util-linux ``fincore``; None without it."""
+    if shutil.which("fincore") is None:
+        return None
+    p = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                       capture_output=True, text=True)
+    return int(p.stdout.split()[0]) if p.returncode == 0 and p.stdout.strip() else None
+
+
+def version_files(store_dir: Path, step: int) -> list[Path]:
+    """The payload files of committed step ``step`` in a file:// store folder."""
+    return [p for p in (store_dir / f"v{step:012d}").rglob("*")
+            if p.is_file() and not p.name.endswith(".seal")]
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(MARK + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Child 1: file:// saves and loads of one size
+# ---------------------------------------------------------------------------------------------
+
+def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
+    from shoal._storage.checkpoints import Checkpoint
+
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-", dir=where))
+    data = os.urandom(size)
+    t: dict[str, list[float]] = {k: [] for k in (
+        "raw write+fsync", "save bytes", "save file", "raw copy+fsync",
+        "raw read cold", "load bytes cold", "raw read warm", "load bytes warm",
+        "raw copy cold", "load file cold")}
+    resident: dict[str, int | None] = {}
+
+    def measure(name: str, fn: Callable[[], object]) -> None:
+        # Flush every dirty page first (ours and anyone's), so no write pays for an earlier
+        # one's writeback, or for the discards of an earlier delete (this disk is mounted
+        # with ``discard``).
+        os.sync()
+        t[name].append(timed(fn))
+
+    try:
+        for r in range(rounds):
+            # A fresh checkpoint folder each round, keep=None: what a save costs, not what
+            # deleting an old version costs (measured by nobody here).
+            folder = tmp / f"round-{r}"
+            store_dir = folder / "store"
+            cp = Checkpoint(store_dir.as_uri(), local_dir=folder / "local")
+            cp.save_sync(b"warm-up")  # the folders, the first scan: not what we measure
+            raw, copy = folder / "raw", folder / "copy"
+            # Alternate which goes first, so neither always runs right after the other.
+            saves: list[tuple[str, Callable[[], object]]] = [
+                ("raw write+fsync", lambda raw=raw: write_fsync(raw, data)),
+                ("save bytes", lambda cp=cp: cp.save_sync(data))]
+            for name, fn in saves if r % 2 == 0 else saves[::-1]:
+                measure(name, fn)
+            bytes_step = cp.latest()
+            # The file saved is the one just written: the same bytes, in the page cache, as
+            # a file torch.save has just written would be.
+            files: list[tuple[str, Callable[[], object]]] = [
+                ("raw copy+fsync", lambda raw=raw, copy=copy: copy_fsync(raw, copy)),
+                ("save file", lambda cp=cp, raw=raw: cp.save_sync(raw))]
+            for name, fn in files if r % 2 == 0 else files[::-1]:
+                measure(name, fn)
+            file_step = cp.latest()
+            assert bytes_step is not None and file_step is not None
+            copy.unlink()
+
+            ckpt_files = version_files(store_dir, bytes_step)
+            evict(raw, *ckpt_files)
+            if r == 0:
+                resident = {"raw": resident_bytes(raw), "checkpoint": resident_bytes(ckpt_files[0])}
+            loads: list[tuple[str, Callable[[], object]]] = [
+                ("raw read cold", lambda raw=raw: read_all(raw)),
+                ("load bytes cold", lambda cp=cp, s=bytes_step: cp.load_sync(step=s))]
+            for name, fn in loads if r % 2 == 0 else loads[::-1]:
+                t[name].append(timed_read(fn, size))
+            t["raw read warm"].append(timed_read(lambda raw=raw: read_all(raw), size))
+            t["load bytes warm"].append(
+                timed_read(lambda cp=cp, s=bytes_step: cp.load_sync(step=s), size))
+
+            # A file version loads as a verified copy under local_dir/loaded, made once.
+            evict(raw, *version_files(store_dir, file_step))
+            t["raw copy cold"].append(timed(lambda raw=raw, copy=copy: shutil.copyfile(raw, copy)))
+            t["load file cold"].append(timed(lambda cp=cp, s=file_step: cp.load_sync(step=s)))
+            cp.close()
+            shutil.rmtree(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"times": t, "resident_after_evict": resident}
+
+
+# ---------------------------------------------------------------------------------------------
+# Children 2 and 3: async saves (blocked time), and training with a save in flight
+# ---------------------------------------------------------------------------------------------
+
+def _init_gloo() -> None:
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
+
+
+def _state_dict(size: int) -> dict[str, Any]:
+    """float32 tensors totalling ``size`` bytes, 16 MiB each (layers of a model, say)."""
+    import torch
+
+    per = 16 * MiB
+    n, rest = divmod(size, per)
+    out = {f"layer{i}.weight": torch.randn(per // 4) for i in range(n)}
+    if rest:
+        out["tail"] = torch.randn(rest // 4)
+    return out
+
+
+def child_async(size: int, rounds: int, where: Path) -> dict[str, Any]:
+    import warnings
+
+    import torch
+
+    from shoal._storage.checkpoints import Checkpoint
+
+    warnings.filterwarnings("ignore")  # DCP's notes on a one-process group
+    torch.set_num_threads(TRAIN_THREADS)
+    _init_gloo()
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-async-", dir=where))
+    blob = os.urandom(size)
+    mutable = bytearray(blob)
+    state = _state_dict(size)
+    cps = {name: Checkpoint((tmp / name).as_uri(), local_dir=tmp / f"local-{name}", keep=1)
+           for name in ("bytes", "bytearray", "state dict")}
+    t: dict[str, list[float]] = {}
+
+    def add(name: str, secs: float) -> None:
+        t.setdefault(name, []).append(secs)
+
+    try:
+        first: dict[str, float] = {}
+        # One warm-up of each: thread pools, DCP's imports, the checkpoint process group.
+        first["bytes"] = timed(lambda: cps["bytes"].save_async(blob))
+        first["state dict"] = timed(
+            lambda: cps["state dict"].save_state_dict(state, async_save=True))
+        for cp in cps.values():
+            cp.wait()
+        for _ in range(rounds):
+            add("copy bytes", timed(lambda: bytearray(blob)))
+            add("blocked bytes", timed(lambda: cps["bytes"].save_async(blob)))
+            add("background bytes", timed(cps["bytes"].wait))
+            add("sync bytes", timed(lambda: cps["bytes"].save_sync(blob)))
+
+            add("copy bytearray", timed(lambda: bytearray(mutable)))
+            add("blocked bytearray", timed(lambda: cps["bytearray"].save_async(mutable)))
+            add("background bytearray", timed(cps["bytearray"].wait))
+            add("sync bytearray", timed(lambda: cps["bytearray"].save_sync(mutable)))
+
+            add("copy state dict", timed(lambda: {k: v.clone() for k, v in state.items()}))
+            add("blocked state dict", timed(
+                lambda: cps["state dict"].save_state_dict(state, async_save=True)))
+            add("background state dict", timed(cps["state dict"].wait))
+            add("sync state dict", timed(
+                lambda: cps["state dict"].save_state_dict(state).result()))
+    finally:
+        for cp in cps.values():
+            cp.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return {"times": t, "first_blocked": first}
+
+
+def _trainer() -> Callable[[], None]:
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def child_train(size: int, rounds: int, where: Path, window: float) -> dict[str, Any]:
+    import warnings
+
+    import torch
+
+    from shoal._storage.checkpoints import Checkpoint
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(TRAIN_THREADS)
+    _init_gloo()
+    step = _trainer()
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-train-", dir=where))
+    blob = os.urandom(size)
+    state = _state_dict(size)
+    cps = {name: Checkpoint((tmp / name).as_uri(), local_dir=tmp / f"local-{name}", keep=1)
+           for name in ("bytes", "state dict")}
+    start: dict[str, Callable[[], Any]] = {
+        "bytes": lambda: cps["bytes"].save_async(blob),
+        "state dict": lambda: cps["state dict"].save_state_dict(state, async_save=True),
+    }
+    rates: dict[str, list[float]] = {"no save": [], "bytes": [], "state dict": []}
+    save_s: dict[str, list[float]] = {"bytes": [], "state dict": []}
+    alone_s: dict[str, list[float]] = {"bytes": [], "state dict": []}
+
+    def train_while(busy: Callable[[], bool]) -> float:
+        n, t0 = 0, time.perf_counter()
+        while busy():
+            step()
+            n += 1
+        return n / (time.perf_counter() - t0)
+
+    try:
+        for name in start:  # warm-up: pools, DCP, the checkpoint process group
+            start[name]()
+            cps[name].wait()
+        deadline = time.perf_counter() + 2
+        train_while(lambda: time.perf_counter() < deadline)
+        for _ in range(rounds):
+            for name in start:
+                # The save alone, then the same save with training going on beside it.
+                t0 = time.perf_counter()
+                start[name]()
+                cps[name].wait()
+                alone_s[name].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                fut = start[name]()
+                rates[name].append(train_while(lambda fut=fut: not fut.done()))
+                fut.result()
+                save_s[name].append(time.perf_counter() - t0)
+                end = time.perf_counter() + window
+                rates["no save"].append(train_while(lambda end=end: time.perf_counter() < end))
+    finally:
+        for cp in cps.values():
+            cp.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return {"rates": rates, "save_s": save_s, "alone_s": alone_s}
+
+
+# ---------------------------------------------------------------------------------------------
+# Child 4: s3:// against loopback moto
+# ---------------------------------------------------------------------------------------------
+
+def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
+    import obstore
+    from obstore.store import S3Store
+
+    from shoal._runtime import contract
+    from shoal._storage.checkpoints import Checkpoint
+    from shoal._storage.objstore import CHUNK, ObjectStore
+
+    endpoint = os.environ[contract.S3_ENDPOINT]
+    raw_store = S3Store.from_url(f"s3://{BUCKET}", endpoint=endpoint,
+                                 client_options={"allow_http": True})
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-s3-", dir=where))
+    cp = Checkpoint(f"s3://{BUCKET}/ckpt", local_dir=tmp / "local", keep=1)
+    data = os.urandom(size)
+    src = tmp / "model.bin"
+    write_fsync(src, data)
+    conc = ObjectStore.parallelism
+
+    def raw_put(key: str) -> None:
+        obstore.put(raw_store, key, data, chunk_size=CHUNK, max_concurrency=conc)
+
+    def raw_put_file(key: str) -> None:
+        with open(src, "rb") as f:
+            obstore.put(raw_store, key, f, chunk_size=CHUNK, max_concurrency=conc)
+
+    t: dict[str, list[float]] = {k: [] for k in (
+        "raw put", "save bytes", "raw get", "load bytes", "raw put file", "save file")}
+    try:
+        cp.save_sync(b"warm-up")
+        raw_put("raw/warm")
+        for r in range(rounds):
+            t["raw put"].append(timed(lambda r=r: raw_put(f"raw/{r}")))
+            t["save bytes"].append(timed(lambda: cp.save_sync(data)))
+            step = cp.latest()
+            t["raw get"].append(timed_read(
+                lambda r=r: obstore.get(raw_store, f"raw/{r}").bytes(), size))
+            t["load bytes"].append(timed_read(lambda s=step: cp.load_sync(step=s), size))
+            t["raw put file"].append(timed(lambda r=r: raw_put_file(f"raw/file-{r}")))
+            t["save file"].append(timed(lambda: cp.save_sync(src)))
+            for key in (f"raw/{r}", f"raw/file-{r}"):
+                obstore.delete(raw_store, key)
+    finally:
+        cp.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"times": t}
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(endpoint, timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto server did not start") from None
+                time.sleep(0.05)
+        # moto does not check signatures, so a bare PUT creates the bucket.
+        urllib.request.urlopen(
+            urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=5).close()
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: run the children, print and write the tables
+# ---------------------------------------------------------------------------------------------
+
+def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(MARK):
+            got: dict[str, Any] = json.loads(line[len(MARK):])
+            return got
+    raise RuntimeError(f"child {shlex.join(args)} failed (exit {p.returncode}):\n"
+                       f"{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def spread(xs: list[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+
+
+def mibs(size: int, secs: list[float]) -> list[float]:
+    return [size / MiB / s for s in secs]
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def file_table(res: dict[int, dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
+    head = ["what", "size", "raw MiB/s (min–max)", "shoal MiB/s (min–max)", "shoal / raw",
+            f"goal ≥ {GOAL_THROUGHPUT}x"]
+    save = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    load = list(save)
+    goals: list[str] = []
+    rows = [
+        (save, "save_sync(bytes) vs write+fsync", "save bytes", "raw write+fsync", True),
+        (save, "save_sync(file) vs write+fsync", "save file", "raw write+fsync", True),
+        (save, "save_sync(file) vs copyfile+fsync", "save file", "raw copy+fsync", False),
+        (load, "load_sync() bytes vs read(), cold", "load bytes cold", "raw read cold", True),
+        (load, "load_sync() bytes vs read(), warm", "load bytes warm", "raw read warm", True),
+        (load, "load_sync() file vs copyfile, cold", "load file cold", "raw copy cold", False),
+    ]
+    for size, r in res.items():
+        t = r["times"]
+        for table, label, mine, base, goal in rows:
+            ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
+            mark = verdict(ratio >= GOAL_THROUGHPUT) if goal else "(reference)"
+            table.append(f"| {label} | {size // MiB} MiB | {spread(mibs(size, t[base]))} | "
+                         f"{spread(mibs(size, t[mine]))} | {ratio:.2f}x | {mark} |")
+            if goal:
+                goals.append(f"file:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
+                             f"{verdict(ratio >= GOAL_THROUGHPUT)}")
+    return save, load, goals
+
+
+def async_table(r: dict[str, Any]) -> tuple[list[str], list[str]]:
+    t = r["times"]
+    head = ["payload", "blocked ms (min–max)", "floor: one copy ms (min–max)",
+            f"blocked / copy (goal ≤ {GOAL_BLOCKED}x)", "sync save ms", "blocked / sync save",
+            "background write ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    goals = []
+    for name in ("bytes", "bytearray", "state dict"):
+        ms = {k: [x * 1e3 for x in t[f"{k} {name}"]] for k in
+              ("blocked", "copy", "sync", "background")}
+        ratio = med(ms["blocked"]) / med(ms["copy"])
+        lines.append(f"| {name} | {spread(ms['blocked'], '{:.1f}')} | "
+                     f"{spread(ms['copy'], '{:.1f}')} | {ratio:.2f}x, "
+                     f"{verdict(ratio <= GOAL_BLOCKED)} | {spread(ms['sync'])} | "
+                     f"{med(ms['blocked']) / med(ms['sync']):.0%} | {spread(ms['background'])} |")
+        goals.append(f"async {name}: blocked {ratio:.2f}x one copy, "
+                     f"{verdict(ratio <= GOAL_BLOCKED)}")
+    return lines, goals
+
+
+def train_table(r: dict[str, Any]) -> list[str]:
+    rates, save_s, alone_s = r["rates"], r["save_s"], r["alone_s"]
+    base = med(rates["no save"])
+    head = ["training", "steps/s (min–max)", "vs no save", "save wall s with training",
+            "the save alone s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+             f"| no save | {spread(rates['no save'], '{:.1f}')} | 1.00x | - | - |"]
+    for name in ("bytes", "state dict"):
+        x = med(rates[name])
+        lines.append(f"| async {name} save in flight | {spread(rates[name], '{:.1f}')} | "
+                     f"{x / base:.2f}x ({x / base - 1:+.0%}) | {spread(save_s[name], '{:.2f}')} |"
+                     f" {spread(alone_s[name], '{:.2f}')} |")
+    return lines
+
+
+def s3_table(size: int, r: dict[str, Any]) -> tuple[list[str], list[str]]:
+    t = r["times"]
+    head = ["what", "raw obstore MiB/s (min–max)", "shoal MiB/s (min–max)", "shoal / raw",
+            f"goal ≥ {GOAL_THROUGHPUT}x"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    goals = []
+    for label, mine, base in (("save_sync(bytes) vs put", "save bytes", "raw put"),
+                              ("save_sync(file) vs put(open file)", "save file", "raw put file"),
+                              ("load_sync() bytes vs get().bytes()", "load bytes", "raw get")):
+        ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
+        lines.append(f"| {label}, {size // MiB} MiB | {spread(mibs(size, t[base]))} | "
+                     f"{spread(mibs(size, t[mine]))} | {ratio:.2f}x | "
+                     f"{verdict(ratio >= GOAL_THROUGHPUT)} |")
+        goals.append(f"s3:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
+                     f"{verdict(ratio >= GOAL_THROUGHPUT)}")
+    return lines, goals
+
+
+def machine(where: Path) -> str:
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    ncpu = len(os.sched_getaffinity(0))
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    # The filesystem holding ``where``: the longest mount point above it.
+    mounts = [line.split()[:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    dev, mnt, fstype = max((m for m in mounts if where.resolve().is_relative_to(m[1])),
+                           key=lambda m: len(m[1]))
+    name = Path(dev).name
+    rot = Path(f"/sys/block/{name}/queue/rotational")
+    kind = f", rotational={rot.read_text().strip()}" if rot.exists() else ""
+    free = shutil.disk_usage(where).free / 2**30
+    return (f"{ncpu} CPUs ({model}), {mem:.0f} GiB RAM, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}; disk under test: "
+            f"{where} on {dev} ({fstype} at {mnt}{kind}), {free:.0f} GiB free")
+
+
+def git_commit() -> str:
+    def git(*args: str) -> str:
+        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
+        return p.stdout.strip() if p.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    return ", ".join(f"{p} {version(p)}" for p in ("torch", "obstore", "moto"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="256,1024", help="file:// sizes in MiB, comma-separated")
+    ap.add_argument("--async-mib", type=int, default=256, help="async save and training state")
+    ap.add_argument("--s3-mib", type=int, default=256, help="s3:// size in MiB")
+    ap.add_argument("--rounds", type=int, default=3, help="repeats; the median is kept")
+    ap.add_argument("--window", type=float, default=2.0, help="seconds of training per no-save "
+                    "measurement")
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="folder on the disk to test")
+    ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    ap.add_argument("--child", choices=("file", "async", "train", "s3"), help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    where = Path(args.dir)
+    if args.child:
+        size = args.size * MiB
+        if args.child == "file":
+            emit(child_file(size, args.rounds, where))
+        elif args.child == "async":
+            emit(child_async(size, args.rounds, where))
+        elif args.child == "train":
+            emit(child_train(size, args.rounds, where, args.window))
+        else:
+            emit(child_s3(size, args.rounds, where))
+        return
+
+    command = shlex.join([os.path.relpath(sys.executable, REPO), "benchmarks/checkpoint_io.py",
+                          *sys.argv[1:]])
+    command = f"PYTHONPATH=src {command}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
+                                        if p)
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    facts = machine(where)
+    common = ["--rounds", str(args.rounds), "--dir", str(where)]
+    sizes = []
+    skipped = []
+    for mib in sorted({int(x) for x in args.sizes.split(",")}):
+        # Two versions kept, the raw file, a copy and a loaded copy, with room to spare.
+        if shutil.disk_usage(where).free < 6 * mib * MiB:
+            skipped.append(f"{mib} MiB skipped: under {6 * mib} MiB free in {where}")
+        else:
+            sizes.append(mib)
+    file_res = {}
+    for mib in sizes:
+        print(f"file:// {mib} MiB...", flush=True)
+        file_res[mib * MiB] = run_child(["--child", "file", "--size", str(mib), *common], env)
+    print(f"async saves, {args.async_mib} MiB...", flush=True)
+    async_res = run_child(["--child", "async", "--size", str(args.async_mib), *common], env)
+    print("training with a save in flight...", flush=True)
+    train_res = run_child(["--child", "train", "--size", str(args.async_mib),
+                           "--window", str(args.window), *common], env)
+    print(f"s3:// on loopback moto, {args.s3_mib} MiB...", flush=True)
+    from shoal._runtime import contract
+
+    with moto_server() as endpoint:
+        s3_env = dict(env, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                      AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
+                      NO_PROXY="127.0.0.1,localhost", **{contract.S3_ENDPOINT: endpoint,
+                                                         contract.STORE: f"s3://{BUCKET}"})
+        s3_res = run_child(["--child", "s3", "--size", str(args.s3_mib), *common], s3_env)
+    elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()
+
+    save_rows, load_rows, goals = file_table(file_res)
+    async_rows, async_goals = async_table(async_res)
+    train_rows = train_table(train_res)
+    s3_rows, s3_goals = s3_table(args.s3_mib * MiB, s3_res)
+    goals += async_goals + s3_goals
+    first = async_res["first_blocked"]
+    resident = {mib // MiB: r["resident_after_evict"] for mib, r in file_res.items()}
+    notes = [
+        "Cold loads: each file's pages evicted with posix_fadvise(DONTNEED) after fsync; "
+        f"resident bytes right after, by fincore (None: fincore missing): {resident}.",
+        f"First async save of a fresh Checkpoint (thread pools, DCP imports, the checkpoint "
+        f"process group), not in the table: bytes {first['bytes'] * 1e3:.1f} ms, state dict "
+        f"{first['state dict'] * 1e3:.0f} ms.",
+        *skipped,
+    ]
+    sections = [
+        (f"## Sync save, file:// (median of {args.rounds}; the target folder's disk, fsync'd)",
+         save_rows),
+        ("## Load, file:// (verified; cold = pages evicted first)", load_rows),
+        (f"## Async save, {args.async_mib} MiB: what the caller waits for", async_rows),
+        (f"## Training ({TRAIN_THREADS} threads, MLP 512-1024-1024-10, batch 256) with an async "
+         f"save of {args.async_mib} MiB in flight", train_rows),
+        (f"## s3:// on loopback moto, {args.s3_mib} MiB", s3_rows),
+    ]
+    body: list[str] = []
+    for title, rows in sections:
+        body += [title, "", *rows, ""]
+    summary = ["Goals:", *[f"- {g}" for g in goals], "", "Notes:", *[f"- {n}" for n in notes]]
+    print()
+    print("\n".join(body + summary))
+    print(f"whole benchmark {elapsed:.0f} s; load average {load_start[0]:.2f} at the start, "
+          f"{load_end[0]:.2f} at the end")
+    if args.no_write:
+        return
+    today = dt.date.today().isoformat()
+    ncpu = len(os.sched_getaffinity(0))
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{today}-cpu{ncpu}-checkpoint-io.md"
+    md = [
+        f"# Checkpoint I/O, {today}, {ncpu} CPUs", "",
+        f"Command: `{command}`", "",
+        f"Machine: {facts}. {versions()}. Shoal commit {git_commit()}. Each section in its own "
+        f"subprocess, rounds interleaved; median of {args.rounds} (min–max); whole run "
+        f"{elapsed:.0f} s; load average {load_start[0]:.2f} / {load_start[1]:.2f} / "
+        f"{load_start[2]:.2f} (1/5/15 min) at the start, {load_end[0]:.2f} at the end (other "
+        "work on the machine shows up as noise).", "",
+        *body, *summary, "",
+    ]
+    path.write_text("\n".join(md))
+    print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The Kubernetes engine: task calls compiled to Jobs and JobSets (Kueue-ready), pure and
+printable; see `manifests` for what a call becomes and why."""
+
+from __future__ import annotations
+
+from shoal._engines.kubernetes.config import KubeConfig
+from shoal._engines.kubernetes.manifests import (
+    compile_call,
+    compile_driver,
+    compile_rbac,
+    to_yaml,
+)
+from shoal._engines.kubernetes.pods import CODE_BUNDLE, KUBE_CONFIG, CodeBundle
+
+__all__ = [
+    "CODE_BUNDLE",
+    "KUBE_CONFIG",
+    "CodeBundle",
+    "KubeConfig",
+    "compile_call",
+    "compile_driver",
+    "compile_rbac",
+    "to_yaml",
+]

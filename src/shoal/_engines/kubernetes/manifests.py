@@ -1,0 +1,273 @@
+"""Compile a task call into Kubernetes objects: pure, printable (``--dry-run``), testable.
+
+- a plain task call -> one ``batch/v1`` Job (one pod, run once: retries are the controller's);
+- a clustered call -> one ``jobset.x-k8s.io/v1alpha2`` JobSet: a single replicated job whose
+  Indexed Job has one pod per node (completion index = node rank), all or nothing;
+- the driver (the run's root call, which creates its children) -> a Job under a service
+  account that may do so (`compile_rbac` renders the account, its Role and RoleBinding).
+
+Every pod runs the node launcher — the program the local engine runs for each node — with the
+same `NodeEnv` variables, so a task cannot tell the engines apart. What the engine submits is
+exactly what this module returns, after `validate.check` has applied the webhooks' rules.
+
+Restarts of a gang map onto JobSet: any pod failing fails its Job (``backoffLimit: 0``), which
+restarts the whole JobSet (``maxRestarts`` = the policy's restarts; ``BlockingRecreate``: the
+old pods are gone before new ones start, so two generations never meet in a collective). A pod
+stopped by a disruption (preemption, node drain) fails its Job through a ``podFailurePolicy``
+rule instead, and with ``resume_after_preemption`` a failure-policy rule restarts the JobSet
+without using a restart. Kueue admits the JobSet as one workload: its queue labels are on the
+JobSet itself and it is created suspended.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shoal._engines.kubernetes import validate
+from shoal._engines.kubernetes.config import KubeConfig
+from shoal._engines.kubernetes.names import (
+    dns1035_label,
+    job_name_room,
+    jobset_name_room,
+    label_value,
+    rule_name,
+)
+from shoal._engines.kubernetes.pods import (
+    CODE_BUNDLE,
+    KUBE_CONFIG,
+    LABEL_PREFIX,
+    CodeBundle,
+    code_dir,
+    pod_template,
+    split_labels,
+)
+from shoal._runtime import contract
+from shoal._runtime.contract import NodeEnv
+from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
+from shoal._storage.store import join
+
+__all__ = ["REPLICATED_JOB", "compile_call", "compile_driver", "compile_rbac", "to_yaml"]
+
+REPLICATED_JOB = "node"  # short: it is part of every pod's name
+# Downward-API paths: the node rank is the pod's completion index in the Indexed Job; the
+# group restart count is the attempt JobSet stamps on every pod it (re)creates.
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+RESTART_ATTEMPT = "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
+RESUME_RULE = rule_name("resume", "after", "preemption")
+TIMEOUT_RULE = rule_name("timed", "out")
+
+
+def attempt_io(store: str, run: str, action: str, attempt: int) -> str:
+    """The store folder of one attempt (``inputs.json`` in; outputs and reports out), laid out
+    as on the local engine."""
+    return join(store, "runs", run, action, str(attempt))
+
+
+def _identity(env: EnvSpec, run: str, action: str, attempt: int | None,
+              task: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels to select by, annotations with the exact values)."""
+    exact = {"run": run, "action": action, "env": env.name}
+    if attempt is not None:
+        exact["attempt"] = str(attempt)
+    labels = {"app.kubernetes.io/managed-by": "shoal"}
+    labels.update({LABEL_PREFIX + k: label_value(v) for k, v in exact.items()})
+    if task is not None:
+        exact["task"] = task
+    return labels, {LABEL_PREFIX + k: v for k, v in exact.items()}
+
+
+def _metadata(name: str, config: KubeConfig, labels: Mapping[str, str],
+              annotations: Mapping[str, str]) -> dict[str, Any]:
+    return {"name": name, "namespace": config.namespace, "labels": dict(labels),
+            "annotations": dict(annotations)}
+
+
+def _launch_mode(cluster: ClusterSpec) -> str:
+    # As on the local engine: torchrun only for its own features (c10d, in-node restarts).
+    if cluster.runtime == "torch" and (cluster.rdzv_backend == "c10d"
+                                       or cluster.torch_max_restarts > 0):
+        return "torchrun"
+    return "direct"
+
+
+def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
+                 code: CodeBundle, lineage: str | None, master_addr: str) -> dict[str, str]:
+    c = call.task.env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
+    node = NodeEnv(
+        home=config.home, store=config.store, run=run, action=action, attempt=attempt,
+        env_name=call.task.env.name, code_file=f"{code_dir(config)}/{code.file}",
+        task=call.task.name, io=attempt_io(config.store, run, action, attempt),
+        node_rank=0, nnodes=c.replicas, nproc_per_node=c.nproc_per_node,
+        master_addr=master_addr, master_port=config.master_port, restart_attempt=0,
+        runtime=c.runtime, rdzv_backend=c.rdzv_backend,
+        torch_max_restarts=c.torch_max_restarts, launch=_launch_mode(c),
+        rank_log_dir="",  # pods log to stdout
+        collective_timeout=c.collective_timeout, grace_period=c.grace_period,
+        master_wait=config.master_wait, node_addr="",  # "": the pod's own hostname
+        checkpoint_uri=contract.checkpoint_uri(config.store, lineage or run, action),
+    )
+    values = node.to_env()
+    values[CODE_BUNDLE] = code.uri
+    return values
+
+
+def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
+                 code: CodeBundle, lineage: str | None = None) -> list[dict[str, Any]]:
+    """The objects that run one attempt of ``call``: ``[Job]`` or ``[JobSet]``.
+
+    ``lineage`` is the first run of a ``--resume`` chain (default: ``run``); the call's
+    checkpoint lives under it, so a resumed run finds it.
+    """
+    env = call.task.env
+    labels, annotations = _identity(env, run, action, attempt, call.task.name)
+    own, pod_labels = split_labels(env, config, default_queue=True)
+    deadline = None if call.task.timeout is None else max(1, math.ceil(call.task.timeout))
+    c = env.cluster
+    if c is None:
+        name = dns1035_label(env.name, run, action, str(attempt), room=job_name_room())
+        values = _node_values(call, run=run, action=action, attempt=attempt, config=config,
+                              code=code, lineage=lineage, master_addr="localhost")
+        values[contract.PREIMPORT] = "0"  # one rank: nothing to fork, no torch to pre-load
+        template = pod_template(env, config, command=list(config.launcher_command),
+                                values=values, labels={**labels, **pod_labels})
+        objects = [_job(name, config, {**labels, **own}, annotations, template, deadline)]
+    else:
+        room = jobset_name_room(REPLICATED_JOB, 1, c.replicas)
+        name = dns1035_label(env.name, run, action, str(attempt), room=room)
+        # JobSet's headless Service (named like the JobSet: the default subdomain) gives each
+        # pod the DNS name <jobset>-<replicatedJob>-<jobIdx>-<podIdx>.<subdomain>.
+        master = f"{name}-{REPLICATED_JOB}-0-0.{name}"
+        values = _node_values(call, run=run, action=action, attempt=attempt, config=config,
+                              code=code, lineage=lineage, master_addr=master)
+        template = pod_template(
+            env, config, command=list(config.launcher_command), values=values,
+            field_refs={contract.NODE_RANK: COMPLETION_INDEX,
+                        contract.RESTART_ATTEMPT: RESTART_ATTEMPT},
+            labels={**labels, **pod_labels}, grace_period=c.grace_period, owns_hostname=True)
+        objects = [_jobset(name, config, c, {**labels, **own}, annotations, template,
+                           deadline)]
+    validate.check(objects)
+    return objects
+
+
+def _job(name: str, config: KubeConfig, labels: Mapping[str, str],
+         annotations: Mapping[str, str], template: dict[str, Any],
+         deadline: int | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if any(k in labels for k in validate.KUEUE_LABELS):
+        spec["suspend"] = True  # Kueue unsuspends it on admission
+    spec.update({"backoffLimit": 0, "completions": 1, "parallelism": 1})
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    if config.ttl_seconds_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
+    spec["template"] = template
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": _metadata(name, config, labels, annotations), "spec": spec}
+
+
+def _jobset(name: str, config: KubeConfig, c: ClusterSpec, labels: Mapping[str, str],
+            annotations: Mapping[str, str], template: dict[str, Any],
+            deadline: int | None) -> dict[str, Any]:
+    job: dict[str, Any] = {"completionMode": "Indexed", "completions": c.replicas,
+                           "parallelism": c.replicas, "backoffLimit": 0}
+    rules: list[dict[str, Any]] = []
+    if deadline is not None:
+        # Per group restart (each restart makes new Jobs); running out of time is final.
+        job["activeDeadlineSeconds"] = deadline
+        rules.append({"name": TIMEOUT_RULE, "action": "FailJobSet",
+                      "onJobFailureReasons": ["DeadlineExceeded"]})
+    if c.resume_after_preemption:
+        # A disrupted pod (preempted, evicted, drained node) fails its Job with reason
+        # PodFailurePolicy rather than BackoffLimitExceeded; that reason restarts the gang
+        # without counting against maxRestarts.
+        job["podFailurePolicy"] = {"rules": [{
+            "action": "FailJob",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+        rules.append({"name": RESUME_RULE, "action": "RestartJobSetAndIgnoreMaxRestarts",
+                      "onJobFailureReasons": ["PodFailurePolicy"]})
+    job["template"] = template
+    failure: dict[str, Any] = {"maxRestarts": c.max_restarts,
+                               "restartStrategy": "BlockingRecreate"}
+    if rules:
+        failure["rules"] = rules
+    spec: dict[str, Any] = {}
+    if any(k in labels for k in validate.KUEUE_LABELS):
+        spec["suspend"] = True
+    if config.ttl_seconds_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
+    spec["network"] = {"enableDNSHostnames": True, "publishNotReadyAddresses": True,
+                       "subdomain": name}
+    spec["failurePolicy"] = failure
+    spec["replicatedJobs"] = [{"name": REPLICATED_JOB, "replicas": 1,
+                               "template": {"spec": job}}]
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": _metadata(name, config, labels, annotations), "spec": spec}
+
+
+def driver_io(store: str, run: str) -> str:
+    """Where the CLI leaves the root call's ``inputs.json`` for the driver pod."""
+    return join(store, "runs", run, "driver")
+
+
+def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBundle,
+                   attempt: int = 0) -> list[dict[str, Any]]:
+    """The driver: a Job that runs the run's root ``call`` and the controller that submits the
+    calls it makes, as ``config.service_account`` (see `compile_rbac`). It is queued only if
+    its own environment names a Kueue queue (it waits on its children)."""
+    env = call.task.env
+    labels, annotations = _identity(env, run, "driver", attempt, call.task.name)
+    labels[LABEL_PREFIX + "role"] = "driver"
+    own, pod_labels = split_labels(env, config, default_queue=False)
+    values = {
+        contract.HOME: config.home, contract.STORE: config.store, contract.ENGINE: "kubernetes",
+        contract.RUN: run, contract.ATTEMPT: str(attempt), contract.ENV_NAME: env.name,
+        contract.CODE_FILE: f"{code_dir(config)}/{code.file}", contract.TASK: call.task.name,
+        contract.IO: driver_io(config.store, run), CODE_BUNDLE: code.uri,
+        KUBE_CONFIG: config.to_json(),
+    }
+    template = pod_template(env, config, command=list(config.driver_command), values=values,
+                            labels={**labels, **pod_labels},
+                            service_account=config.service_account)
+    name = dns1035_label(env.name, run, "driver", str(attempt), room=job_name_room())
+    objects = [_job(name, config, {**labels, **own}, annotations, template, None)]
+    validate.check(objects)
+    return objects
+
+
+def compile_rbac(config: KubeConfig) -> list[dict[str, Any]]:
+    """The driver's ServiceAccount, a Role to create and watch its children (Jobs, JobSets),
+    read their pods, logs and events and Kueue's workloads, and the RoleBinding."""
+    name, ns = config.service_account, config.namespace
+    meta = {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "shoal"}}
+    manage = ("create", "get", "list", "watch", "delete", "patch")
+    read = ("get", "list", "watch")
+    rules = [{"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
+             for group, resource, verbs in (
+                 ("batch", "jobs", manage), ("jobset.x-k8s.io", "jobsets", manage),
+                 ("", "pods", read), ("", "pods/log", ("get",)), ("", "events", read),
+                 ("kueue.x-k8s.io", "workloads", read))]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
+         "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": dict(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]},
+    ]
+
+
+def to_yaml(objects: Iterable[Mapping[str, Any]]) -> str:
+    """The objects as one multi-document YAML text, in the order given (what ``--dry-run``
+    prints and ``kubectl apply -f -`` reads)."""
+    import yaml  # only here: `import shoal` stays light
+
+    class Dumper(yaml.SafeDumper):  # type: ignore[misc]
+        def ignore_aliases(self, data: Any) -> bool:
+            return True  # no &id001 anchors: every value is spelled out where it applies
+
+    return "---\n".join(yaml.dump(dict(o), Dumper=Dumper, sort_keys=False,
+                                  default_flow_style=False, width=100) for o in objects)
