@@ -8,7 +8,6 @@ dry run is complete and exactly what would be applied (`kubectl apply -f DIR`).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import shoal
-from shoal.clustered import ClusterFailurePolicy, ClusteredTaskEnvironment
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy
 
 trainer = ClusteredTaskEnvironment(
     name="durable", resources=shoal.Resources(cpu=1, memory="1Gi"), replicas=2,
