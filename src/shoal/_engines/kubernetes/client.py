@@ -26,11 +26,13 @@ import builtins
 import contextlib
 import http.client
 import json
+import math
 import os
 import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -271,9 +273,15 @@ class _Stream:
     def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
                  server: str, what: str) -> None:
         self._conn, self._resp, self._server, self._what = conn, resp, server, what
+        self._lock = threading.Lock()
+        self._reading = False
         self.closed = False
 
     def lines(self) -> Iterator[bytes]:
+        with self._lock:
+            if self.closed:
+                return
+            self._reading = True
         try:
             while not self.closed:
                 line = self._resp.readline()
@@ -281,24 +289,38 @@ class _Stream:
                     return
                 if line.strip():
                     yield line
-        except (OSError, ValueError, http.client.HTTPException) as e:
+        except (OSError, ValueError, AttributeError, http.client.HTTPException) as e:
+            # (http.client raises AttributeError when its socket is shut under a read.)
             if self.closed:
                 return
             raise KubeUnreachable(
                 f"the {self._what} stream from the API server at {self._server} broke off "
                 f"({type(e).__name__}: {e})") from e
         finally:
-            self.close()
+            with self._lock:
+                self._reading = False
+                self.closed = True
+            self._release()
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+        """End the stream. While another thread reads, only shut the socket down — that wakes
+        the reader, which then releases the connection itself (http.client is not
+        thread-safe, so two threads must not close it at once)."""
+        with self._lock:
+            if self.closed and not self._reading:
+                return
+            self.closed = True
+            reading = self._reading
         sock = self._conn.sock
         if sock is not None:
             with contextlib.suppress(OSError, ValueError):
                 sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):
+        if not reading:
+            self._release()
+
+    def _release(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError,
+                                 http.client.HTTPException):
             self._conn.close()
 
 
@@ -369,12 +391,14 @@ class Watch:
             left = None if self._deadline is None else self._deadline - time.monotonic()
             if left is not None and left <= 0:
                 return
-            seconds = max(1, int(min(self._window, left if left is not None else self._window)))
+            seconds = max(1, math.ceil(min(self._window, self._window if left is None else left)))
             try:
                 self._stream = self._client._open(
                     "GET", self._resource.path(self._client.namespace), self._query(seconds),
                     read_timeout=seconds + 15, what=f"watch of {self._resource.plural}",
                     ctx=("watch", self._resource, self._name))
+                if self._closed:  # close() came while connecting: it saw the old stream
+                    return
                 for raw in self._stream.lines():
                     event = self._client._decode(raw, "a watch event")
                     if event.get("type") == "ERROR":
