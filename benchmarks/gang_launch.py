@@ -670,6 +670,10 @@ def main() -> None:
     common = {"interval": interval, "pss_interval": args.pss_ms / 1000,
               "timeout": args.timeout}
 
+    # First, while the machine is as quiet as it will be: these are the figures of one
+    # process alone.
+    print("reference costs", flush=True)
+    refs = reference_costs(args.reference_runs)
     print("warm-up (not measured): one bare torchrun and one shoal run", flush=True)
     measure("warm-up bare torchrun", run_bare, args.steps, **common)
     measure("warm-up shoal direct", run_shoal, "shoal direct", "train_ddp", args.steps,
@@ -689,8 +693,6 @@ def main() -> None:
             collect(recovery, failures["b"], row,
                     measure(f"(b) {row}", run_shoal, row, "train_recover", args.steps,
                             kill_at=args.kill_at, **common))
-    print("reference costs", flush=True)
-    refs = reference_costs(args.reference_runs)
     load_end = os.getloadavg()
     elapsed = time.perf_counter() - started
 
@@ -699,10 +701,17 @@ def main() -> None:
     b_rows = recovery_table(recovery, launch, failures["b"])
     b_stages = stage_table(recovery, RECOVERY_ROWS, "kill")
     c_rows = memory_table(launch)
-    ref_rows = ["| alone, idle machine | s (median) |", "|---|---|",
+    ref_rows = ["| one process alone | s (median) |", "|---|---|",
                 *[f"| {label} | {secs:.3f} |" for label, secs in refs]]
     failure_lines = [f"({part}) {row}: {why}" for part, by_row in failures.items()
                      for row, whys in by_row.items() for why in whys]
+    run_rows = ["| part | row | each run: first step s / total s / others' CPU % |",
+                "|---|---|---|"]
+    for part, res in (("a", launch), ("b", recovery)):
+        for row, got in res.items():
+            each = "; ".join(f"{o.first_step:.2f} / {o.total:.2f} / "
+                             f"{o.cpu.get('others', 0.0):.0f}" for o in got)
+            run_rows.append(f"| {part} | {row} | {each} |")
 
     goal_lines = []
     base = launch.get(BASELINE, [])
@@ -805,15 +814,19 @@ def main() -> None:
         "walks the page tables for it) splits shared pages between their users: the peak of "
         "the summed PSS of the non-rank processes, and of every process (the whole gang's "
         "memory), is the fair total.", "",
+        "## Every run, in order", "",
+        *run_rows, "",
+        "(b)'s first step is counted from the kill. A run during which other work took a "
+        "large share of the CPU is slower for it; the medians above include every run.", "",
         "## Failed runs", "",
         *([f"- {line}" for line in failure_lines] or ["None."]), "",
         "A failed run is left out of its row's figures; `runs ok` in the tables counts them.",
         "",
         "## Reference costs", "",
         *ref_rows, "",
-        f"Each alone on an otherwise idle machine, median of {args.reference_runs}; in the "
-        f"runs above 4 ranks and 2 node processes start at once on {ncpu()} CPUs, so they "
-        "take longer there.", "",
+        f"Each command alone, run first (before any gang), median of {args.reference_runs}; "
+        f"in the runs above 4 ranks and 2 node processes start at once on {ncpu()} CPUs, so "
+        "the same work takes longer there.", "",
     ]
     path.write_text("\n".join(md))
     print(f"wrote {path.relative_to(REPO)}")

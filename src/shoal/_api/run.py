@@ -46,7 +46,12 @@ class Run:
         self._thread.start()
 
     def _main(self) -> None:
-        self._outcome = asyncio.run(self._runner.run())
+        try:
+            self._outcome = asyncio.run(self._runner.run())
+        except BaseException as e:  # noqa: BLE001 - handed to whoever reads the outputs
+            from shoal._driver.runner import RunOutcome
+
+            self._outcome = RunOutcome(self.name, "failed", error=e)
 
     def __repr__(self) -> str:
         return f"Run(name={self.name!r}, status={self.status!r})"

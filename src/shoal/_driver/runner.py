@@ -41,8 +41,11 @@ def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) 
         from shoal._engines.local.engine import LocalEngine
 
         return LocalEngine(run=run, home=home, store=store, **options)
-    raise SpecError("engine", kind, "must be 'local' (the Kubernetes engine is not in this "
-                    "release yet)", "use engine='local'")
+    if kind == "kubernetes":
+        from shoal._engines.kubernetes.engine import KubernetesEngine
+
+        return KubernetesEngine(run=run, home=home, store=store, **options)
+    raise SpecError("engine", kind, "must be 'local' or 'kubernetes'", "use engine='local'")
 
 
 class Runner:

@@ -1,22 +1,29 @@
-"""How checkpoint payloads move: one pass that copies and hashes, staging, verified downloads.
+"""How checkpoint payloads move: copies that hash what they write, staging, verified downloads.
 
-Every object of a checkpoint is hashed (sha256) in the same pass that writes it, and hashed
-again in the same pass that downloads it, so a load can tell a corrupt object from a good one
-without reading anything twice. On a ``file://`` store the copy is ours (the store's
-``local_path``): temporary file in the object's folder, one buffered read/hash/write loop, one
-fsync, rename; ``os.sendfile``/``copy_file_range`` would skip user space and so the hash. On
-other stores the hash runs in a thread beside the store's own upload or after its download (a
-second read, but from the page cache, next to a network transfer).
+Every object of a checkpoint is hashed while it is written, and the hash goes into the commit; a
+load hashes what it reads and names an object that does not match. On a ``file://`` store the
+copy is ours (the store's ``local_path``): temporary file in the object's folder, write, fsync,
+rename. Bytes in memory are written from the caller's buffer as they are; a file is copied by
+the kernel (``os.sendfile``, no trip through user space), and each piece of the copy is hashed
+by reading it back from the temporary file, from the page cache: what is hashed is what the
+store holds. On other stores the hash reads the source beside the store's own upload, and
+hashes what was downloaded after the download (from memory or the page cache).
 
-Hashing a chunk runs in a helper thread while the same chunk is written (both release the GIL
-for large buffers), so a large copy costs about max(hash, write), not their sum.
+The hash of a large object is a list of hashes: sha256 of each ``CHUNK``-sized piece, and the
+object's digest is the sha256 of those digests in order (``"hash": "sha256-pieces"`` with its
+``piece_size`` in the commit). The pieces are hashed in a pool of threads (sha256 releases
+the GIL) while the copy goes on and while it is fsynced, so hashing no longer bounds a copy:
+one sha256 stream runs at ~1.7 GB/s here, slower than this machine's disk writes and page-cache
+reads (benchmarks/checkpoint_io.py). An object of at most one piece has a plain sha256, as
+every object had before; commits that say ``"sha256"`` for a larger object (written before
+pieces) are verified with one sequential sha256, so they still load.
 
 Staging (for saves that return before they are written) snapshots a payload as cheaply as it
 can: ``bytes`` are immutable, so a reference is enough; a ``bytearray`` or ``memoryview`` is
 copied once; files are hardlinked when they share a filesystem with the staging folder, else
 copied. A hardlink survives the user deleting or replacing the file (write new + rename, as
 ``torch.save`` to a new name does) but not a rewrite in place, so the write checks each
-staged file's size and mtime afterwards and fails the save if the file changed under it.
+staged file's size and mtime once it is hashed and fails the save if the file changed.
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ import hashlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +56,15 @@ __all__ = [
     "upload",
 ]
 
-CHUNK = 8 * 1024 * 1024
+CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size of new piece-hashed objects
 BYTES_NAME = "data"  # the one object of a bytes save (and its file name in load_all_shards)
-# Below this, handing a chunk to the hashing thread costs more than it saves.
+PIECES = "sha256-pieces"  # the commit's name for a list-of-pieces digest
+# Below this, handing a hash to the pool costs more than it saves.
 _PARALLEL_MIN = 1024 * 1024
-# What a load's hashing thread reads at a time: small enough to stay in the CPU cache.
+# What a hashing thread reads from a file at a time: small enough to stay in the CPU cache.
 _HASH_BUFFER = 1024 * 1024
+# Smallest piece size a commit may name (a tiny one would mean millions of hashing tasks).
+_MIN_PIECE = 64 * 1024
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -66,18 +75,33 @@ class Entry:
     key: str  # relative to the version folder: "<save id>/<path>"
     path: str  # relative to the shard's own files: "model.pt", "sub/w.bin", "data"
     size: int
-    sha256: str
+    digest: str  # hex sha256: of the bytes, or (piece_size > 0) of the pieces' sha256s
+    piece_size: int = 0
+
+    @property
+    def algorithm(self) -> str:
+        return f"{PIECES} ({self.piece_size}-byte pieces)" if self.piece_size else "sha256"
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "path": self.path, "size": self.size, "sha256": self.sha256}
+        out: dict[str, Any] = {"key": self.key, "path": self.path, "size": self.size}
+        if self.piece_size:
+            return out | {"hash": PIECES, "piece_size": self.piece_size, "digest": self.digest}
+        return out | {"sha256": self.digest}
 
     @classmethod
     def from_json(cls, raw: Any) -> Entry:
         try:
-            entry = cls(str(raw["key"]), str(raw["path"]), int(raw["size"]), str(raw["sha256"]))
+            key, path, size = str(raw["key"]), str(raw["path"]), int(raw["size"])
+            if "sha256" in raw:
+                return cls(key, path, size, str(raw["sha256"]))
+            if raw.get("hash") != PIECES:
+                raise ValueError(f"unknown hash {raw.get('hash')!r} (written by a newer Shoal?)")
+            piece = int(raw["piece_size"])
+            if piece < _MIN_PIECE:
+                raise ValueError(f"piece_size {piece} below {_MIN_PIECE}")
+            return cls(key, path, size, str(raw["digest"]), piece)
         except (KeyError, TypeError, ValueError) as e:
-            raise StoreError(f"malformed checkpoint commit: bad object entry {raw!r}") from e
-        return entry
+            raise StoreError(f"malformed checkpoint commit: bad object entry {raw!r}: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -158,17 +182,22 @@ def is_no_space(e: BaseException) -> bool:
     return False
 
 
-# --- hashing while copying -----------------------------------------------------------------
+# --- hashing in pieces -----------------------------------------------------------------------
 
 _hashers: ThreadPoolExecutor | None = None
 _hashers_lock = threading.Lock()
+_buffers = threading.local()  # each hashing thread's read buffer
 
 
 def _hash_pool() -> ThreadPoolExecutor:
+    """The threads that hash pieces. Only leaf tasks run here (nothing waits on the pool from
+    inside it), so callers on any thread may wait for their pieces without deadlock."""
     global _hashers
     with _hashers_lock:
         if _hashers is None:
-            _hashers = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="shoal-hash")
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            _hashers = ThreadPoolExecutor(cpus or os.cpu_count() or 2,
+                                          thread_name_prefix="shoal-hash")
         return _hashers
 
 
@@ -176,86 +205,95 @@ def _digest_chunk(h: Any, chunk: memoryview) -> None:
     h.update(chunk)
 
 
-def _pump(
-    chunks: Iterator[memoryview], sink: Callable[[memoryview], None] | None
-) -> tuple[int, str]:
-    """Hash every chunk and hand it to ``sink``; each chunk's hash overlaps its write."""
+def _hash_view(view: memoryview) -> tuple[bytes, int]:
     h = hashlib.sha256()
-    size = 0
-    pending: Future[None] | None = None
-    try:
-        for chunk in chunks:
-            if pending is not None:
-                pending.result()  # hashes must go in order, and the chunk buffers are reused
-                pending = None
-            if sink is not None and len(chunk) >= _PARALLEL_MIN:
-                pending = _hash_pool().submit(_digest_chunk, h, chunk)
-            else:
-                _digest_chunk(h, chunk)
-            if sink is not None:
-                sink(chunk)
-            size += len(chunk)
-        if pending is not None:
-            pending.result()
-            pending = None
-    finally:
-        if pending is not None:  # failing already: let the thread finish with the buffer
-            pending.exception()
-    return size, h.hexdigest()
+    _digest_chunk(h, view)
+    return h.digest(), len(view)
 
 
-def _memory_chunks(data: bytes | memoryview) -> Iterator[memoryview]:
-    view = memoryview(data)
-    for start in range(0, len(view), CHUNK):
-        yield view[start : start + CHUNK]
-
-
-def _file_chunks(fd: int) -> Iterator[memoryview]:
-    # Two buffers: one may still be hashed by the helper thread while the other is filled. Sized
-    # to the file, so a folder of small files does not allocate 16 MiB per file.
-    size = max(64 * 1024, min(CHUNK, os.fstat(fd).st_size + 1))
-    buffers = [bytearray(size)]
-    turn = 0
-    while True:
-        if turn == len(buffers):
-            buffers.append(bytearray(size))
-        view = memoryview(buffers[turn])
-        n = os.readv(fd, [view])
+def _hash_range(fd: int, offset: int, length: int | None) -> tuple[bytes, int]:
+    """sha256 of ``length`` bytes of ``fd`` from ``offset`` (None: to the end), read with
+    ``pread`` (the file position stays where it is); a short file hashes what is there."""
+    buffer = getattr(_buffers, "buffer", None)
+    if buffer is None:
+        buffer = _buffers.buffer = memoryview(bytearray(_HASH_BUFFER))
+    h = hashlib.sha256()
+    done = 0
+    while length is None or done < length:
+        want = len(buffer) if length is None else min(len(buffer), length - done)
+        n = os.preadv(fd, [buffer[:want]], offset + done)
         if n == 0:
-            return
-        yield view[:n]
-        turn ^= 1
-
-
-def _hash_fd(fd: int) -> tuple[int, str]:
-    """Size and sha256 of the file behind ``fd``, read with ``pread`` (the file position stays
-    where it is) into one small buffer, which stays in the CPU cache until it is hashed."""
-    h = hashlib.sha256()
-    buffer = memoryview(bytearray(_HASH_BUFFER))
-    size = 0
-    while n := os.preadv(fd, [buffer], size):
+            break
         _digest_chunk(h, buffer[:n])
-        size += n
-    return size, h.hexdigest()
+        done += n
+    return h.digest(), done
 
 
-def _read_hashed(fd: int) -> tuple[bytes, int, str]:
-    """The whole file behind ``fd``, and the size and sha256 of what the file holds.
+class _Hashing:
+    """The digest of one object, its pieces hashed in the pool as they come.
 
-    A helper thread hashes the file through the same descriptor (so the same inode, through
-    the same page cache) while this thread reads it: about max(read, hash) rather than their
-    sum, which halved a 256 MiB load here (benchmarks/checkpoint_io.py). A ``bytes`` cannot be
-    filled piece by piece to hash it as it fills, and reading into a ``bytearray`` costs a
-    second copy to return ``bytes``; hashing what the file holds is what a load checks anyway.
+    ``piece_size`` 0 hashes the object as one stream (the plain sha256 of older commits): give
+    it exactly one part. Call ``settle()`` before closing a file the parts read or freeing a
+    buffer they view, also on failure.
     """
-    hashed = _hash_pool().submit(_hash_fd, fd)
-    try:
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read()
-    finally:
-        hashed.exception()  # the caller closes fd: the helper must be done with it first
-    size, digest = hashed.result()
-    return data, size, digest
+
+    def __init__(self, piece_size: int, *, inline: bool = False) -> None:
+        self.piece_size = piece_size
+        self.inline = inline
+        self._parts: list[Future[tuple[bytes, int]] | tuple[bytes, int]] = []
+
+    def add(self, fn: Any, *args: Any) -> None:
+        self._parts.append(fn(*args) if self.inline else _hash_pool().submit(fn, *args))
+
+    def settle(self) -> None:
+        for part in self._parts:
+            if isinstance(part, Future):
+                part.exception()  # waits; an error surfaces in result()
+
+    def result(self) -> tuple[int, str, int]:
+        """(size, hex digest, piece size: 0 for a plain sha256)."""
+        self.settle()
+        parts = [p.result() if isinstance(p, Future) else p for p in self._parts]
+        size = sum(n for _, n in parts)
+        if self.piece_size and len(parts) > 1:
+            return size, hashlib.sha256(b"".join(d for d, _ in parts)).hexdigest(), self.piece_size
+        # One piece (or none) is the object itself: its plain sha256, as old commits have.
+        return size, (parts[0][0] if parts else hashlib.sha256().digest()).hex(), 0
+
+
+def _expected(entry: Entry) -> _Hashing:
+    """A hashing that computes what ``entry`` records, for a read of at least ``entry.size``."""
+    return _Hashing(entry.piece_size, inline=entry.size < _PARALLEL_MIN)
+
+
+def _hash_memory(view: memoryview, hashing: _Hashing) -> None:
+    if hashing.piece_size == 0:
+        hashing.add(_hash_view, view)
+        return
+    for start in range(0, len(view), hashing.piece_size):
+        hashing.add(_hash_view, view[start : start + hashing.piece_size])
+
+
+def _hash_file(fd: int, size: int, hashing: _Hashing) -> None:
+    """Hash ``fd`` by pieces up to ``size`` (the last part reads on to the end of the file, so
+    a file longer than expected hashes, and fails to match, as it is)."""
+    if hashing.piece_size == 0:
+        hashing.add(_hash_range, fd, 0, None)
+        return
+    starts = range(0, size, hashing.piece_size)
+    for start in starts:
+        last = start == starts[-1]
+        hashing.add(_hash_range, fd, start, None if last else hashing.piece_size)
+    if size == 0:
+        hashing.add(_hash_range, fd, 0, None)
+
+
+def _new_hashing(size: int) -> _Hashing:
+    """How a new object of ``size`` bytes is hashed: by pieces when it has more than one."""
+    return _Hashing(CHUNK, inline=size < _PARALLEL_MIN)
+
+
+# --- copies that hash what they write --------------------------------------------------------
 
 
 def _write_all(fd: int, chunk: memoryview) -> None:
@@ -263,17 +301,59 @@ def _write_all(fd: int, chunk: memoryview) -> None:
         chunk = chunk[os.write(fd, chunk) :]
 
 
-def _copy(src: Source, sink: Callable[[memoryview], None] | None) -> tuple[int, str]:
-    if src.data is not None:
-        return _pump(_memory_chunks(src.data), sink)
-    assert src.file is not None
-    fd = os.open(src.file, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        result = _pump(_file_chunks(fd), sink)
-        _check_unchanged(src, os.fstat(fd))
-    finally:
-        os.close(fd)
-    return result
+def _write_memory(view: memoryview, fd: int, hashing: _Hashing) -> None:
+    """Write ``view`` to ``fd``, each piece hashed from the same memory while the next is
+    written (``hashing`` is by pieces: a new object)."""
+    for start in range(0, len(view), hashing.piece_size):
+        piece = view[start : start + hashing.piece_size]
+        hashing.add(_hash_view, piece)
+        _write_all(fd, piece)
+
+
+def _send(src: int, dest: int, offset: int, count: int) -> int:
+    """Copy up to ``count`` bytes of ``src`` from ``offset`` to ``dest``'s position, in the
+    kernel; 0 at the end of ``src``. Raises OSError where the kernel cannot (see _copy_file)."""
+    done = 0
+    while done < count:
+        n = os.sendfile(dest, src, offset + done, count - done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+def _read_write(src: int, dest: int, offset: int, count: int, buffer: memoryview) -> int:
+    n = os.preadv(src, [buffer[:count]], offset)
+    _write_all(dest, buffer[:n])
+    return n
+
+
+def _copy_file(src: int, dest: int, hashing: _Hashing) -> None:
+    """Copy ``src`` to ``dest`` (both at offset 0), each piece hashed from ``dest`` once it has
+    landed, while the next piece is copied. ``dest`` must be open for reading too."""
+    step = hashing.piece_size or CHUNK
+    buffer: memoryview | None = None  # set once sendfile is refused: copy through user space
+    offset = 0
+    while True:
+        if buffer is None:
+            try:
+                n = _send(src, dest, offset, step)
+            except OSError as e:
+                # sendfile refuses some file pairs (EINVAL, ENOSYS...); a full disk or an I/O
+                # error is real. Only before anything was written, so the positions agree.
+                if offset or e.errno in _NO_SPACE or e.errno == errno.EIO:
+                    raise
+                buffer = memoryview(bytearray(step))
+                continue
+        else:
+            n = _read_write(src, dest, offset, step, buffer)
+        if n == 0:
+            break
+        if hashing.piece_size:
+            hashing.add(_hash_range, dest, offset, n)
+        offset += n
+    if not hashing.piece_size:
+        hashing.add(_hash_range, dest, 0, None)
 
 
 def _check_unchanged(src: Source, st: os.stat_result) -> None:
@@ -285,15 +365,36 @@ def _check_unchanged(src: Source, st: os.stat_result) -> None:
         )
 
 
-def _write_local(src: Source, dest: Path) -> tuple[int, str]:
+def _write_local(src: Source, dest: Path) -> tuple[int, str, int]:
     """Write ``dest`` atomically: temporary file in its folder, copy + hash, fsync, rename."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(dest.parent)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            result = _copy(src, lambda chunk: _write_all(fd, chunk))
-            os.fsync(fd)
+            if src.data is not None:
+                view = memoryview(src.data)
+                hashing = _new_hashing(len(view))
+                try:
+                    _write_memory(view, fd, hashing)
+                    os.fsync(fd)  # the pieces still hashing overlap the fsync
+                    result = hashing.result()
+                finally:
+                    hashing.settle()
+            else:
+                assert src.file is not None
+                src_fd = os.open(src.file, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    hashing = _new_hashing(os.fstat(src_fd).st_size)
+                    try:
+                        _copy_file(src_fd, fd, hashing)
+                        os.fsync(fd)
+                        result = hashing.result()
+                    finally:
+                        hashing.settle()  # before fd closes: the pieces read it
+                    _check_unchanged(src, os.fstat(src_fd))
+                finally:
+                    os.close(src_fd)
         finally:
             os.close(fd)
         os.replace(tmp, dest)
@@ -301,6 +402,11 @@ def _write_local(src: Source, dest: Path) -> tuple[int, str]:
         tmp.unlink(missing_ok=True)
         raise
     return result
+
+
+def _entry(save_id: str, src: Source, result: tuple[int, str, int]) -> Entry:
+    size, digest, piece_size = result
+    return Entry(f"{save_id}/{src.path}", src.path, size, digest, piece_size)
 
 
 # --- uploads -------------------------------------------------------------------------------
@@ -320,8 +426,7 @@ def upload(
         entries = []
         for src in payload.sources:
             written.append(join(base, src.path))
-            size, digest = _write_local(src, local_base / src.path)
-            entries.append(Entry(f"{save_id}/{src.path}", src.path, size, digest))
+            entries.append(_entry(save_id, src, _write_local(src, local_base / src.path)))
         # The renames are durable only once their folders are: fsync each folder once.
         folders = {local_base} | {(local_base / s.path).parent for s in payload.sources}
         for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
@@ -330,20 +435,31 @@ def upload(
 
     def put(src: Source) -> Entry:
         uri = join(base, src.path)
-        # The hash reads the data beside the store's own upload; both release the GIL.
-        hashed = _hash_pool().submit(_copy, src, None)
+        # The hash reads the source beside the store's own upload; both release the GIL.
+        if src.data is not None:
+            view = memoryview(src.data)
+            hashing = _new_hashing(len(view))
+            _hash_memory(view, hashing)
+            try:
+                store.put_bytes(uri, src.data if isinstance(src.data, bytes) else bytes(view))
+            finally:
+                hashing.settle()
+            return _entry(save_id, src, hashing.result())
+        assert src.file is not None
+        fd = os.open(src.file, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            if src.data is not None:
-                data = src.data if isinstance(src.data, bytes) else bytes(src.data)
-                store.put_bytes(uri, data)
-            else:
-                assert src.file is not None
+            size = os.fstat(fd).st_size
+            hashing = _new_hashing(size)
+            _hash_file(fd, size, hashing)
+            try:
                 store.put_file(src.file, uri)
-        except BaseException:
-            hashed.exception()  # let the hashing thread finish before the caller cleans up
-            raise
-        size, digest = hashed.result()
-        return Entry(f"{save_id}/{src.path}", src.path, size, digest)
+            finally:
+                hashing.settle()
+            result = hashing.result()
+            _check_unchanged(src, os.fstat(fd))
+        finally:
+            os.close(fd)
+        return _entry(save_id, src, result)
 
     written.extend(join(base, s.path) for s in payload.sources)
     if len(payload.sources) <= 1 or store.parallelism <= 1:
@@ -356,12 +472,38 @@ def upload(
 
 
 def _verify(uri: str, entry: Entry, size: int, digest: str, step: int) -> None:
-    if size != entry.size or digest != entry.sha256:
+    if size != entry.size or digest != entry.digest:
         raise StoreError(
             f"checkpoint step {step}: object {uri} is corrupt: its commit records {entry.size} "
-            f"bytes with sha256 {entry.sha256}, the store holds {size} bytes with sha256 "
+            f"bytes with {entry.algorithm} {entry.digest}, the store holds {size} bytes with "
             f"{digest}. Fix: load an earlier step with load(step=...)"
         )
+
+
+def _check(uri: str, entry: Entry, hashing: _Hashing, step: int, *sizes: int) -> None:
+    """Verify what ``hashing`` read, and that every other read (``sizes``) saw as many bytes."""
+    size, digest, _ = hashing.result()
+    for seen in {size, *sizes}:
+        _verify(uri, entry, seen, digest, step)
+
+
+def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> bytes:
+    """The whole file behind ``fd``, verified against ``entry``.
+
+    The pool hashes the file through the same descriptor (the same inode, through the same
+    page cache) while this thread reads it: about max(read, hash) rather than their sum. A
+    ``bytes`` cannot be hashed piece by piece as it fills, and reading into a ``bytearray``
+    would cost a second copy to return ``bytes``.
+    """
+    hashing = _expected(entry)
+    try:
+        _hash_file(fd, os.fstat(fd).st_size, hashing)
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        hashing.settle()  # the caller closes fd: the pool must be done with it first
+    _check(uri, entry, hashing, step, len(data))
+    return data
 
 
 def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) -> bytes | None:
@@ -380,36 +522,42 @@ def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) ->
             ) from e
         try:
             if dest is None:
-                data, hashed, digest = _read_hashed(fd)
-                for size in {len(data), hashed}:  # both reads must find what the commit says
-                    _verify(uri, entry, size, digest, step)
-                return data
+                return _read_verified(fd, uri, entry, step)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            hashing = _expected(entry)
             try:
-                size, digest = _pump(_file_chunks(fd), lambda c: _write_all(out, c))
+                _copy_file(fd, out, hashing)
             finally:
+                hashing.settle()  # before out closes: the pieces read it
                 os.close(out)
         finally:
             os.close(fd)
-    elif dest is None or entry.size <= CHUNK:
+        _check(uri, entry, hashing, step)
+        return None
+    if dest is None or entry.size <= CHUNK:
         data = store.get_bytes(uri)
-        size, digest = _pump(_memory_chunks(data), None)
+        hashing = _expected(entry)
+        _hash_memory(memoryview(data), hashing)
+        _check(uri, entry, hashing, step, len(data))
         if dest is None:
-            _verify(uri, entry, size, digest, step)
             return data
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data)
-    else:
-        # The store downloads in parallel ranged parts; hashing them in order means one more
-        # read, of a file the page cache still holds.
-        store.get_file(uri, dest)
-        fd = os.open(dest, os.O_RDONLY | os.O_CLOEXEC)
+        return None
+    # The store downloads in parallel ranged parts; the pool hashes them afterwards, read back
+    # from the page cache.
+    store.get_file(uri, dest)
+    fd = os.open(dest, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        hashing = _expected(entry)
         try:
-            size, digest = _pump(_file_chunks(fd), None)
+            _hash_file(fd, entry.size, hashing)
         finally:
-            os.close(fd)
-    _verify(uri, entry, size, digest, step)
+            hashing.settle()
+    finally:
+        os.close(fd)
+    _check(uri, entry, hashing, step)
     return None
 
 

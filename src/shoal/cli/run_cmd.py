@@ -86,21 +86,61 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _kubernetes(task: Any, call: Any, args: argparse.Namespace) -> int:
     from shoal.cli import kube
-    from shoal.errors import EngineError
 
     config = kube.kube_config(args.kube_settings)
-    if not args.dry_run:
-        raise EngineError("submitting to a Kubernetes cluster is not available from this "
-                          "machine (no API server is reachable). Fix: `shoal run --engine "
-                          "kubernetes --dry-run --out DIR ...` and `kubectl apply -f DIR`")
     from shoal._storage.records import Records
 
     run = args.name or Records(contract.home() / "shoal.db").new_run_name()
+    if not args.dry_run:
+        return _submit(task, call, run, config)
     text = kube.write(kube.run_manifests(task, call, run, config), args.out)
     if args.out:
         print(f"wrote the manifests of run {run} ({task.name}) to {args.out}/")
     else:
         print(text, end="")
+    return 0
+
+
+def _submit(task: Any, call: Any, run: str, config: Any) -> int:
+    """The run's driver Job on the cluster of the kubeconfig: followed, its log streamed, its
+    output printed (the driver writes it to the store)."""
+    import json
+
+    from shoal._engines.kubernetes import CodeBundle
+    from shoal._engines.kubernetes.client import KubeClient
+    from shoal._engines.kubernetes.engine import submit_driver
+    from shoal._engines.kubernetes.manifests import driver_io
+    from shoal._storage.bundle import build
+    from shoal._storage.store import join, open_store
+    from shoal.errors import EngineError, ObjectNotFound
+
+    try:  # before any upload: no cluster, no run
+        client = KubeClient.from_kubeconfig(namespace=config.namespace)
+        client.version()
+    except EngineError as e:
+        raise EngineError(f"{e}. Without a reachable cluster: `shoal run --engine kubernetes "
+                          "--dry-run --out DIR ...` and `kubectl apply -f DIR`") from e
+    bundle = build(call.task.code_file, config.store)
+    store, io = open_store(config.store), driver_io(config.store, run)
+    store.put_bytes(join(io, "inputs.json"), json.dumps(dict(call.inputs)).encode())
+    print(f"shoal: run {run} of {task.name} on {client.server} (namespace {config.namespace}, "
+          f"store {config.store})", file=sys.stderr)
+    job = submit_driver(client, config, call, run=run,
+                        code=CodeBundle(uri=bundle.uri, file=bundle.file),
+                        on_log=lambda line: print(f"[driver] {line}", file=sys.stderr))
+    try:
+        output = json.loads(store.get_bytes(join(io, "output.json")))
+    except ObjectNotFound:
+        failure = {}
+        with contextlib.suppress(ObjectNotFound, ValueError):
+            failure = json.loads(store.get_bytes(join(io, "failure.json")))
+        conditions = (job.get("status") or {}).get("conditions") or []
+        why = failure.get("error") or "; ".join(
+            f"{c.get('reason')}: {c.get('message')}" for c in conditions if c.get("reason"))
+        print(f"shoal: run {run} {failure.get('state', 'failed')}: {why}", file=sys.stderr)
+        return 1
+    print(f"shoal: run {run} succeeded", file=sys.stderr)
+    print(_render(task.decode_output(output)))
     return 0
 
 

@@ -48,10 +48,11 @@ def signal_tree(pid: int, sig: int) -> None:
     family = descendants(pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    for p in [psutil.Process(pid) if psutil.pid_exists(pid) else None, *family]:
-        if p is not None:
-            with contextlib.suppress(psutil.Error):
-                p.send_signal(sig)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+    for p in family:  # a process may end at any moment here: that is what we want
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(sig)
 
 
 async def kill_tree(pid: int, grace: float = 0.0) -> None:

@@ -1,0 +1,102 @@
+"""The in-cluster driver: ``python -m shoal._driver.pod``, what a run's driver Job runs
+(`manifests.compile_driver` sets its variables).
+
+It is the `shoal run` of a pod: it fetches the code bundle, loads the task, reads the root
+call's inputs from ``$SHOAL_IO/inputs.json`` and runs the call through the same `Runner` and
+controller as on a laptop (cache, retries, records in an ephemeral SQLite under SHOAL_HOME).
+The root call of a plain task runs here, in a local worker of this pod, so the calls it makes
+reach the controller; each of those calls (and a clustered root) becomes its own Job or
+JobSet through the Kubernetes engine. The outcome goes back to the store for the submitting
+CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or ``$SHOAL_IO/failure.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import posixpath
+import sys
+from typing import Any
+
+from shoal._driver.runner import Runner, make_engine
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
+from shoal._runtime import contract
+from shoal._spec.call import CallSpec, EnvSpec
+
+
+class RootInPod(Engine):
+    """The root call on the local engine (in this pod), every other call on the cluster."""
+
+    name = "kubernetes"
+
+    def __init__(self, local: Engine, cluster: Engine) -> None:
+        super().__init__()
+        self.local, self.cluster = local, cluster
+
+    def _dry_run(self, call: CallSpec) -> str:
+        return self.cluster.dry_run(call)
+
+    async def _start(self, envs: list[EnvSpec]) -> None:
+        await self.cluster.start(self.handler, envs, notify=self.notify)
+        await self.local.start(self.handler, envs, notify=self.notify)
+
+    async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        here = call.parent_action is None and call.task.env.cluster is None
+        return await (self.local if here else self.cluster).run_attempt(call, ref)
+
+    async def _preempt(self) -> int:
+        return await self.cluster.preempt()
+
+    async def _close(self) -> None:
+        await self.local.close()
+        await self.cluster.close()
+
+
+def _report(kind: str, action: str, data: dict[str, Any]) -> None:
+    """Progress as lines of the driver pod's log (what `shoal run` streams back)."""
+    what = data.get("message") or data.get("log") or ""
+    print(f"shoal: {action} {data.get('task', '')}: {kind} {what}".rstrip(), flush=True)
+
+
+def main() -> int:
+    from shoal._engines.kubernetes import CodeBundle, KubeConfig
+    from shoal._engines.kubernetes.client import KubeClient
+    from shoal._engines.kubernetes.pods import code_dir
+    from shoal._runtime.loader import find_task
+    from shoal._storage.bundle import fetch
+    from shoal._storage.store import join, open_store
+
+    env = os.environ
+    config = KubeConfig.from_json(env[contract.KUBE_CONFIG])
+    relative = posixpath.relpath(env[contract.CODE_FILE], code_dir(config))
+    code = CodeBundle(uri=env[contract.CODE_BUNDLE], file=relative)
+    local_file = str(fetch(code.uri, code.file))
+    os.environ[contract.CODE_FILE] = local_file
+    task = find_task(local_file, env[contract.TASK])
+    store, io = open_store(config.store), env[contract.IO]
+    inputs = json.loads(store.get_bytes(join(io, "inputs.json")))
+    call = CallSpec(task=task.spec(), inputs=inputs, parent_action=None)
+    envs = [e.spec() for e in task.env.reachable().values()]
+    client = KubeClient.in_cluster(namespace=config.namespace)
+    runner = Runner(call, envs=envs, name=env[contract.RUN], engine="kubernetes",
+                    reporter=_report,
+                    engine_options={"config": config, "client": client, "code": code})
+    if call.task.env.cluster is None:
+        local = make_engine("local", run=runner.name, home=runner.home,
+                            store=runner.store_uri, lineage=runner.lineage_root)
+        runner.engine = RootInPod(local, runner.engine)
+    outcome = asyncio.run(runner.run())
+    if outcome.state == "succeeded":
+        store.put_bytes(join(io, "output.json"), json.dumps(outcome.output).encode())
+        print(f"shoal: run {runner.name} succeeded", flush=True)
+        return 0
+    store.put_bytes(join(io, "failure.json"), json.dumps(
+        {"state": outcome.state, "error": str(outcome.error)}).encode())
+    print(f"shoal: run {runner.name} {outcome.state}: {outcome.error}", file=sys.stderr,
+          flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
