@@ -48,7 +48,7 @@ class Run:
     def _main(self) -> None:
         try:
             self._outcome = asyncio.run(self._runner.run())
-        except BaseException as e:  # noqa: BLE001 - handed to whoever reads the outputs
+        except BaseException as e:
             from shoal._driver.runner import RunOutcome
 
             self._outcome = RunOutcome(self.name, "failed", error=e)
