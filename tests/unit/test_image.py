@@ -17,14 +17,16 @@ from shoal._api.image import (
     DEBIAN_BASE_IMAGE,
     DEFAULT_IMAGE_NAME,
     SHOAL_INSTALL_TEMPLATE,
+    SHOAL_SOURCE_CONTEXT,
     TAG_LENGTH,
     Image,
     missing_locally,
+    shoal_install_lines,
     shoal_requirement,
 )
 from shoal.errors import SpecError
 
-SHOAL_LINE = SHOAL_INSTALL_TEMPLATE.format(requirement=shoal_requirement())
+SHOAL_LINE = "\n".join(shoal_install_lines())
 
 
 def _project(root: Path) -> Path:
@@ -157,9 +159,23 @@ def test_relative_paths_are_fixed_when_the_image_is_made(
     tag = image.tag
     monkeypatch.chdir(tmp_path)
     assert image.tag == tag
-    assert image.context_sources() == {
-        f"{CONTEXT_DIR}/0/requirements.txt": root / "requirements.txt"
-    }
+    sources = image.context_sources()
+    sources.pop(SHOAL_SOURCE_CONTEXT, None)  # Shoal itself, when it runs from a source tree
+    assert sources == {f"{CONTEXT_DIR}/0/requirements.txt": root / "requirements.txt"}
+
+
+def test_shoal_itself_goes_into_the_image() -> None:
+    """A Shoal not installed from an index (a source tree, an editable install) is copied into
+    the build context and put on PYTHONPATH; otherwise pip installs the same version."""
+    from shoal._api.image import shoal_source
+
+    image = Image.from_debian_base("3.11")
+    if shoal_source() is None:
+        assert shoal_requirement() in image.dockerfile()
+    else:
+        assert image.context_sources()[SHOAL_SOURCE_CONTEXT] == shoal_source()
+        assert "ENV PYTHONPATH=/opt/shoal" in image.dockerfile()
+    assert "shoal" not in Image.from_base("x/y:1", install_shoal=False).dockerfile()
 
 
 # --- the tag ---------------------------------------------------------------------------------

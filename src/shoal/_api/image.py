@@ -266,7 +266,7 @@ class Image:
             lines.append(f"WORKDIR {self.workdir}")
         # Shoal before the user's layers: it changes rarely, so their layers stay cached.
         if self.install_shoal:
-            lines.append(SHOAL_INSTALL_TEMPLATE.format(requirement=shoal_requirement()))
+            lines += shoal_install_lines()
         for i, layer in enumerate(self.layers):
             lines += layer.render(context_name(i, layer))
         return "\n".join(lines) + "\n"
@@ -278,6 +278,9 @@ class Image:
     def _local_copies(self) -> list[tuple[str, Path, str]]:
         """(build-context path, local path, builder name) for every layer that copies files."""
         out: list[tuple[str, Path, str]] = []
+        source = shoal_source() if self.install_shoal else None
+        if source is not None:
+            out.append((SHOAL_SOURCE_CONTEXT, source, "shoal"))
         for i, layer in enumerate(self.layers):
             if isinstance(layer, Requirements):
                 out.append((context_name(i, layer), layer.path, "with_requirements"))
@@ -356,6 +359,39 @@ def missing_locally(image: Image) -> list[str]:
         normalize_name(d.metadata["Name"] or "") for d in importlib.metadata.distributions()
     }
     return [n for n in image.declared_pip_packages() if normalize_name(n) not in installed]
+
+
+# Where the Shoal package goes in a build context when it is copied in (see shoal_source).
+SHOAL_SOURCE_CONTEXT = "_shoal_context/shoal"
+# What the copied package needs at run time in a pod (obstore: s3:// and gs:// stores).
+SHOAL_RUNTIME_DEPS = ("psutil>=5.9", "obstore>=0.4", "pyyaml>=6")
+
+
+def shoal_source() -> Path | None:
+    """The Shoal package folder to copy into images, when this Shoal cannot be pip-installed
+    by version: it runs from a source tree, or was installed from a local path or a VCS
+    (PEP 610's direct_url.json). None when it came from a package index."""
+    import importlib.metadata
+
+    import shoal
+
+    try:
+        dist = importlib.metadata.distribution("shoal")
+    except importlib.metadata.PackageNotFoundError:
+        return Path(shoal.__file__).parent
+    if dist.read_text("direct_url.json"):
+        return Path(shoal.__file__).parent
+    return None
+
+
+def shoal_install_lines() -> list[str]:
+    """The Dockerfile lines that put this Shoal into an image."""
+    if shoal_source() is None:
+        return [SHOAL_INSTALL_TEMPLATE.format(requirement=shoal_requirement())]
+    deps = " ".join(f"'{d}'" for d in SHOAL_RUNTIME_DEPS)
+    return [f'COPY ["{SHOAL_SOURCE_CONTEXT}", "/opt/shoal/shoal/"]',
+            "ENV PYTHONPATH=/opt/shoal",
+            f"RUN python -m pip install --no-cache-dir {deps}"]
 
 
 def shoal_requirement() -> str:

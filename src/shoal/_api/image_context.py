@@ -46,7 +46,7 @@ def walk(path: Path, field: str) -> Iterator[tuple[str, str, Path | str]]:
 
     kind is "F" (file), "D" (folder) or "L" (symlink, not followed inside a folder).
     """
-    if field == "with_source_folder":
+    if field in ("with_source_folder", "shoal"):
         if not path.is_dir():
             rule = "is not a folder" if path.exists() else "does not exist"
             raise SpecError(field, str(path), rule, "pass an existing folder (a relative path is "
