@@ -16,7 +16,6 @@ from shoal._api.image import (
     CONTEXT_DIR,
     DEBIAN_BASE_IMAGE,
     DEFAULT_IMAGE_NAME,
-    SHOAL_INSTALL_TEMPLATE,
     SHOAL_SOURCE_CONTEXT,
     TAG_LENGTH,
     Image,
