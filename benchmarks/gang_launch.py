@@ -33,7 +33,8 @@ which counts the pages that forked ranks share with their launcher once.
 
 Stages: process start times (psutil, calibrated against the launch) and the ranks' marks give
 where the time to the first step goes. Reference costs (an interpreter, ``import torch``, the
-launcher's and the rank's imports, each alone on an idle machine) help read them.
+launcher's and the rank's imports, ``torch._dynamo``, each alone, measured first) help read
+them. Each run also records the CPU that other work on the machine took meanwhile.
 
 Rounds go row after row (``--repeats``, median and min–max), after one unmeasured warm-up run.
 Writes ``benchmarks/results/<date>-cpu<N>-gang-launch.md``; about 4 minutes on 2 CPUs.
