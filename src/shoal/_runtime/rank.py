@@ -109,6 +109,9 @@ def main() -> None:
         os._exit(1)  # skip atexit hooks that may block on a broken process group
     sys.stdout.flush()
     sys.stderr.flush()
+    # The output is written and checkpoints closed: skip the interpreter's teardown, where
+    # torch/gloo destructors have been seen to abort (SIGABRT) a finished rank under torchrun.
+    os._exit(0)
 
 
 def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException) -> None:

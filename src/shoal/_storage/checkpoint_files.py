@@ -352,10 +352,13 @@ def _copy_file(src: int, dest: int, hashing: _Hashing) -> None:
             try:
                 n = _send(src, dest, offset, step)
             except OSError as e:
-                # sendfile refuses some file pairs (EINVAL, ENOSYS...); a full disk or an I/O
-                # error is real. Only before anything was written, so the positions agree.
+                # sendfile refuses some file pairs (EINVAL, ENOSYS, ENOTSOCK on macOS...); a
+                # full disk or an I/O error is real. Fall back only on the first piece, and
+                # from a clean start in case part of it was written.
                 if offset or e.errno in _NO_SPACE or e.errno == errno.EIO:
                     raise
+                os.ftruncate(dest, 0)
+                os.lseek(dest, 0, os.SEEK_SET)
                 buffer = memoryview(bytearray(step))
                 continue
         else:
