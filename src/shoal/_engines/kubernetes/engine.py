@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from shoal._engines.kubernetes.status import (
     terminal_record,
 )
 from shoal._runtime import contract
+from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound
@@ -53,7 +53,6 @@ Obj = dict[str, Any]
 JOB_NAME = "batch.kubernetes.io/job-name"  # the label the Job controller puts on its pods
 # Reports this close in time are one event (see the local engine's gang.py, which has the
 # same rule: the two engines cannot share code, so it is repeated here).
-SAME_EVENT_SECONDS = 1.0
 LOG_TAIL_LINES = 30
 
 
@@ -322,27 +321,20 @@ class _Follow:
         (exact rank, traceback), else the first pod that failed on its own (exit code, signal),
         with the tail of that node's log either way."""
         timed_out = "DeadlineExceeded" in state.reason
-        reports = await asyncio.to_thread(_reports, self.store, join(self.io, f"r{restart}"))
-        if reports:
-            first = reports[0]
-            rank = first.get("rank")
-            same = [r for r in reports if r.get("rank") == rank]
-            node_report = next((r for r in same if r["kind"] == "node"), {})
-            rank_report = next((r for r in same if r["kind"] == "rank"), {})
-            how = rank_report.get("message") or (
-                "the process was killed" if node_report.get("signal") else "the process exited")
-            node = first.get("node")
+        first = await asyncio.to_thread(first_failure, self.store,
+                                        join(self.io, f"r{restart}"))
+        if first is not None:
+            rank, node = first.rank, first.node
             pod = self._pod_of(node, restart)
             f = self._pod_failure(restart)
-            exit_code = node_report.get("exit_code")
-            sig = node_report.get("signal")
+            exit_code, sig = first.exit_code, first.signal
             if f is not None and f.node == node and exit_code is None and sig is None:
                 exit_code, sig = f.exit_code, f.signal
             return self._info(
-                "timeout" if timed_out else "user" if rank_report else "crash",
-                f"rank {rank} failed first (restart {restart}): {how}",
+                "timeout" if timed_out else "user" if first.raised else "crash",
+                f"rank {rank} failed first (restart {restart}): {first.message}",
                 exit_code=exit_code, signal=sig, rank=rank, node=node,
-                log_tail=await self._tail(pod), traceback=rank_report.get("traceback", ""))
+                log_tail=await self._tail(pod), traceback=first.traceback)
         f = self._pod_failure(restart)
         if f is not None:
             what = f.reason or "Error"
@@ -369,31 +361,6 @@ class _Follow:
         if pod is None:
             return ""
         return await asyncio.to_thread(log_tail, self.client, pod, LOG_TAIL_LINES)
-
-
-def _reports(store: Store, folder: str) -> list[dict[str, Any]]:
-    """The rank (``rank-N.failure.json``) and launcher (``node-N.json``) reports of one start,
-    the root cause first: among reports within a moment of the earliest, a rank that died
-    without raising goes before ranks that raised (most often because it died).
-
-    The same reading as the local engine's gang.py: engines do not import each other, so the
-    few lines are repeated rather than shared."""
-    reports: list[dict[str, Any]] = []
-    for uri in store.list(folder):
-        name = uri.rsplit("/", 1)[-1]
-        if name.startswith(("rank-", "node-")) and name.endswith(".json"):
-            with contextlib.suppress(ObjectNotFound, ValueError):
-                report = json.loads(store.get_bytes(uri))
-                report["kind"] = "rank" if name.startswith("rank-") else "node"
-                reports.append(report)
-    reports.sort(key=lambda r: r.get("at", time.time()))
-    if not reports:
-        return reports
-    raised = {r.get("rank") for r in reports if r["kind"] == "rank"}
-    t0 = reports[0].get("at", 0.0)
-    died = [r for r in reports if r["kind"] == "node" and r.get("rank") not in raised
-            and r.get("at", 0.0) - t0 <= SAME_EVENT_SECONDS]
-    return died[:1] + [r for r in reports if r not in died[:1]]
 
 
 __all__ = ["KubernetesEngine"]

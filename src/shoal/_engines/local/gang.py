@@ -23,7 +23,6 @@ import json
 import shutil
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,9 +32,10 @@ from shoal._engines.local import procs
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
+from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.store import join, open_store
-from shoal.errors import FailureInfo, ObjectNotFound
+from shoal.errors import FailureInfo
 
 if TYPE_CHECKING:
     from shoal._engines.local.engine import LocalEngine
@@ -70,24 +70,6 @@ def pid_namespace_prefix() -> tuple[str, ...]:
             if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
                 return prefix
     return ()
-
-
-# Reports this close in time are one event: a dying rank's peers see its sockets close before
-# its launcher has reaped it, and may report their own (consequential) errors first.
-SAME_EVENT_SECONDS = 1.0
-
-
-def _root_cause_first(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Reports ordered so the root cause comes first: among reports within a moment of the
-    earliest, a rank that died without raising (killed, crashed, os._exit) goes before ranks
-    that raised, since those most often raised because it died."""
-    if not reports:
-        return reports
-    raised = {r.get("rank") for r in reports if r["kind"] == "rank"}
-    t0 = reports[0].get("at", 0.0)
-    died = [r for r in reports if r["kind"] == "node" and r.get("rank") not in raised
-            and r.get("at", 0.0) - t0 <= SAME_EVENT_SECONDS]
-    return died[:1] + [r for r in reports if r not in died[:1]]
 
 
 @dataclass
@@ -237,18 +219,6 @@ class GangRunner:
     def _output(self, restart: int) -> Any:
         return json.loads(self.store.get_bytes(join(self.io, f"r{restart}", "output.json")))
 
-    def _reports(self, restart: int) -> list[dict[str, Any]]:
-        folder = join(self.io, f"r{restart}")
-        reports = []
-        for uri in self.store.list(folder):
-            name = uri.rsplit("/", 1)[-1]
-            if name.startswith(("rank-", "node-")) and name.endswith(".json"):
-                with contextlib.suppress(ObjectNotFound, ValueError):
-                    report = json.loads(self.store.get_bytes(uri))
-                    report["kind"] = "rank" if name.startswith("rank-") else "node"
-                    reports.append(report)
-        return reports
-
     def _failure(self, restart: int, preempted: bool) -> FailureInfo:
         task, ref = self.call.task.name, self.ref
         log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
@@ -256,27 +226,18 @@ class GangRunner:
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"the gang was preempted (restart {restart}) and "
                                "resume_after_preemption is off")
-        reports = sorted(self._reports(restart), key=lambda r: r.get("at", time.time()))
-        reports = _root_cause_first(reports)
-        if not reports:
+        first = first_failure(self.store, join(self.io, f"r{restart}"))
+        if first is None:
             tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"a node launcher failed (restart {restart})",
                                log_tail="\n".join(t for t in tails if t))
-        first = reports[0]
-        rank = first.get("rank")
-        # A rank's own report has the traceback; its node's report has the exit code/signal.
-        same = [r for r in reports if r.get("rank") == rank]
-        node_report = next((r for r in same if r["kind"] == "node"), {})
-        rank_report = next((r for r in same if r["kind"] == "rank"), {})
-        how = rank_report.get("message") or (
-            "the process was killed" if node_report.get("signal") else "the process exited")
+        rank = first.rank
         tail = procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
         return FailureInfo(
             task=task, action=ref.action, attempt=ref.attempt,
-            kind="user" if rank_report else "crash",
-            message=f"rank {rank} failed first (restart {restart}): {how}",
-            exit_code=node_report.get("exit_code"), signal=node_report.get("signal"),
-            rank=rank, node=first.get("node"), log_tail=tail,
-            traceback=rank_report.get("traceback", ""),
+            kind="user" if first.raised else "crash",
+            message=f"rank {rank} failed first (restart {restart}): {first.message}",
+            exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
+            log_tail=tail, traceback=first.traceback,
         )
