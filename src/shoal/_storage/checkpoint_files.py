@@ -280,25 +280,18 @@ def _expected(entry: Entry) -> _Hashing:
 
 
 def _hash_memory(view: memoryview, hashing: _Hashing) -> None:
-    if hashing.piece_size == 0:
-        hashing.add(_hash_view, view)
-        return
-    for start in range(0, len(view), hashing.piece_size):
-        hashing.add(_hash_view, view[start : start + hashing.piece_size])
+    step = hashing.piece_size or max(len(view), 1)  # piece size 0: one part, the whole
+    for start in range(0, max(len(view), 1), step):
+        hashing.add(_hash_view, view[start : start + step])
 
 
 def _hash_file(fd: int, size: int, hashing: _Hashing) -> None:
     """Hash ``fd`` by pieces up to ``size`` (the last part reads on to the end of the file, so
     a file longer than expected hashes, and fails to match, as it is)."""
-    if hashing.piece_size == 0:
-        hashing.add(_hash_range, fd, 0, None, span=(0, None))
-        return
-    starts = range(0, size, hashing.piece_size)
+    starts = range(0, max(size, 1), hashing.piece_size or max(size, 1))
     for start in starts:
         length = None if start == starts[-1] else hashing.piece_size
         hashing.add(_hash_range, fd, start, length, span=(start, length))
-    if size == 0:
-        hashing.add(_hash_range, fd, 0, None, span=(0, None))
 
 
 def _new_hashing(size: int) -> _Hashing:
@@ -335,12 +328,6 @@ def _send(src: int, dest: int, offset: int, count: int) -> int:
     return done
 
 
-def _read_write(src: int, dest: int, offset: int, count: int, buffer: memoryview) -> int:
-    n = os.preadv(src, [buffer[:count]], offset)
-    _write_all(dest, buffer[:n])
-    return n
-
-
 def _copy_file(src: int, dest: int, hashing: _Hashing) -> None:
     """Copy ``src`` to ``dest`` (both at offset 0), each piece hashed from ``dest`` once it has
     landed, while the next piece is copied. ``dest`` must be open for reading too."""
@@ -362,7 +349,8 @@ def _copy_file(src: int, dest: int, hashing: _Hashing) -> None:
                 buffer = memoryview(bytearray(step))
                 continue
         else:
-            n = _read_write(src, dest, offset, step, buffer)
+            n = os.preadv(src, [buffer], offset)
+            _write_all(dest, buffer[:n])
         if n == 0:
             break
         if hashing.piece_size:
@@ -503,14 +491,6 @@ def _check(uri: str, entry: Entry, hashing: _Hashing, step: int, *sizes: int) ->
         _verify(uri, entry, seen, digest, step)
 
 
-def _read_ahead(fd: int) -> None:
-    """Ask the kernel to start reading the whole file now. Two threads reading one file at
-    different offsets break its sequential read-ahead, so a cold load read it in small
-    synchronous reads (0.5-0.8x a plain read here); this keeps the disk busy instead."""
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-
-
 def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> bytes:
     """The whole file behind ``fd``, verified against ``entry``.
 
@@ -519,7 +499,6 @@ def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> bytes:
     ``bytes`` cannot be hashed piece by piece as it fills, and reading into a ``bytearray``
     would cost a second copy to return ``bytes``.
     """
-    _read_ahead(fd)
     hashing = _expected(entry)
     try:
         _hash_file(fd, os.fstat(fd).st_size, hashing)
