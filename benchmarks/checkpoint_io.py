@@ -46,14 +46,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import (  # benchmarks/_common.py, next to this script
+    REPO,
+    git_commit,
+    moto_server,
+    run_marked,
+)
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 RESULTS = HERE / "results"
 MARK = "CHECKPOINT-IO-RESULT "
 MiB = 1024 * 1024
@@ -460,32 +464,6 @@ def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
     return {"times": t}
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.05)
-        # moto does not check signatures, so a bare PUT creates the bucket.
-        urllib.request.urlopen(
-            urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=5).close()
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,13 +472,7 @@ def moto_server() -> Iterator[str]:
 
 def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(MARK):
-            got: dict[str, Any] = json.loads(line[len(MARK):])
-            return got
-    raise RuntimeError(f"child {shlex.join(args)} failed (exit {p.returncode}):\n"
-                       f"{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return run_marked(cmd, MARK, env=env, timeout=900, what=f"child {shlex.join(args)}")
 
 
 def med(xs: list[float]) -> float:
@@ -653,13 +625,6 @@ def own_cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
-        return p.stdout.strip() if p.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
 
 
 def versions() -> str:
@@ -736,7 +701,7 @@ def main() -> None:
     print(f"s3:// on loopback moto, {args.s3_mib} MiB...", flush=True)
     from shoal._runtime import contract
 
-    with moto_server() as endpoint:
+    with moto_server(BUCKET) as endpoint:
         s3_env = dict(env, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
                       NO_PROXY="127.0.0.1,localhost", **{contract.S3_ENDPOINT: endpoint,

@@ -45,10 +45,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import (  # benchmarks/_common.py, next to this script
+    REPO,
+    command_line,
+    git_commit,
+    run_marked,
+)
+
 # Only the standard library at module level: this file also runs as the measuring child inside
 # the Flyte venv, where shoal is not installed.
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 RESULTS = HERE / "results"
 FLYTE_VENV = HERE / ".venv-flyte"
 FLYTE_SPEC = "flyte>=2,<3"
@@ -193,13 +199,7 @@ def run_child(kind: str, python: str, env: dict[str, str], ns: list[int],
               rounds: int) -> dict[str, Any]:
     cmd = [python, str(Path(__file__).resolve()), "--child", kind,
            "--ns", ",".join(map(str, ns)), "--rounds", str(rounds)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(MARK):
-            got: dict[str, Any] = json.loads(line[len(MARK):])
-            return got
-    raise RuntimeError(f"{kind} child failed (exit {p.returncode}):\n"
-                       f"{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return run_marked(cmd, MARK, env=env, timeout=600, what=f"{kind} child")
 
 
 def wall_median(cmd: list[str], env: dict[str, str], runs: int) -> float:
@@ -263,13 +263,6 @@ def machine() -> str:
            f"Python {platform.python_version()}"
 
 
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
-        return p.stdout.strip() if p.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
 
 
 def _ratio(x: float | None, ref: float | None) -> str:
@@ -319,13 +312,7 @@ def main() -> None:
         child(args.child, ns, args.rounds)
         return
 
-    command = shlex.join([os.path.relpath(sys.executable, REPO), "benchmarks/dispatch.py",
-                          *sys.argv[1:]])
-    if os.environ.get("PYTHONPATH"):
-        shown = os.pathsep.join(
-            os.path.relpath(p, REPO) if Path(p).resolve().is_relative_to(REPO) else p
-            for p in os.environ["PYTHONPATH"].split(os.pathsep))
-        command = f"PYTHONPATH={shown} {command}"
+    command = command_line("dispatch.py")
     started = time.perf_counter()
     load = os.getloadavg()[0]
     results: dict[str, dict[int, dict[str, float]] | str] = {}

@@ -63,9 +63,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from _common import REPO, command_line, git_commit  # benchmarks/_common.py
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 RESULTS = HERE / "results"
 SHOAL_PROGRAM = HERE / "programs_ddp_shoal.py"
 BARE_PROGRAM = HERE / "programs_ddp_bare.py"
@@ -605,13 +605,6 @@ def ncpu() -> int:
         else os.cpu_count() or 1
 
 
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
-        return p.stdout.strip() if p.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
 
 
 def failure_summary(why: str) -> str:
@@ -655,13 +648,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
 
-    command = shlex.join([os.path.relpath(sys.executable, REPO), "benchmarks/gang_launch.py",
-                          *sys.argv[1:]])
-    if os.environ.get("PYTHONPATH"):
-        shown = os.pathsep.join(
-            os.path.relpath(p, REPO) if Path(p).resolve().is_relative_to(REPO) else p
-            for p in os.environ["PYTHONPATH"].split(os.pathsep))
-        command = f"PYTHONPATH={shown} {command}"
+    command = command_line("gang_launch.py")
     load = os.getloadavg()
     if load[0] > 1.0:
         print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",

@@ -22,17 +22,15 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+
+from _common import moto_server  # benchmarks/_common.py, next to this script
 
 from shoal._runtime import contract
 from shoal._storage.store import Store, join, open_store, put_dir
@@ -46,34 +44,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 _fresh = itertools.count()  # new object names for the file:// runs
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.05)
-        urllib.request.urlopen(
-            urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=5
-        ).close()
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def median_time(fn: Callable[[], object]) -> float:
@@ -255,7 +225,7 @@ def main() -> None:
     started = time.perf_counter()
     load = os.getloadavg()
     faster = {"big put MiB/s", "big get MiB/s"}
-    with tempfile.TemporaryDirectory() as tmpdir, moto_server() as endpoint:
+    with tempfile.TemporaryDirectory() as tmpdir, moto_server(BUCKET) as endpoint:
         tmp = Path(tmpdir)
         os.environ.update(
             AWS_ACCESS_KEY_ID="bench",
