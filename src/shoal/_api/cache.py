@@ -17,10 +17,14 @@ class Cache:
     """How a task's outputs are cached.
 
     ``behavior="auto"`` keys on the task's code (its AST: comments and formatting ignored), its
-    signature, its inputs and its image. ``version`` replaces the code in the key, so a change
-    that does not alter results can keep the cache. ``ignored_inputs`` are left out of the key;
-    ``salt`` is mixed in (change it to start over). ``"override"`` always runs and then stores
-    the new outputs; ``"disable"`` neither reads nor writes.
+    signature, its inputs and its image. The code includes the user code the task reaches: the
+    helpers, classes and constants of its module that it uses, and the modules of the task
+    file's folder that it imports, followed through their imports (not the standard library or
+    installed packages: the image covers those). ``version`` replaces the code in the key (the
+    code is then not hashed), so a change that does not alter results can keep the cache, and a
+    change the code cannot show (a dynamic import, a data file) can drop it. ``ignored_inputs``
+    are left out of the key; ``salt`` is mixed in (change it to start over). ``"override"``
+    always runs and then stores the new outputs; ``"disable"`` neither reads nor writes.
     """
 
     behavior: CacheBehavior = "auto"

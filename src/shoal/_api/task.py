@@ -112,15 +112,18 @@ class TaskTemplate(Generic[F]):
     def spec(self) -> TaskSpec:
         if self._spec is None:
             rendered = ", ".join(f"{k}: {v!r}" for k, v in self.hints.items())
+            cache = self.env.cache_spec(self.cache_override)
+            # the key takes the version instead of the code: walking the code would be wasted
+            keyed_on_code = cache.behavior != "disable" and cache.version is None
             self._spec = TaskSpec(
                 name=self.name,
                 env=self.env.spec(),
                 code_file=inspect.getfile(self.func),
-                code_hash=code_hash(self.func),
+                code_hash=code_hash(self.func) if keyed_on_code else "",
                 signature=f"({rendered}) -> {self.return_type!r}",
                 retries=self.retries,
                 timeout=self.timeout,
-                cache=self.env.cache_spec(self.cache_override),
+                cache=cache,
                 allow_pickle=self.allow_pickle,
                 is_async=self.is_async,
             )

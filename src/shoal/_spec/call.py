@@ -78,7 +78,7 @@ class TaskSpec:
     name: str  # "<env>.<function>", unique within a code file
     env: EnvSpec
     code_file: str  # absolute path of the file that defines the task
-    code_hash: str  # hash of the function's normalised AST
+    code_hash: str  # the code part of the cache key (code.py); "" when the key does not use it
     signature: str  # rendered parameter and return types (part of the cache key)
     retries: int = 0
     timeout: float | None = None  # seconds

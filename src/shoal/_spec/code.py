@@ -1,10 +1,13 @@
 """Identity of a task's code and of a call, for cache keys.
 
-A cache key must not change when only comments, formatting, the docstring or the decorator's
-arguments change, and must change when the function's logic does: so the key hashes the
-function's AST (``ast.dump`` drops comments and layout) without its docstring and decorators.
-Helpers the function calls are not followed; ``Cache(version=...)`` is the escape hatch for
-changes the AST of the task body cannot see.
+A cache key must not change when only comments, formatting, docstrings or the task decorator's
+arguments change, and must change when the logic the task runs does. So the code part hashes the
+task function's AST (``ast.dump`` drops comments and layout) without its docstrings and
+decorators, together with the user code it reaches (``user_code.py``): the helpers, classes and
+constants of its own module that it uses, and the modules of the user's code folder (the folder
+of the task's file) that it imports, followed through their own imports. The standard library,
+installed packages and Shoal itself are not followed: the image pins them. ``Cache(version=...)``
+replaces the code in the key (then the code is not hashed at all), for changes no AST shows.
 """
 
 from __future__ import annotations
@@ -15,25 +18,33 @@ import inspect
 import json
 import textwrap
 from collections.abc import Callable, Mapping
+from types import CodeType
 from typing import Any
+
+from shoal._spec import user_code
+from shoal._spec.user_code import strip_docstrings
 
 
 def _strip(node: ast.AST) -> ast.AST:
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         node.decorator_list = []
-        body = node.body
-        if (
-            body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
+    strip_docstrings(node)
     return node
 
 
+def _code_text(code: CodeType) -> str:
+    # nested code objects (inner functions, comprehensions) print with their memory address
+    consts = tuple(_code_text(c) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return repr((code.co_code, consts, code.co_names))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def code_hash(func: Callable[..., Any]) -> str:
-    """sha256 of the function's normalised AST; falls back to its bytecode without source."""
+    """sha256 of the function's normalised AST and of the user code it reaches; without source,
+    of its bytecode alone."""
     try:
         source = textwrap.dedent(inspect.getsource(func))
         tree = ast.parse(source)
@@ -41,11 +52,14 @@ def code_hash(func: Callable[..., Any]) -> str:
             (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)),
             None,
         )
-        text = ast.dump(_strip(fn) if fn is not None else tree, include_attributes=False)
+        node = _strip(fn if fn is not None else tree)
     except (OSError, TypeError, SyntaxError):
-        code = func.__code__
-        text = repr((code.co_code, code.co_consts, code.co_names))
-    return hashlib.sha256(text.encode()).hexdigest()
+        return _sha256(_code_text(func.__code__))
+    own = user_code.piece(node)
+    reached = user_code.reached(func, own)
+    if not reached:  # a self-contained task: its own AST alone
+        return own.digest
+    return _sha256(json.dumps({"task": own.digest, "reaches": reached}, sort_keys=True))
 
 
 def cache_key(
