@@ -18,9 +18,13 @@ $(VENV)/.dev: pyproject.toml $(BIN)/shoal
 	$(BIN)/pip install -q -e '.[dev]' '$(TORCH)'
 	@touch $@
 
-## demo: set up and run the main example pipeline on the local engine
-demo: $(BIN)/shoal
-	$(BIN)/shoal run examples/pipeline.py main
+$(VENV)/.examples: pyproject.toml $(BIN)/shoal
+	$(BIN)/pip install -q -e '.[examples]' '$(TORCH)'
+	@touch $@
+
+## demo: set up and run the pretraining example (data -> 2x2 GPT training -> eval) locally
+demo: $(VENV)/.examples
+	$(BIN)/shoal run examples/pretrain/pipeline.py main
 
 ## test: set up and run the whole test suite
 test: $(VENV)/.dev
