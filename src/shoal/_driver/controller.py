@@ -18,13 +18,14 @@ import itertools
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from shoal._engines.base import AttemptRef, Engine
 from shoal._runtime import contract
-from shoal._spec.call import CallSpec
+from shoal._spec.call import CallSpec, EnvSpec
 from shoal._spec.code import cache_key
 from shoal._storage.records import Records
 from shoal._storage.store import Store, join
@@ -49,7 +50,7 @@ def _quiet(kind: str, action: str, data: dict[str, Any]) -> None:
 class Controller:
     def __init__(self, *, run: str, records: Records, store: Store, engine: Engine,
                  home: Path, reporter: Reporter | None = None,
-                 resumes: list[str] | None = None) -> None:
+                 resumes: list[str] | None = None, envs: Iterable[EnvSpec] = ()) -> None:
         self.run = run
         self.resumes = list(resumes or [])  # the runs this one resumes, newest first
         self.records = records
@@ -60,6 +61,8 @@ class Controller:
         self._counters: dict[str, Iterator[int]] = defaultdict(lambda: itertools.count(1))
         self._envs: dict[str, str] = {}  # action -> environment name
         self._reach: dict[str, frozenset[str]] = {}  # environment -> what it may call
+        # The run's environments as its driving process built them (`--override` applied).
+        self._topology = {e.name: e.cluster for e in envs if e.cluster is not None}
         self.backoff = contract.retry_backoff()
 
     # -- what the engine alone sees ----------------------------------------------------------
@@ -95,7 +98,18 @@ class Controller:
             caller_reach = self._reach.get(caller_env)
             if caller_reach is not None and call.task.env.name not in caller_reach:
                 raise MissingDependencyError(caller_env, call.task.env.name, call.task.name)
-        return await self._execute(call, f"{parent}.{next(self._counters[parent])}")
+        return await self._execute(self._with_run_topology(call),
+                                   f"{parent}.{next(self._counters[parent])}")
+
+    def _with_run_topology(self, call: CallSpec) -> CallSpec:
+        """The call with its gang sized as the run was started: `shoal run --override` changes
+        the environments of the driving process only, and the worker that made this call
+        imported the user's file afresh, with the topology as written."""
+        env = call.task.env
+        cluster = self._topology.get(env.name)
+        if cluster is None or cluster == env.cluster:
+            return call
+        return replace(call, task=replace(call.task, env=replace(env, cluster=cluster)))
 
     # -- one action ----------------------------------------------------------------------
     def _cache_uri(self, call: CallSpec, key: str) -> str:

@@ -81,7 +81,7 @@ class Runner:
                        resumed_from=self.resumes[0] if self.resumes else None)
         controller = Controller(run=name, records=rec, store=open_store(self.store_uri),
                                 engine=self.engine, home=self.home, reporter=self.reporter,
-                                resumes=self.resumes)
+                                resumes=self.resumes, envs=self.envs)
         rec.set_run_state(name, "running")
         root = asyncio.ensure_future(self._drive(controller))
         watchers = [asyncio.ensure_future(self._heartbeat()),

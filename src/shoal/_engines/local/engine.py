@@ -83,6 +83,7 @@ class LocalEngine(Engine):
         c = call.task.env.cluster
         assert c is not None
         request, priority = self.gang_admission(call)
+        queue = self.plan(call.task.env, call.task.code_file).queue
         prefix = " ".join(self.namespace_prefix())
         started = ("by the launcher" if self.launch_mode(c) == "direct" else
                    f"by torchrun ({c.rdzv_backend} rendezvous, {c.torch_max_restarts} in-node "
@@ -92,7 +93,7 @@ class LocalEngine(Engine):
             f"process(es) = world size {c.world_size}, runtime {c.runtime}, ranks started "
             f"{started}",
             f"  admitted as one request: cpu={request.cpu:g} memory={format_bytes(request.memory)}"
-            f" gpu={request.gpu} (priority {priority})",
+            f" gpu={request.gpu} (queue {queue!r}, priority {priority})",
             f"  failure policy: {c.max_restarts} group restart(s), resume after preemption: "
             f"{c.resume_after_preemption}, collective timeout {c.collective_timeout:g}s, "
             f"grace period {c.grace_period:g}s",
