@@ -1,18 +1,25 @@
 """What every benchmark script shares: where the repository is, which commit ran, how the
-command line is shown in results files, a loopback S3 server, and reading a child's result."""
+command line is shown in results files, a loopback S3 server, reading a child's result, the
+headline lines ``run_all.py`` collects, and running processes side by side on a shared
+machine."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import resource
 import shlex
+import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +87,184 @@ def moto_server(bucket: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# Headline figures: each benchmark prints its few main figures as one line each, and
+# ``run_all.py`` collects them from its stdout into one summary table.
+# ---------------------------------------------------------------------------------------------
+
+HEADLINE = "HEADLINE"
+
+
+@dataclass(frozen=True)
+class Headline:
+    section: str  # "(b) training throughput": the issue's letter, then what is measured
+    figure: str  # "shoal / bare torchrun, steady-state tokens/s"
+    value: str  # "0.98x"
+    goal: str  # "≥ 0.97x", or "-" for a figure that is reported, not judged
+    met: str  # "met", "NOT met", or "-"
+
+
+def headline(section: str, figure: str, value: str, goal: str = "-",
+             met: bool | None = None) -> None:
+    """Print one headline figure: ``HEADLINE<TAB>section<TAB>figure<TAB>value<TAB>goal<TAB>met``."""
+    verdict = "-" if met is None else "met" if met else "NOT met"
+    fields = [HEADLINE, section, figure, value, goal, verdict]
+    print("\t".join(" ".join(f.split()) for f in fields), flush=True)
+
+
+def read_headline(line: str) -> Headline | None:
+    """The headline a line of a benchmark's stdout holds, if it is one."""
+    fields = line.rstrip("\n").split("\t")
+    if len(fields) != 6 or fields[0] != HEADLINE:
+        return None
+    return Headline(*fields[1:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the two sides: processes with their output in files, the machine they share.
+# ---------------------------------------------------------------------------------------------
+
+def ncpu() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shoal_cli() -> list[str]:
+    """``shoal``, the console script, as a user types it."""
+    script = Path(sys.executable).parent / "shoal"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "shoal.cli.main"]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment with the repo's ``src`` first on PYTHONPATH, and ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
+                                        if p)
+    env.update(extra)
+    return env
+
+
+def run_logged(cmds: list[list[str]], logs: list[Path], *, env: dict[str, str],
+               timeout: float) -> float:
+    """Start ``cmds`` together, each with its stdout and stderr in its log; wait for all; the
+    wall seconds from the first start to the last exit. A run past ``timeout`` has its
+    process groups killed; a failed or timed-out run raises RuntimeError with the logs' tails."""
+    handles: list[subprocess.Popen[bytes]] = []
+    start = time.perf_counter()
+    try:
+        for cmd, log in zip(cmds, logs, strict=True):
+            with open(log, "wb") as out:
+                handles.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                                env=env, cwd=REPO, start_new_session=True))
+        deadline = time.monotonic() + timeout
+        for p in handles:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        wall = time.perf_counter() - start
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timed out after {timeout:g} s:\n{_tails(logs)}") from None
+    finally:
+        for p in handles:  # a run past its timeout: end its whole session
+            if p.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    bad = [(shlex.join(cmd), p.returncode) for cmd, p in zip(cmds, handles, strict=True)
+           if p.returncode != 0]
+    if bad:
+        raise RuntimeError(f"`{bad[0][0]}` exited {bad[0][1]}:\n{_tails(logs)}")
+    return wall
+
+
+def _tails(logs: list[Path]) -> str:
+    return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}"
+                     for log in logs if log.exists())
+
+
+def marked(path: Path, mark: str) -> dict[str, Any]:
+    """The JSON after ``mark`` on the last line of ``path`` that holds it (anywhere in the line:
+    ``shoal run`` prefixes the lines it relays)."""
+    for line in reversed(path.read_text(errors="replace").splitlines()):
+        if mark in line:
+            got: dict[str, Any] = json.loads(line.split(mark, 1)[1])
+            return got
+    raise RuntimeError(f"no {mark.strip()} line in {path}:\n{_tails([path])}")
+
+
+class CpuMeter:
+    """How busy the machine was over a stretch of time, apart from this process and the
+    descendants it has reaped (each level of a process tree waits for its children, so their
+    CPU adds up into ours): other work on the machine, in % of its capacity."""
+
+    def __init__(self) -> None:
+        self.busy0, self.own0, self.t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
+
+    def others_percent(self) -> float:
+        wall = time.perf_counter() - self.t0
+        others = (_busy_seconds() - self.busy0) - (_own_seconds() - self.own0)
+        return max(0.0, others / (wall * ncpu()) * 100) if wall > 0 else 0.0
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot (not idle, not waiting on I/O)."""
+    with suppress(OSError, ValueError):
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def _own_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime + time.process_time()
+
+
+def load_note(load: tuple[float, float, float], load_end: tuple[float, float, float]) -> str:
+    return (f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the "
+            f"start, {load_end[0]:.2f} at the end (other work on the machine shows up as noise)")
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """``median (min–max)``."""
+    if not values:
+        return "-"
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–" \
+           f"{fmt.format(max(values))})"
+
+
+def results_file(name: str) -> Path:
+    """``benchmarks/results/<YYYY-MM-DD>-cpu<N>-<name>.md``."""
+    folder = REPO / "benchmarks" / "results"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{dt.date.today().isoformat()}-cpu{ncpu()}-{name}.md"
+
+
+def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
+    """The pretrain example's data folder (``corpus.build``, its defaults but ``max_files``),
+    written by a child process; its meta.json as a dict."""
+    example = REPO / "examples" / "pretrain"
+    code = ("import sys, json, dataclasses; from pathlib import Path; "
+            f"sys.path.insert(0, {str(example)!r}); import corpus; "
+            f"meta = corpus.build(Path({str(folder)!r}), vocab_size=4096, "
+            "shard_tokens=1_000_000, val_every=20, workers=corpus.default_workers(), "
+            f"max_files={max_files}); print(json.dumps(dataclasses.asdict(meta)))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       env=child_env(TOKENIZERS_PARALLELISM="false"), timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"corpus.build failed:\n{p.stderr[-3000:]}")
+    meta: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    return meta

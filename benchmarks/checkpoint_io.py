@@ -53,6 +53,7 @@ from typing import Any
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     git_commit,
+    headline,
     moto_server,
     run_marked,
 )
@@ -578,6 +579,43 @@ def s3_table(size: int, r: dict[str, Any]) -> tuple[list[str], list[str]]:
     return lines, goals
 
 
+def headlines(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any], s3_size: int,
+              s3_res: dict[str, Any]) -> None:
+    """The summary's figures (``run_all.py``): the worst ratio of each kind, and which it is."""
+    section = "(c) checkpoint I/O"
+
+    def worst(pairs: list[tuple[str, float]], higher_is_better: bool = True) -> tuple[str, float]:
+        return (min if higher_is_better else max)(pairs, key=lambda p: p[1])
+
+    def ratios(size: int, t: dict[str, list[float]], pairs: list[tuple[str, str, str]],
+               ) -> list[tuple[str, float]]:
+        return [(f"{label}, {size // MiB} MiB", med(mibs(size, t[mine])) / med(mibs(size, t[base])))
+                for label, mine, base in pairs]
+
+    save, load = [], []
+    for size, got in file_res.items():
+        save += ratios(size, got["times"], [("bytes", "save bytes", "raw write+fsync"),
+                                            ("file", "save file", "raw write+fsync")])
+        load += ratios(size, got["times"], [("cold", "load bytes cold", "raw read cold"),
+                                            ("warm", "load bytes warm", "raw read warm")])
+    for figure, pairs in (("file:// sync save / raw write+fsync, MiB/s (worst)", save),
+                          ("file:// verified load / raw read, MiB/s (worst)", load)):
+        if pairs:
+            which, r = worst(pairs)
+            headline(section, figure, f"{r:.2f}x ({which})", f"≥ {GOAL_THROUGHPUT}x",
+                     r >= GOAL_THROUGHPUT)
+    t = async_res["times"]
+    which, r = worst([(name, med(t[f"blocked {name}"]) / med(t[f"copy {name}"]))
+                      for name in ("bytes", "bytearray", "state dict")], higher_is_better=False)
+    headline(section, "async save: time the caller is blocked / one in-memory copy (worst)",
+             f"{r:.2f}x ({which})", f"≤ {GOAL_BLOCKED}x", r <= GOAL_BLOCKED)
+    which, r = worst(ratios(s3_size, s3_res["times"], [
+        ("save bytes", "save bytes", "raw put"), ("save file", "save file", "raw put file"),
+        ("load", "load bytes", "raw get")]))
+    headline(section, "s3:// (loopback moto) save and load / raw obstore, MiB/s (worst)",
+             f"{r:.2f}x ({which})", f"≥ {GOAL_THROUGHPUT}x", r >= GOAL_THROUGHPUT)
+
+
 def machine(where: Path) -> str:
     model = "unknown CPU"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -716,6 +754,7 @@ def main() -> None:
     train_rows = train_table(train_res)
     s3_rows, s3_goals = s3_table(args.s3_mib * MiB, s3_res)
     goals += async_goals + s3_goals
+    headlines(file_res, async_res, args.s3_mib * MiB, s3_res)
     first = async_res["first_blocked"]
     resident = {mib // MiB: r["resident_after_evict"] for mib, r in file_res.items()}
     notes = [

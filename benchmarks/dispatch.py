@@ -49,6 +49,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     command_line,
     git_commit,
+    headline,
     run_marked,
 )
 
@@ -296,6 +297,25 @@ def table(results: dict[str, dict[int, dict[str, float]] | str], ns: list[int]) 
     return lines
 
 
+def headlines(results: dict[str, dict[int, dict[str, float]] | str], n: int,
+              import_s: float) -> None:
+    """The summary's figures (``run_all.py``): at the largest N, and ``import shoal``."""
+    section = "(f) dispatch"
+    ms = {e: r[n]["amortized_ms"] for e, r in results.items() if not isinstance(r, str)}
+    if "shoal local" in ms:
+        headline(section, f"shoal local, ms/call amortized (N={n})", f"{ms['shoal local']:.3f} ms",
+                 f"≤ {GOAL_MS_PER_CALL} ms", ms["shoal local"] <= GOAL_MS_PER_CALL)
+        if "flyte 2 local" in ms:
+            r = ms["shoal local"] / ms["flyte 2 local"]
+            headline(section, f"shoal local / flyte 2 local, ms/call amortized (N={n})",
+                     f"{r:.2f}x", "≤ 1.00x", r <= 1.0)
+        if "in-process" in ms:
+            headline(section, f"shoal local / in-process, ms/call amortized (N={n})",
+                     f"{ms['shoal local'] / ms['in-process']:.0f}x")
+    headline(section, "`import shoal` over a bare interpreter", f"{import_s:.3f} s",
+             f"≤ {GOAL_IMPORT_S} s", import_s <= GOAL_IMPORT_S)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="200,1000", help="call counts, comma-separated")
@@ -365,6 +385,7 @@ def main() -> None:
             "t(1)'s noise does not touch: " + ", ".join(
                 f"{e} {(r[hi]['total_s'] - r[lo]['total_s']) / (hi - lo) * 1e3:.3f} ms/call"
                 for e, r in results.items() if not isinstance(r, str)) + ".")
+    headlines(results, ns[-1], sh["over_bare"])
     t1_line = "Run of one call (t(1), subtracted): " + ", ".join(
         f"{e} {v * 1e3:.1f} ms" for e, v in t1.items()) + "."
 

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from _common import REPO, command_line, git_commit  # benchmarks/_common.py
+from _common import REPO, command_line, git_commit, headline  # benchmarks/_common.py
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -79,6 +79,7 @@ LAUNCH_ROWS = ("bare torchrun", *SHOAL_ROWS)
 RECOVERY_ROWS = ("shoal direct", "shoal torchrun")
 BASELINE = "bare torchrun"
 GOAL_RATIO = 1.0  # the goal: shoal ≤ 1.0x bare torchrun, launch → first step
+SECTION = "(a) launch vs torchrun"  # in run_all.py's summary
 MARK = re.compile(r"^(BODY|TORCH|PG|FIRST_STEP|END|KILL) (\d+\.\d+)(?: restart (\d+))?$")
 MIB = 1024 * 1024
 BLAMED = re.compile(r"rank (\S+) failed first")  # in the gang restart line of `shoal run`
@@ -714,10 +715,19 @@ def main() -> None:
             # The least disturbed run of each row: other work on the machine only adds time.
             b_first = min(o.first_step for o in got) / min(o.first_step for o in base)
             b_total = min(o.total for o in got) / min(o.total for o in base)
+            if row == "shoal direct":  # the default launch mode: the summary's figures
+                headline(SECTION, "shoal / bare torchrun, launch → first step (seed DDP, 2x2)",
+                         f"{r_first:.2f}x", f"≤ {GOAL_RATIO}x", r_first <= GOAL_RATIO)
+                headline(SECTION, "shoal / bare torchrun, total wall (seed DDP, 2x2)",
+                         f"{r_total:.2f}x", f"≤ {GOAL_RATIO}x", r_total <= GOAL_RATIO)
             goal_lines.append(f"{row}: launch → first step {r_first:.2f}x, total "
                               f"{r_total:.2f}x bare torchrun (medians; best runs: "
                               f"{b_first:.2f}x, {b_total:.2f}x); goal ≤ {GOAL_RATIO}x: "
                               f"{verdict}.")
+
+    if recovery.get("shoal direct"):
+        headline(SECTION, "shoal direct, kill → first step after the gang restart (seed DDP)",
+                 f"{statistics.median(o.first_step for o in recovery['shoal direct']):.2f} s")
 
     print()
     for title, rows in (("(a) launch, 2 nodes x 2 processes", a_rows),

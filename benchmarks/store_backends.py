@@ -30,7 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from _common import moto_server  # benchmarks/_common.py, next to this script
+from _common import headline, moto_server  # benchmarks/_common.py, next to this script
 
 from shoal._runtime import contract
 from shoal._storage.store import Store, join, open_store, put_dir
@@ -270,10 +270,28 @@ def main() -> None:
         ]
     )
     print(text)
+    headlines(remote, local)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{dt.date.today().isoformat()}-cpu{cpu}-store-backends.md"
     out.write_text(text)
     print(f"wrote {out}")
+
+
+def headlines(remote: dict[str, dict[str, float]], local: dict[str, dict[str, float]]) -> None:
+    """The summary's figures (``run_all.py``), as ratios "times better than the baseline"."""
+    section = "store backends"
+    mine, base = remote["shoal/obstore"], remote["fsspec/s3fs"]
+    for figure, metric, higher in (
+            (f"s3:// put {BIG // MiB} MiB objects, MiB/s", "big put MiB/s", True),
+            (f"s3:// get {BIG // MiB} MiB objects, MiB/s", "big get MiB/s", True),
+            (f"s3:// put {SMALL // 1024} KiB objects, mean latency", "small put mean ms", False),
+            (f"s3:// get {SMALL // 1024} KiB objects, mean latency", "small get mean ms", False)):
+        r = mine[metric] / base[metric] if higher else base[metric] / mine[metric]
+        headline(section, f"shoal/obstore vs fsspec/s3fs (loopback moto), {figure}",
+                 f"{r:.2f}x better")
+    r = local["shoal put_bytes"]["big put MiB/s"] / local["raw write+fsync"]["big put MiB/s"]
+    headline(section, f"file:// put_bytes (atomic) / raw write+fsync, {BIG // MiB} MiB, MiB/s",
+             f"{r:.2f}x")
 
 
 def _versions() -> str:
