@@ -1,0 +1,110 @@
+"""The pretrain example's training loop (``examples/pretrain/training.py``) with no Shoal: the
+baseline that ``training_throughput.py`` starts with two bare ``torchrun`` invocations, one per
+simulated node.
+
+    OMP_NUM_THREADS=1 python -m torch.distributed.run --nnodes=2 --nproc-per-node=2 \\
+        --node-rank=0 --master-addr=127.0.0.1 --master-port=29500 --rdzv-backend=static \\
+        benchmarks/programs_pretrain_bare.py --data DIR --steps 150   # and --node-rank=1
+
+``DIR`` is a folder ``corpus.build`` wrote. Every rank calls ``training.train`` exactly as
+``programs_pretrain_shoal.py`` does under ``shoal run`` (model "tiny", DDP, no checkpoint), and
+rank 0 prints one ``PRETRAIN-RESULT {json}`` line. Its figures:
+
+- ``tokens_per_s``: the loop's own steady-state figure (``TrainStats.tokens_per_s``: the median
+  of the per-log-interval rates, the first interval left out);
+- ``window_tokens_per_s``: every token from the first logged step to the last over the wall
+  time between the two (rank 0's clock at each log line): a mean, so a stall that one interval
+  takes (a checkpoint save) counts in full, where the median would hide it;
+- ``seconds`` (the loop's), ``train_call_s`` (the whole ``train`` call: model, DDP, loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# The example's modules, imported as its pipeline imports them (its folder on sys.path).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "pretrain"))
+
+MARK = "PRETRAIN-RESULT "
+_STEP = re.compile(r"^step\s+(\d+)/\d+")  # training.train's log line: "step    10/150  loss ..."
+
+
+def config(data: Path, steps: int, batch_size: int, log_every: int,
+           checkpoint_every: int = 0) -> Any:
+    """The example's TrainConfig for model "tiny", its vocabulary read from the data folder."""
+    import dataclasses
+
+    import training
+
+    vocab = json.loads((data / "meta.json").read_text())["vocab_size"]
+    return training.TrainConfig(
+        model=dataclasses.replace(training.MODELS["tiny"], vocab_size=vocab), steps=steps,
+        batch_size=batch_size, checkpoint_every=checkpoint_every, log_every=log_every)
+
+
+class Recorder:
+    """The ``log`` callback given to ``training.train``: prints rank 0's lines and notes the
+    wall-clock time of each logged step."""
+
+    def __init__(self, show: bool) -> None:
+        self.show = show
+        self.steps: list[tuple[int, float]] = []  # (steps done, perf_counter)
+
+    def __call__(self, msg: str) -> None:
+        now = time.perf_counter()
+        if m := _STEP.match(msg):
+            self.steps.append((int(m.group(1)), now))
+        if self.show:
+            print(msg, flush=True)
+
+    def result(self, stats: Any, started: float, cfg: Any) -> dict[str, float]:
+        import torch.distributed as dist
+
+        if len(self.steps) < 2:
+            raise RuntimeError(f"{len(self.steps)} step lines logged: give the loop at least "
+                               "two log intervals (steps >= 2 x log_every)")
+        (first, t_first), (last, t_last) = self.steps[0], self.steps[-1]
+        per_step = cfg.batch_size * cfg.model.block_size * dist.get_world_size()
+        return {"tokens_per_s": stats.tokens_per_s,
+                "window_tokens_per_s": (last - first) * per_step / (t_last - t_first),
+                "window_steps": last - first, "seconds": stats.seconds,
+                "start_step": stats.start_step, "steps": stats.steps,
+                "train_call_s": time.perf_counter() - started}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--log-every", type=int, default=10)
+    args = ap.parse_args()
+
+    import corpus
+    import torch.distributed as dist
+    import training
+
+    _, backend = training.setup_device()
+    dist.init_process_group(backend=backend)  # RANK, WORLD_SIZE, MASTER_* come from torchrun
+    rank = dist.get_rank()
+    folder = Path(args.data)
+    tokens = corpus.load_tokens(folder, "train")
+    cfg = config(folder, args.steps, args.batch_size, args.log_every)
+    recorder = Recorder(rank == 0)
+    started = time.perf_counter()
+    stats, _ = training.train(cfg, tokens, checkpoint=None, log=recorder)
+    out = recorder.result(stats, started, cfg)
+    if rank == 0:
+        print(MARK + json.dumps(out), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

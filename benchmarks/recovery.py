@@ -1,0 +1,384 @@
+"""Recovery of the pretrain example after a rank is killed: how long until training goes on,
+how much progress is lost, and what the whole run pays for it.
+
+Run:
+    PYTHONPATH=src .venv/bin/python benchmarks/recovery.py
+
+The workload is the example's own ``pretrain`` task (``examples/pretrain/pipeline.py``: 2 nodes
+x 2 ranks, DDP on CPU, sharded async checkpoints through ``shoal.ctx().checkpoint``,
+``ClusterFailurePolicy(max_restarts=2)``), on a data folder that ``corpus.build`` writes once:
+
+    shoal run examples/pretrain/pipeline.py pretrain --data DIR --steps 30 \\
+        --checkpoint-every 10 --log-every 1 [--kill-rank-at-step 25]
+
+Two rows, each run with a fresh ``SHOAL_HOME``, interleaved round by round (``--rounds``):
+- uninterrupted: no fault;
+- rank killed: the last rank SIGKILLs itself before step ``--kill-at`` of the first start
+  (``training.train``'s fault injection); Shoal ends the gang and starts it again, and every
+  rank resumes from the latest checkpoint that landed.
+
+While a run goes, a thread of this process reads the run's log files every ``--poll-ms``
+(the ranks' logs under ``$SHOAL_HOME/runs/<run>/logs/gang/``, and ``shoal run``'s own output)
+and notes when each line appeared. From those lines:
+- kill → first step: from the killed rank's ``fault injection`` line to rank 0's first
+  ``step`` line after the restart, with the stages between (Shoal names the failed rank and
+  restarts the gang; rank 0's process group is up; the checkpoint is loaded);
+- steps lost: the kill's step minus the step the restart resumed from; the goal: no more than
+  one checkpoint interval (``--checkpoint-every``);
+- total wall time of the killed run against the uninterrupted one (each ``shoal run`` from
+  start to exit), and what the lost steps cost at the uninterrupted run's seconds per step.
+Lines are timed to within one poll (20 ms by default), both ends of an interval alike.
+
+``gang_launch.py`` times the same restart for the seed DDP example (a few steps of a linear
+model, no checkpoint); this is the pretrain example's, with a model, data and checkpoints to
+load. Writes ``benchmarks/results/<date>-cpu<N>-recovery.md``; about 2 minutes on 2 quiet
+CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import (  # benchmarks/_common.py, next to this script
+    REPO,
+    CpuMeter,
+    build_pretrain_data,
+    child_env,
+    command_line,
+    cpu_model,
+    git_commit,
+    headline,
+    load_note,
+    ncpu,
+    results_file,
+    run_logged,
+    shoal_cli,
+    spread,
+)
+
+PIPELINE = REPO / "examples" / "pretrain" / "pipeline.py"
+ROWS = ("uninterrupted", "rank killed")
+SECTION = "(e) recovery"
+# Lines of the example's pretrain task (training.train's log), and of `shoal run`.
+KILL = re.compile(r"^fault injection: rank (\d+) kills itself .*before step (\d+)")
+STEP = re.compile(r"^step\s+(\d+)/\d+")
+RESUMED = re.compile(r"^resumed from the checkpoint of step (\d+)")
+PG = re.compile(r"^\d+ ranks on \d+ nodes")
+RESTARTING = re.compile(r"rank (\S+) failed first .*restarting the whole gang")
+GANG_STARTED = re.compile(r"gang started \(restart (\d+)")
+RANK_LOG = re.compile(r"/r(\d+)/rank(\d+)\.log$")  # .../logs/gang/<action>/r<restart>/rank<n>.log
+
+
+@dataclass
+class Line:
+    seen: float  # time.time() of the poll that first read it
+    restart: int  # -1 for `shoal run`'s own output
+    rank: int  # -1 for `shoal run`'s own output
+    text: str
+
+
+class LogWatcher(threading.Thread):
+    """Reads every new line of a run's log files, every ``interval`` seconds, with the time it
+    was first seen."""
+
+    def __init__(self, home: Path, engine_log: Path, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.home, self.engine_log, self.interval = home, engine_log, interval
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, str] = {}
+        self.lines: list[Line] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.poll()
+            self.done.wait(self.interval)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+        self.poll()  # what was written after the last poll (its time is an upper bound)
+
+    def poll(self) -> None:
+        now = time.time()
+        files = [self.engine_log, *self.home.glob("runs/*/logs/gang/*/r*/rank*.log")]
+        for path in files:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    chunk = f.read()
+            except OSError:
+                continue
+            if not chunk:
+                continue
+            self.offsets[path] = self.offsets.get(path, 0) + len(chunk)
+            text = self.partial.pop(path, "") + chunk.decode(errors="replace")
+            *complete, rest = text.split("\n")
+            if rest:
+                self.partial[path] = rest
+            m = RANK_LOG.search(str(path))
+            restart, rank = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+            self.lines += [Line(now, restart, rank, t.strip()) for t in complete]
+
+    def first(self, pattern: re.Pattern[str], restart: int | None = None,
+              rank: int | None = None) -> tuple[Line, re.Match[str]] | None:
+        for line in sorted(self.lines, key=lambda x: x.seen):
+            if (restart is None or line.restart == restart) and \
+                    (rank is None or line.rank == rank) and (m := pattern.search(line.text)):
+                return line, m
+        return None
+
+
+@dataclass
+class Outcome:
+    wall: float
+    first_step: float  # launch → rank 0's first step line (of the first start)
+    step_s: float  # median seconds between rank 0's step lines before any fault
+    others: float  # CPU % other work took
+    kill_step: int = -1
+    resumed: int = -1
+    blamed: str = ""
+    stages: dict[str, float] = field(default_factory=dict)  # seconds from the kill
+
+
+def run(data: Path, args: argparse.Namespace, kill: bool) -> Outcome:
+    home = Path(tempfile.mkdtemp(prefix="shoal-bench-recovery-"))
+    try:
+        cmd = [*shoal_cli(), "run", str(PIPELINE), "pretrain", "--data", str(data),
+               "--steps", str(args.steps), "--checkpoint-every", str(args.checkpoint_every),
+               "--log-every", "1"]
+        if kill:
+            cmd += ["--kill-rank-at-step", str(args.kill_at)]
+        log = home / "shoal-run.log"
+        watcher = LogWatcher(home, log, args.poll_ms / 1000)
+        meter = CpuMeter()
+        watcher.start()
+        launched = time.time()
+        try:
+            # Unbuffered, so `shoal run`'s own lines reach its log when they are printed.
+            wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home),
+                                                          PYTHONUNBUFFERED="1"),
+                              timeout=args.timeout)
+        finally:
+            watcher.stop()
+        out = analyse(watcher, launched, wall, meter.others_percent(), kill)
+    except RuntimeError:
+        print(f"  (logs of the failed run kept in {home})", flush=True)
+        raise
+    shutil.rmtree(home, ignore_errors=True)
+    return out
+
+
+def analyse(w: LogWatcher, launched: float, wall: float, others: float,
+            kill: bool) -> Outcome:
+    def need(found: tuple[Line, re.Match[str]] | None, what: str) -> tuple[Line, re.Match[str]]:
+        if found is None:
+            tail = "\n".join(f"r{x.restart} rank{x.rank}: {x.text}" for x in w.lines[-40:])
+            raise RuntimeError(f"no {what} line in the run's logs:\n{tail}")
+        return found
+
+    first, _ = need(w.first(STEP, restart=0, rank=0), "first step")
+    before = [x.seen for x in w.lines if x.restart == 0 and x.rank == 0 and STEP.search(x.text)]
+    gaps = [b - a for a, b in itertools.pairwise(before)]
+    out = Outcome(wall=wall, first_step=first.seen - launched,
+                  step_s=statistics.median(gaps) if gaps else 0.0, others=others)
+    if not kill:
+        return out
+    killed, m = need(w.first(KILL, restart=0), "fault injection")
+    out.kill_step = int(m.group(2))
+    t0 = killed.seen
+    blamed = w.first(RESTARTING, restart=-1)
+    if blamed is not None:
+        out.blamed = blamed[1].group(1)
+        out.stages["Shoal restarts the gang"] = blamed[0].seen - t0
+    for name, pattern in (("rank 0's process group up", PG),
+                          ("checkpoint loaded", RESUMED), ("first step", STEP)):
+        found = w.first(pattern, restart=1, rank=0)
+        if found is not None:
+            out.stages[name] = found[0].seen - t0
+    resumed = need(w.first(RESUMED, restart=1, rank=0), "resumed from the checkpoint")
+    out.resumed = int(resumed[1].group(1))
+    need(w.first(STEP, restart=1, rank=0), "first step after the restart")
+    return out
+
+
+def measure(row: str, data: Path, args: argparse.Namespace) -> Outcome | str:
+    try:
+        o = run(data, args, kill=row == "rank killed")
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        why = str(e).strip() or type(e).__name__
+        print(f"  {row}: FAILED: {why[-2500:]}", flush=True)
+        return why.splitlines()[0][:300]
+    extra = "" if row == "uninterrupted" else (
+        f"; killed before step {o.kill_step}, resumed from {o.resumed}; kill → first step "
+        f"{o.stages.get('first step', float('nan')):.2f} s")
+    print(f"  {row}: wall {o.wall:.1f} s, first step {o.first_step:.1f} s, {o.step_s:.2f} s/step"
+          f"{extra}; others' CPU {o.others:.0f}%", flush=True)
+    return o
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30, help="training steps per run")
+    ap.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
+    ap.add_argument("--kill-at", type=int, default=25,
+                    help="the last rank kills itself before this step (first start only)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per row; the median is kept")
+    ap.add_argument("--max-files", type=int, default=100, help="corpus files to tokenize "
+                    "(0: all); the loop samples random windows, so the size barely matters")
+    ap.add_argument("--poll-ms", type=float, default=20.0, help="log polling interval")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    args = ap.parse_args()
+    if not 0 < args.kill_at < args.steps:
+        ap.error("--kill-at must be inside the run: 0 < kill-at < steps")
+
+    command = command_line("recovery.py")
+    load = os.getloadavg()
+    if load[0] > 1.0:
+        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
+              flush=True)
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-recovery-data-"))
+    res: dict[str, list[Outcome]] = {}
+    failed: dict[str, list[str]] = {}
+    try:
+        print("preparing the data folder (corpus.build), once", flush=True)
+        meta = build_pretrain_data(work / "data", args.max_files)
+        for i in range(args.rounds):
+            order = ROWS if i % 2 == 0 else ROWS[::-1]
+            print(f"round {i + 1}/{args.rounds}: {', '.join(order)}", flush=True)
+            for row in order:
+                one = measure(row, work / "data", args)
+                if isinstance(one, str):
+                    failed.setdefault(row, []).append(one)
+                else:
+                    res.setdefault(row, []).append(one)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()
+
+    base, hit = res.get("uninterrupted", []), res.get("rank killed", [])
+    main_rows = ["| row | runs ok | wall s (min–max) | vs uninterrupted | launch → first step s | "
+                 "s/step | CPU used by others, % (worst run) |", "|" + "---|" * 7]
+    for row in ROWS:
+        got = res.get(row, [])
+        ok = f"{len(got)}/{len(got) + len(failed.get(row, []))}"
+        if not got:
+            main_rows.append(f"| {row} | {ok} |" + " |" * 5)
+            continue
+        wall = statistics.median(o.wall for o in got)
+        vs = f"{wall / statistics.median(o.wall for o in base):.2f}x" if base else "-"
+        main_rows.append(f"| {row} | {ok} | {spread([o.wall for o in got], '{:.1f}')} | {vs} | "
+                         f"{spread([o.first_step for o in got], '{:.1f}')} | "
+                         f"{spread([o.step_s for o in got])} | "
+                         f"{max(o.others for o in got):.0f} |")
+    stage_names = ["Shoal restarts the gang", "rank 0's process group up", "checkpoint loaded",
+                   "first step"]
+    stage_rows = ["| s from the kill | " + " | ".join(stage_names) + " |",
+                  "|" + "---|" * (len(stage_names) + 1)]
+    if hit:
+        stage_rows.append("| rank killed, median (min–max) | " + " | ".join(
+            spread([o.stages[n] for o in hit if n in o.stages]) for n in stage_names) + " |")
+    each = ["| row | each run: wall s / kill step → resumed step / kill → first step s / "
+            "rank named / others' CPU % |", "|---|---|"]
+    for row in ROWS:
+        each.append(f"| {row} | " + "; ".join(
+            f"{o.wall:.1f} / " + ("-" if o.kill_step < 0 else
+                                  f"{o.kill_step} → {o.resumed} / "
+                                  f"{o.stages.get('first step', float('nan')):.2f} / "
+                                  f"{o.blamed or '?'}") + f" / {o.others:.0f}"
+            for o in res.get(row, [])) + " |")
+
+    goal_lines: list[str] = []
+    if hit:
+        to_step = statistics.median(o.stages["first step"] for o in hit)
+        lost = [o.kill_step - o.resumed for o in hit]
+        worst = max(lost)
+        ok = worst <= args.checkpoint_every
+        goal_lines.append(f"kill → first step after the restart: {to_step:.2f} s (median).")
+        goal_lines.append(f"steps lost (kill step − resumed step), per run: "
+                          f"{', '.join(map(str, lost))}; goal ≤ {args.checkpoint_every} (one "
+                          f"checkpoint interval): {'met' if ok else 'NOT met'}.")
+        headline(SECTION, "pretrain example, kill → first step after the gang restart",
+                 f"{to_step:.2f} s")
+        headline(SECTION, f"steps lost to the kill (worst run; checkpoint every "
+                 f"{args.checkpoint_every})", str(worst), f"≤ {args.checkpoint_every}", ok)
+        if base:
+            w_hit = statistics.median(o.wall for o in hit)
+            w_base = statistics.median(o.wall for o in base)
+            per_step = statistics.median(o.step_s for o in base)
+            goal_lines.append(
+                f"total wall: {w_hit:.1f} s against {w_base:.1f} s uninterrupted "
+                f"({w_hit / w_base:.2f}x, +{w_hit - w_base:.1f} s): the restart "
+                f"({to_step:.1f} s to the first step) and {statistics.median(lost):g} steps "
+                f"done again (~{statistics.median(lost) * per_step:.1f} s at {per_step:.2f} "
+                "s/step) account for it (reported, no goal).")
+            headline(SECTION, "pretrain example, total wall with a rank killed / uninterrupted",
+                     f"{w_hit / w_base:.2f}x (+{w_hit - w_base:.1f} s)")
+    failure_lines = [f"{row}: {why}" for row, whys in failed.items() for why in whys]
+
+    print()
+    print("\n".join([*main_rows, "", *stage_rows, ""]))
+    for line in goal_lines:
+        print(line)
+    for line in failure_lines:
+        print(f"failed run: {line}")
+    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
+          f"{load_end[0]:.2f} at the end")
+    if args.no_write:
+        return
+
+    path = results_file("recovery")
+    md = [
+        f"# Recovery after a rank is killed, {path.name[:10]}, {ncpu()} CPUs", "",
+        f"Command: `{command}`", "",
+        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}. Shoal commit {git_commit()}. {args.rounds} runs "
+        f"per row, rows interleaved round by round (their order alternating); median "
+        f"(min–max). Whole run {elapsed:.0f} s; {load_note(load, load_end)}.", "",
+        f"## The pretrain example, {args.steps} steps, a checkpoint every "
+        f"{args.checkpoint_every}, the last rank killed before step {args.kill_at}", "",
+        *main_rows, "",
+        "`shoal run examples/pretrain/pipeline.py pretrain --data DIR --steps "
+        f"{args.steps} --checkpoint-every {args.checkpoint_every} --log-every 1` (and "
+        f"`--kill-rank-at-step {args.kill_at}` for the killed row), a fresh `SHOAL_HOME` each "
+        "run: the example's own task, 2 nodes x 2 ranks, DDP on CPU, sharded checkpoints saved "
+        "asynchronously through `shoal.ctx().checkpoint`, `ClusterFailurePolicy(max_restarts="
+        f"2)`. Data: `corpus.build` of {meta['files_train']} training files "
+        f"({meta['train_tokens']:,} tokens), written once before the runs and passed as a "
+        "local folder (each run stores it as a `shoal.Dir`). Wall: `shoal run` from start to "
+        "exit. Launch → first step: to rank 0's first `step` line. s/step: the median gap "
+        "between rank 0's step lines before any fault.", "",
+        "### Where the time goes after the kill (seconds from the killed rank's last line)", "",
+        *stage_rows, "",
+        f"Each log line is timed when a thread of the benchmark first reads it (every "
+        f"{args.poll_ms:g} ms): the killed rank's `fault injection` line, `shoal run`'s line "
+        "naming the failed rank and restarting the gang, rank 0's `N ranks on M nodes` line "
+        "(process group up, data downloaded), its `resumed from the checkpoint` line and its "
+        "first `step` line after the restart.", "",
+        *[f"- {line}" for line in goal_lines], "",
+        "## Every run, by row", "",
+        *each, "",
+        "## Failed runs", "",
+        *([f"- {line}" for line in failure_lines] or ["None."]), "",
+    ]
+    path.write_text("\n".join(md))
+    print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""Training throughput: the pretrain example's training loop at 2 nodes x 2 processes under
+``shoal run``, against the same function under two bare ``torchrun`` invocations.
+
+Run:
+    PYTHONPATH=src .venv/bin/python benchmarks/training_throughput.py
+
+The workload is ``training.train`` of ``examples/pretrain/training.py`` (model "tiny", DDP,
+gloo on CPU, ``OMP_NUM_THREADS=1``, batch 8 x 128 tokens per rank), on a data folder that
+``corpus.build`` writes once into a temp folder before the runs and that every run reads by
+its path. Rows, each run a fresh set of processes:
+- bare torchrun: ``python -m torch.distributed.run --nnodes=2 --nproc-per-node=2
+  --node-rank={0,1} --master-addr=127.0.0.1 --master-port=P --rdzv-backend=static
+  programs_pretrain_bare.py --data DIR``, both started together: the baseline, no checkpoint;
+- shoal: ``shoal run programs_pretrain_shoal.py train --data DIR``, a fresh ``SHOAL_HOME``:
+  the example's gang, no checkpoint (``checkpoint=None``, as the baseline);
+- shoal, async checkpoints: the same with ``--checkpoint-every N`` (default 50): sharded
+  model and optimizer state saved asynchronously through ``shoal.ctx().checkpoint``, the last
+  one synchronously, as the example does; reported against the same baseline (what durable
+  training costs, not a Shoal-vs-torchrun figure).
+
+Figures, from rank 0 (``programs_pretrain_bare.py`` says how): steady-state tokens/s as every
+token from the first logged step to the last over the wall time between the two (a mean: a
+checkpoint's stall counts in full), which the goal judges; the loop's own
+``TrainStats.tokens_per_s`` (the median of its per-interval rates, which hides a one-interval
+stall); the loop's seconds, and the run's wall time from the first process started to the last
+exited. Rounds (``--rounds``) go row after row, the order of the rows rotated each round; each
+figure is the median (and min–max) over the rounds. The goal: shoal ≥ 0.97x bare torchrun.
+
+The defaults, 110 steps with a log line every 10, put two async saves (steps 50 and 100) in the
+100-step window of the checkpoint row, one per 50 steps as in the example; the last save
+(step 110) comes after the window. Writes
+``benchmarks/results/<date>-cpu<N>-training-throughput.md``; about 6.5 minutes on 2 quiet CPUs
+(each run about 43 s: 110 steps at ~0.32 s, and start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (  # benchmarks/_common.py, next to this script
+    REPO,
+    CpuMeter,
+    build_pretrain_data,
+    child_env,
+    command_line,
+    cpu_model,
+    free_port,
+    git_commit,
+    headline,
+    load_note,
+    marked,
+    ncpu,
+    results_file,
+    run_logged,
+    shoal_cli,
+    spread,
+)
+
+HERE = Path(__file__).resolve().parent
+BARE_PROGRAM = HERE / "programs_pretrain_bare.py"
+SHOAL_PROGRAM = HERE / "programs_pretrain_shoal.py"
+MARK = "PRETRAIN-RESULT "  # rank 0's result line, in both programs
+BASELINE = "bare torchrun"
+SHOAL = "shoal"
+CHECKPOINTS = "shoal, async checkpoints"
+ROWS = (BASELINE, SHOAL, CHECKPOINTS)
+GOAL = 0.97  # the issue's goal: shoal's steady-state tokens/s ≥ 0.97x bare torchrun's
+SECTION = "(b) training throughput"
+
+
+def run_bare(data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-train-bare-"))
+    try:
+        port = free_port()
+        cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+                 "--nproc-per-node=2", f"--node-rank={node}", "--master-addr=127.0.0.1",
+                 f"--master-port={port}", "--rdzv-backend=static", str(BARE_PROGRAM),
+                 "--data", str(data), "--steps", str(args.steps), "--batch-size",
+                 str(args.batch_size), "--log-every", str(args.log_every)] for node in (0, 1)]
+        logs = [work / "node0.log", work / "node1.log"]
+        meter = CpuMeter()
+        wall = run_logged(cmds, logs, env=child_env(OMP_NUM_THREADS="1"), timeout=args.timeout)
+        got = marked(logs[0], MARK)  # rank 0 runs on node 0; torchrun passes its stdout on
+    except RuntimeError:
+        print(f"  (logs of the failed run kept in {work})", flush=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
+
+
+def run_shoal(data: Path, args: argparse.Namespace, checkpoint_every: int) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="shoal-bench-train-"))
+    try:
+        cmd = [*shoal_cli(), "run", str(SHOAL_PROGRAM), "train", "--data", str(data),
+               "--steps", str(args.steps), "--batch-size", str(args.batch_size),
+               "--log-every", str(args.log_every), "--checkpoint-every", str(checkpoint_every)]
+        log = home / "shoal-run.log"
+        meter = CpuMeter()
+        wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home)),
+                          timeout=args.timeout)
+        got = marked(log, MARK)  # `shoal run` relays rank 0's lines
+    except RuntimeError:
+        print(f"  (logs of the failed run kept in {home})", flush=True)
+        raise
+    shutil.rmtree(home, ignore_errors=True)
+    return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
+
+
+def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | str:
+    try:
+        if row == BASELINE:
+            got = run_bare(data, args)
+        else:
+            got = run_shoal(data, args, args.checkpoint_every if row == CHECKPOINTS else 0)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        why = str(e).strip() or type(e).__name__
+        print(f"  {row}: FAILED: {why[-2500:]}", flush=True)
+        return why.splitlines()[0][:300]
+    print(f"  {row}: {got['window_tokens_per_s']:,.0f} tokens/s steady state (loop's median "
+          f"{got['tokens_per_s']:,.0f}), loop {got['seconds']:.1f} s, wall {got['wall_s']:.1f} "
+          f"s; others' CPU {got['others_pct']:.0f}%", flush=True)
+    return got
+
+
+def med(runs: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in runs))
+
+
+def table(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]]) -> list[str]:
+    head = ["row", "runs ok", "tokens/s, steady state (min–max)", "vs bare torchrun",
+            "loop's tokens/s (median of intervals)", "vs bare torchrun", "loop s", "wall s",
+            "vs bare torchrun", "CPU used by others, % (worst run)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = res.get(BASELINE, [])
+    for row in ROWS:
+        got = res.get(row, [])
+        ok = f"{len(got)}/{len(got) + len(failed.get(row, []))}"
+        if not got:
+            lines.append(f"| {row} | {ok} |" + " |" * (len(head) - 2))
+            continue
+
+        def vs(key: str, got: list[dict[str, Any]] = got) -> str:
+            return f"{med(got, key) / med(base, key):.3f}x" if base else "-"
+
+        lines.append(
+            f"| {row} | {ok} | {spread([r['window_tokens_per_s'] for r in got], '{:,.0f}')} | "
+            f"{vs('window_tokens_per_s')} | {spread([r['tokens_per_s'] for r in got], '{:,.0f}')}"
+            f" | {vs('tokens_per_s')} | {spread([r['seconds'] for r in got], '{:.1f}')} | "
+            f"{spread([r['wall_s'] for r in got], '{:.1f}')} | {vs('wall_s')} | "
+            f"{max(r['others_pct'] for r in got):.0f} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=110, help="training steps per run")
+    ap.add_argument("--log-every", type=int, default=10, help="the loop's log interval: the "
+                    "steady-state window runs from the first logged step to the last")
+    ap.add_argument("--batch-size", type=int, default=8, help="sequences per rank per step")
+    ap.add_argument("--checkpoint-every", type=int, default=50,
+                    help="steps between async checkpoints in the third row")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per row; the median is kept")
+    ap.add_argument("--max-files", type=int, default=100, help="corpus files to tokenize "
+                    "(0: all); the loop samples random windows, so the size barely matters")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    args = ap.parse_args()
+    if args.steps < 2 * args.log_every:
+        ap.error("--steps must be at least twice --log-every (two logged steps bound the "
+                 "steady-state window)")
+
+    command = command_line("training_throughput.py")
+    load = os.getloadavg()
+    if load[0] > 1.0:
+        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
+              flush=True)
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-train-data-"))
+    try:
+        print("preparing the data folder (corpus.build), once", flush=True)
+        t = time.perf_counter()
+        meta = build_pretrain_data(work / "data", args.max_files)
+        data_s = time.perf_counter() - t
+        res: dict[str, list[dict[str, Any]]] = {}
+        failed: dict[str, list[str]] = {}
+        for i in range(args.rounds):
+            order = ROWS[i % len(ROWS):] + ROWS[:i % len(ROWS)]
+            print(f"round {i + 1}/{args.rounds}: {', '.join(order)}", flush=True)
+            for row in order:
+                one = measure(row, work / "data", args)
+                if isinstance(one, str):
+                    failed.setdefault(row, []).append(one)
+                else:
+                    res.setdefault(row, []).append(one)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()
+
+    rows = table(res, failed)
+    base = res.get(BASELINE, [])
+    goal_lines: list[str] = []
+    for row in (SHOAL, CHECKPOINTS):
+        got = res.get(row, [])
+        if not (got and base):
+            goal_lines.append(f"{row}: not measured ({len(failed.get(row, []))} failed runs)")
+            continue
+        r = med(got, "window_tokens_per_s") / med(base, "window_tokens_per_s")
+        plain = res.get(SHOAL, [])
+        if row == SHOAL:
+            goal_lines.append(f"{row}: {r:.3f}x bare torchrun's steady-state tokens/s; goal ≥ "
+                              f"{GOAL}x: {'met' if r >= GOAL else 'NOT met'}.")
+            headline(SECTION, "shoal / bare torchrun, steady-state tokens/s", f"{r:.3f}x",
+                     f"≥ {GOAL}x", r >= GOAL)
+        else:
+            vs_plain = "" if not plain else (
+                f", {med(got, 'window_tokens_per_s') / med(plain, 'window_tokens_per_s'):.3f}x "
+                "shoal's without checkpoints")
+            goal_lines.append(f"{row} (every {args.checkpoint_every} steps): {r:.3f}x bare "
+                              f"torchrun's steady-state tokens/s{vs_plain} (reported, no goal).")
+            headline(SECTION, f"shoal with async checkpoints every {args.checkpoint_every} "
+                     "steps / bare torchrun, steady-state tokens/s", f"{r:.3f}x")
+    if base:
+        headline(SECTION, "bare torchrun, steady-state tokens/s (2 nodes x 2 ranks, tiny)",
+                 f"{med(base, 'window_tokens_per_s'):,.0f}")
+    failure_lines = [f"{row}: {why}" for row, whys in failed.items() for why in whys]
+    each = ["| row | each run: tokens/s steady state / loop's / wall s / others' CPU % |",
+            "|---|---|"]
+    for row in ROWS:
+        each.append(f"| {row} | " + "; ".join(
+            f"{r['window_tokens_per_s']:,.0f} / {r['tokens_per_s']:,.0f} / {r['wall_s']:.1f} / "
+            f"{r['others_pct']:.0f}" for r in res.get(row, [])) + " |")
+
+    print()
+    print("\n".join(rows))
+    print()
+    for line in goal_lines:
+        print(line)
+    for line in failure_lines:
+        print(f"failed run: {line}")
+    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
+          f"{load_end[0]:.2f} at the end")
+    if args.no_write:
+        return
+
+    import torch
+
+    path = results_file("training-throughput")
+    window = f"steps {args.log_every}→{args.steps}"
+    md = [
+        f"# Training throughput, {path.name[:10]}, {ncpu()} CPUs", "",
+        f"Command: `{command}`", "",
+        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}. Shoal commit "
+        f"{git_commit()}. {args.rounds} runs per row, rows interleaved round by round (their "
+        f"order rotated each round); median (min–max). Whole run {elapsed:.0f} s; "
+        f"{load_note(load, load_end)}.", "",
+        f"## The pretrain example's training loop, 2 nodes x 2 processes, {args.steps} steps",
+        "",
+        *rows, "",
+        f"`training.train` of `examples/pretrain/training.py`: model \"tiny\", DDP, gloo on "
+        f"CPU, `OMP_NUM_THREADS=1`, batch {args.batch_size} x 128 tokens per rank, "
+        f"{args.steps} steps, a log line every {args.log_every}. Data: `corpus.build` of "
+        f"{meta['files_train']} training files ({meta['train_tokens']:,} tokens), written "
+        f"once ({data_s:.0f} s) before the runs into a temp folder that every run reads by its "
+        "path. bare torchrun: two `python -m torch.distributed.run --nnodes=2 "
+        "--nproc-per-node=2 --node-rank={0,1} --master-addr=127.0.0.1 --master-port=P "
+        "--rdzv-backend=static benchmarks/programs_pretrain_bare.py --data DIR` started "
+        "together, no checkpoint. shoal: `shoal run benchmarks/programs_pretrain_shoal.py "
+        "train --data DIR`, a fresh `SHOAL_HOME` each run, the example's gang (2 replicas x 2 "
+        "processes, static rendezvous), no checkpoint. shoal, async checkpoints: the same "
+        f"with `--checkpoint-every {args.checkpoint_every}`: sharded model and optimizer state "
+        "saved through `shoal.ctx().checkpoint`, asynchronously, the last one synchronously "
+        "after the last logged step.", "",
+        f"Tokens/s, steady state: all ranks' tokens from rank 0's first log line to its last "
+        f"({window}) over the wall time between the two, so start-up is left out and every "
+        "stall inside the window counts. The loop's tokens/s is `TrainStats.tokens_per_s`, the "
+        "median of the per-interval rates (the first left out), which a stall in one interval "
+        "does not move. Loop s: `TrainStats.seconds`, the loop with the last save. Wall s: "
+        "the first process started to the last exited. CPU used by others: the machine's busy "
+        "CPU time (/proc/stat) minus this benchmark's and its children's, in % of the "
+        "machine's capacity: the noise in that run.", "",
+        *[f"- {line}" for line in goal_lines], "",
+        "## Every run, by row", "",
+        *each, "",
+        "## Failed runs", "",
+        *([f"- {line}" for line in failure_lines] or ["None."]), "",
+    ]
+    path.write_text("\n".join(md))
+    print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
