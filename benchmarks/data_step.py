@@ -91,7 +91,7 @@ def child_tokenize(tokenizer: Path, workers: int, max_files: int) -> dict[str, A
     import corpus
 
     t = time.perf_counter()
-    tokens = corpus.tokenize(tokenizer, files, workers)
+    tokens = corpus.tokenize(tokenizer, [files], workers)[0]
     seconds = time.perf_counter() - t
     return {"seconds": seconds, "tokens": len(tokens),
             "sha256": hashlib.sha256(tokens.tobytes()).hexdigest()}

@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -70,11 +71,20 @@ def train_tokenizer(files: list[Path], vocab_size: int, out: Path) -> None:
     tok.save(str(out))
 
 
-def _encode(tokenizer_json: str, files: list[str]) -> np.ndarray:
-    """One worker's share: its files' tokens, each document followed by ``<|endoftext|>``."""
+_worker_tokenizer: Any = None
+
+
+def _load_tokenizer(tokenizer_json: str) -> None:
+    """Pool initializer: each worker loads the tokenizer once."""
+    global _worker_tokenizer
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(tokenizer_json)
+    _worker_tokenizer = Tokenizer.from_file(tokenizer_json)
+
+
+def _encode(files: list[str]) -> np.ndarray:
+    """One run of files: their tokens, each document followed by ``<|endoftext|>``."""
+    tok = _worker_tokenizer
     eot = tok.token_to_id(EOT)
     ids: list[int] = []
     for f in files:
@@ -83,17 +93,10 @@ def _encode(tokenizer_json: str, files: list[str]) -> np.ndarray:
     return np.asarray(ids, dtype=np.uint16)
 
 
-def tokenize(tokenizer_json: Path, files: list[Path], workers: int) -> np.ndarray:
-    """All files' tokens in file order, encoded by ``workers`` processes (1: in this one).
-
-    The files are cut into runs of about equal size in bytes, a few per worker so a slow run
-    does not hold the others up; processes, not threads, so each encodes on its own core.
-    """
-    if workers <= 1 or len(files) < 2:
-        return _encode(str(tokenizer_json), [str(f) for f in files])
+def _runs(files: list[Path], parts: int) -> list[list[str]]:
+    """``files`` cut, in order, into at most ``parts`` runs of about equal size in bytes."""
     sizes = [f.stat().st_size for f in files]
-    parts = min(len(files), workers * 4)
-    target = sum(sizes) / parts
+    target = sum(sizes) / max(1, parts)
     runs: list[list[str]] = [[]]
     filled = 0.0
     for f, size in zip(files, sizes, strict=True):
@@ -102,10 +105,32 @@ def tokenize(tokenizer_json: Path, files: list[Path], workers: int) -> np.ndarra
             filled = 0.0
         runs[-1].append(str(f))
         filled += size
-    # "spawn": the tokenizer's thread pool does not survive a fork.
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        pieces = list(pool.map(_encode, [str(tokenizer_json)] * len(runs), runs))
-    return np.concatenate(pieces)
+    return [r for r in runs if r]
+
+
+def tokenize(tokenizer_json: Path, splits: list[list[Path]], workers: int) -> list[np.ndarray]:
+    """Each split's tokens, in file order, encoded by ``workers`` processes (1: this one).
+
+    Every split is cut into runs of about equal size, two per worker, so one slow run does not
+    hold the others up for long; all runs go through one pool (processes, not threads: each
+    encodes on its own core), whose workers load the tokenizer once. The pool forks: the
+    tokenizer's own thread pool is off in this process (TOKENIZERS_PARALLELISM=false).
+    """
+    if workers <= 1:
+        _load_tokenizer(str(tokenizer_json))
+        return [_encode([str(f) for f in files]) for files in splits]
+    runs = [_runs(files, workers * 2) for files in splits]
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the fork, in case a caller did not
+    with ProcessPoolExecutor(workers, mp_context=get_context("fork"),
+                             initializer=_load_tokenizer,
+                             initargs=(str(tokenizer_json),)) as pool:
+        pieces = list(pool.map(_encode, [r for split in runs for r in split]))
+    out, i = [], 0
+    for split in runs:
+        out.append(np.concatenate(pieces[i:i + len(split)]) if split
+                   else np.zeros(0, dtype=np.uint16))
+        i += len(split)
+    return out
 
 
 @dataclass
@@ -137,8 +162,7 @@ def build(out: Path, *, vocab_size: int, shard_tokens: int, val_every: int, work
     tokenizer_json = out / "tokenizer.json"
     train_tokenizer(train_files, vocab_size, tokenizer_json)
     t0 = time.perf_counter()
-    train = tokenize(tokenizer_json, train_files, workers)
-    val = tokenize(tokenizer_json, val_files, workers)
+    train, val = tokenize(tokenizer_json, [train_files, val_files], workers)
     seconds = time.perf_counter() - t0
     shards = write_shards(train, out, shard_tokens)
     val.tofile(out / "val.bin")
