@@ -85,11 +85,10 @@ def rank_argv() -> list[str]:
 def preimport_torch() -> bool:
     """Import torch once here, so ranks forked from this process start with it loaded.
 
-    Each rank would otherwise spend ~2.5 s of CPU importing torch (and torch._dynamo, which the
-    first optimizer or DDP() pulls in), all at once: on a small machine that is most of a
-    gang's start-up. Forking is safe here because this process has started no Python threads
-    yet (the lifeline thread starts after the ranks) and torch starts its compute thread
-    pools lazily. ``SHOAL_PREIMPORT=0`` turns it off.
+    Each rank would otherwise spend ~1.5 s of CPU importing torch, all at once: on a small
+    machine that is most of a gang's start-up. Forking is safe here because this process has
+    started no Python threads yet (the lifeline thread starts after the ranks) and torch
+    starts its compute thread pools lazily. ``SHOAL_PREIMPORT=0`` turns it off.
     """
     if os.environ.get(contract.PREIMPORT, "1") == "0":
         return False
@@ -104,12 +103,10 @@ def preimport_torch() -> bool:
         print(f"shoal-node: could not pre-import torch ({e}); starting ranks afresh",
               file=sys.stderr, flush=True)
         return False
-    try:
-        # The first optimizer and DDP() import torch._dynamo (~1 s of CPU per rank); it starts
-        # no threads, so it is as safe to fork after as torch itself.
-        import torch._dynamo  # noqa: F401
-    except Exception:
-        pass  # optional: a rank imports it itself when it needs it
+    # Not torch._dynamo, although the first optimizer and DDP() import it (~1 s of CPU per
+    # rank): ranks forked after it was imported here deadlocked at exit in 6 of 8 runs (a gloo
+    # worker thread waits for the GIL while the main thread, holding it, joins that thread as
+    # DDP's reducer is freed); 0 of 8 without it. Measured with torch 2.13.
     return True
 
 
