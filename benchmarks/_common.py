@@ -268,3 +268,24 @@ def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
         raise RuntimeError(f"corpus.build failed:\n{p.stderr[-3000:]}")
     meta: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
     return meta
+
+
+def print_outcome(goal_lines: list[str], failures: list[str], elapsed: float,
+                  load: tuple[float, float, float], load_end: tuple[float, float, float]) -> None:
+    """The end of a benchmark's console output: goals, failed runs, time and load."""
+    for line in goal_lines:
+        print(line)
+    for line in failures:
+        print(f"failed run: {line}")
+    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
+          f"{load_end[0]:.2f} at the end")
+
+
+def closing_sections(goal_lines: list[str], failures: list[str],
+                     each: list[str] | None = None) -> list[str]:
+    """The end of a results file: the goals, every run by row (if given), the failed runs."""
+    md = [*[f"- {line}" for line in goal_lines], ""]
+    if each is not None:
+        md += ["## Every run, by row", "", *each, ""]
+    return [*md, "## Failed runs", "", *([f"- {line}" for line in failures] or ["None."]), ""]
+

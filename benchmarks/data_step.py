@@ -43,12 +43,14 @@ from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     child_env,
+    closing_sections,
     command_line,
     cpu_model,
     git_commit,
     headline,
     load_note,
     ncpu,
+    print_outcome,
     results_file,
     run_logged,
     run_marked,
@@ -244,12 +246,7 @@ def main() -> None:
     print()
     print("\n".join(["(1) prepare_data, cold vs cache hit", *cache_rows, "",
                      "(2) corpus.tokenize", *tok_rows, ""]))
-    for line in goal_lines:
-        print(line)
-    for line in failures:
-        print(f"failed: {line}")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end")
+    print_outcome(goal_lines, failures, elapsed, load, load_end)
     if args.no_write:
         return
 
@@ -278,9 +275,7 @@ def main() -> None:
         f"({trained['seconds']:.1f} s). Each call in its own child process, the call alone "
         "timed (the pool's start-up included); the worker counts' order alternates round by "
         "round; `TOKENIZERS_PARALLELISM=false`.", "",
-        *[f"- {line}" for line in goal_lines], "",
-        "## Failed runs", "",
-        *([f"- {line}" for line in failures] or ["None."]), "",
+        *closing_sections(goal_lines, failures),
     ]
     path.write_text("\n".join(md))
     print(f"wrote {path.relative_to(REPO)}")

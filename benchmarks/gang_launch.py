@@ -63,7 +63,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from _common import REPO, command_line, git_commit, headline  # benchmarks/_common.py
+from _common import (  # benchmarks/_common.py, next to this script
+    REPO,
+    command_line,
+    git_commit,
+    headline,
+    print_outcome,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -739,12 +745,7 @@ def main() -> None:
         print(title)
         print("\n".join(rows))
         print()
-    for line in goal_lines:
-        print(line)
-    for line in failure_lines:
-        print(f"failed run: {line}")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end")
+    print_outcome(goal_lines, failure_lines, elapsed, load, load_end)
 
     if args.no_write:
         return

@@ -56,12 +56,14 @@ from _common import (  # benchmarks/_common.py, next to this script
     CpuMeter,
     build_pretrain_data,
     child_env,
+    closing_sections,
     command_line,
     cpu_model,
     git_commit,
     headline,
     load_note,
     ncpu,
+    print_outcome,
     results_file,
     run_logged,
     shoal_cli,
@@ -333,12 +335,7 @@ def main() -> None:
 
     print()
     print("\n".join([*main_rows, "", *stage_rows, ""]))
-    for line in goal_lines:
-        print(line)
-    for line in failure_lines:
-        print(f"failed run: {line}")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end")
+    print_outcome(goal_lines, failure_lines, elapsed, load, load_end)
     if args.no_write:
         return
 
@@ -370,11 +367,7 @@ def main() -> None:
         "naming the failed rank and restarting the gang, rank 0's `N ranks on M nodes` line "
         "(process group up, data downloaded), its `resumed from the checkpoint` line and its "
         "first `step` line after the restart.", "",
-        *[f"- {line}" for line in goal_lines], "",
-        "## Every run, by row", "",
-        *each, "",
-        "## Failed runs", "",
-        *([f"- {line}" for line in failure_lines] or ["None."]), "",
+        *closing_sections(goal_lines, failure_lines, each),
     ]
     path.write_text("\n".join(md))
     print(f"wrote {path.relative_to(REPO)}")

@@ -52,6 +52,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     CpuMeter,
     build_pretrain_data,
     child_env,
+    closing_sections,
     command_line,
     cpu_model,
     free_port,
@@ -60,6 +61,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     load_note,
     marked,
     ncpu,
+    print_outcome,
     results_file,
     run_logged,
     shoal_cli,
@@ -244,12 +246,7 @@ def main() -> None:
     print()
     print("\n".join(rows))
     print()
-    for line in goal_lines:
-        print(line)
-    for line in failure_lines:
-        print(f"failed run: {line}")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end")
+    print_outcome(goal_lines, failure_lines, elapsed, load, load_end)
     if args.no_write:
         return
 
@@ -290,11 +287,7 @@ def main() -> None:
         "the first process started to the last exited. CPU used by others: the machine's busy "
         "CPU time (/proc/stat) minus this benchmark's and its children's, in % of the "
         "machine's capacity: the noise in that run.", "",
-        *[f"- {line}" for line in goal_lines], "",
-        "## Every run, by row", "",
-        *each, "",
-        "## Failed runs", "",
-        *([f"- {line}" for line in failure_lines] or ["None."]), "",
+        *closing_sections(goal_lines, failure_lines, each),
     ]
     path.write_text("\n".join(md))
     print(f"wrote {path.relative_to(REPO)}")
