@@ -143,7 +143,7 @@ def pretrain(data: shoal.Dir, model: str = "tiny", steps: int = 300, batch_size:
     rank = dist.get_rank()
 
     def log(msg: str) -> None:
-        if rank == 0 or msg.startswith(("fault", "resumed")):
+        if rank == 0 or msg.startswith("fault"):
             print(msg, flush=True)
 
     folder = Path(data.download_sync())
