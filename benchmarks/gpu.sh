@@ -5,8 +5,9 @@
 #   STEPS=100 BATCH=16 benchmarks/gpu.sh
 #
 # What it runs: `shoal run examples/pretrain/pipeline.py main` with PRETRAIN_GPU=1 (NCCL, bf16
-# autocast, the ~85M-parameter "small" GPT with 1024-token context), shrunk to one node with
-# one rank per GPU by --override, on the local engine. The data step runs first (cached after
+# autocast, the ~85M-parameter "small" GPT with 1024-token context) on one node with one rank
+# per GPU (PRETRAIN_NODES=1 PRETRAIN_GPUS_PER_NODE=N: the GPU request follows, so the local
+# engine hands the ranks the real GPUs rather than emulating 8 on CPU). The data step runs first (cached after
 # the first run); the figures are the pretrain step's steady-state tokens/s (the first logged
 # interval, with start-up, left out) and MFU = tokens/s x model FLOPs per token / (GPUs x the
 # GPU's dense bf16 peak). Results go to benchmarks/results/<date>-<gpu>x<N>-gpu.md.
@@ -45,7 +46,7 @@ fi
 
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export SHOAL_HOME=${SHOAL_HOME:-$PWD/.shoal-gpu}   # kept: a second run reuses the data step
-export PRETRAIN_GPU=1
+export PRETRAIN_GPU=1 PRETRAIN_NODES=1 PRETRAIN_GPUS_PER_NODE=$GPUS  # resources follow
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
@@ -53,7 +54,6 @@ echo "gpu.sh: $GPUS x $GPU_NAME, model $MODEL, $STEPS steps, batch $BATCH x 1024
 START=$(date +%s)
 "$PYTHON" -m shoal.cli.main run examples/pretrain/pipeline.py main \
   --model "$MODEL" --steps "$STEPS" --batch-size "$BATCH" --checkpoint-every 100 \
-  --override pretrain.replicas=1 --override "pretrain.nproc_per_node=$GPUS" \
   > "$OUT/summary.json" 2> >(tee "$OUT/run.log" >&2)
 WALL=$(( $(date +%s) - START ))
 

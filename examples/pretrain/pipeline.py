@@ -24,7 +24,9 @@ The pieces, top to bottom:
    model, and a short sample of generated text.
 4. **driver**: calls the three in order and prints a summary.
 
-``PRETRAIN_GPU=1`` switches the environments to real GPU nodes: 4 nodes of 8 H200s, NCCL,
+``PRETRAIN_GPU=1`` switches the environments to real GPU nodes: 4 nodes of 8 H200s (or
+``PRETRAIN_NODES`` x ``PRETRAIN_GPUS_PER_NODE``; the resources follow, so a local run on a
+smaller machine asks for the GPUs it has instead of being emulated on CPU), NCCL,
 bf16 autocast, 16 GiB of shared memory (NCCL and data loaders need more than a container's
 default). ``benchmarks/gpu.sh`` runs it on one GPU node.
 """
@@ -43,6 +45,8 @@ import shoal
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
 
 GPU = os.environ.get("PRETRAIN_GPU") == "1"
+NODES = int(os.environ.get("PRETRAIN_NODES", "4"))  # GPU configuration only
+GPUS_PER_NODE = int(os.environ.get("PRETRAIN_GPUS_PER_NODE", "8"))
 
 image = shoal.Image.from_debian_base().with_pip_packages("torch", "numpy", "tokenizers")
 
@@ -60,10 +64,11 @@ data_env = shoal.TaskEnvironment(
 pretrain_env = ClusteredTaskEnvironment(
     name="pretrain",
     image=image,
-    resources=shoal.Resources(cpu=64, memory="512Gi", gpu="H200:8", shm="16Gi") if GPU
+    resources=shoal.Resources(cpu=8 * GPUS_PER_NODE, memory=f"{64 * GPUS_PER_NODE}Gi",
+                              gpu=f"H200:{GPUS_PER_NODE}", shm="16Gi") if GPU
     else shoal.Resources(cpu=1, memory="2Gi"),
-    replicas=4 if GPU else 2,  # nodes
-    nproc_per_node=8 if GPU else 2,  # ranks per node: one per GPU
+    replicas=NODES if GPU else 2,  # nodes
+    nproc_per_node=GPUS_PER_NODE if GPU else 2,  # ranks per node: one per GPU
     runtime=TorchRun(),
     failure_policy=ClusterFailurePolicy(max_restarts=2, resume_after_preemption=True),
     env_vars={"OMP_NUM_THREADS": "1"},  # 4 ranks share 2 cores on a laptop-sized machine
