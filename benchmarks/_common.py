@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,4 +288,27 @@ def closing_sections(goal_lines: list[str], failures: list[str],
     if each is not None:
         md += ["## Every run, by row", "", *each, ""]
     return [*md, "## Failed runs", "", *([f"- {line}" for line in failures] or ["None."]), ""]
+
+
+def interleaved_rounds(rows: list[str], rounds: int, measure: Callable[[str], Any], *,
+                       rotate: bool = False) -> tuple[dict[str, list[Any]], dict[str, list[str]]]:
+    """Run ``measure(row)`` for every row, round after round, the rows' order changing from one
+    round to the next (reversed every other round, or rotated by one with ``rotate``) so no row
+    always runs first. A str result is a failure; anything else a measurement. Returns the
+    measurements and the failures, by row."""
+    res: dict[str, list[Any]] = {}
+    failed: dict[str, list[str]] = {}
+    for i in range(rounds):
+        if rotate:
+            order = rows[i % len(rows):] + rows[:i % len(rows)]
+        else:
+            order = rows if i % 2 == 0 else rows[::-1]
+        print(f"round {i + 1}/{rounds}: {', '.join(order)}", flush=True)
+        for row in order:
+            one = measure(row)
+            if isinstance(one, str):
+                failed.setdefault(row, []).append(one)
+            else:
+                res.setdefault(row, []).append(one)
+    return res, failed
 

@@ -61,6 +61,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     cpu_model,
     git_commit,
     headline,
+    interleaved_rounds,
     load_note,
     ncpu,
     print_outcome,
@@ -254,20 +255,11 @@ def main() -> None:
               flush=True)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-recovery-data-"))
-    res: dict[str, list[Outcome]] = {}
-    failed: dict[str, list[str]] = {}
     try:
         print("preparing the data folder (corpus.build), once", flush=True)
         meta = build_pretrain_data(work / "data", args.max_files)
-        for i in range(args.rounds):
-            order = ROWS if i % 2 == 0 else ROWS[::-1]
-            print(f"round {i + 1}/{args.rounds}: {', '.join(order)}", flush=True)
-            for row in order:
-                one = measure(row, work / "data", args)
-                if isinstance(one, str):
-                    failed.setdefault(row, []).append(one)
-                else:
-                    res.setdefault(row, []).append(one)
+        res, failed = interleaved_rounds(ROWS, args.rounds,
+                                         lambda row: measure(row, work / "data", args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

@@ -58,6 +58,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     free_port,
     git_commit,
     headline,
+    interleaved_rounds,
     load_note,
     marked,
     ncpu,
@@ -193,17 +194,9 @@ def main() -> None:
         t = time.perf_counter()
         meta = build_pretrain_data(work / "data", args.max_files)
         data_s = time.perf_counter() - t
-        res: dict[str, list[dict[str, Any]]] = {}
-        failed: dict[str, list[str]] = {}
-        for i in range(args.rounds):
-            order = ROWS[i % len(ROWS):] + ROWS[:i % len(ROWS)]
-            print(f"round {i + 1}/{args.rounds}: {', '.join(order)}", flush=True)
-            for row in order:
-                one = measure(row, work / "data", args)
-                if isinstance(one, str):
-                    failed.setdefault(row, []).append(one)
-                else:
-                    res.setdefault(row, []).append(one)
+        res, failed = interleaved_rounds(ROWS, args.rounds,
+                                         lambda row: measure(row, work / "data", args),
+                                         rotate=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started
