@@ -35,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from shoal._engines.kubernetes.resources import Resource
 from tests.kubernetes.fake_controller import (
     COMPLETION_INDEX,
     GLOBAL_INDEX,
@@ -53,21 +54,8 @@ from tests.kubernetes.fake_rest import _Handler, merge_patch, selects, status
 Obj = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Kind:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def qualified(self) -> str:  # how the real server names it in messages
-        return f"{self.plural}.{self.group}" if self.group else self.plural
+# The kinds it serves, described as the client describes them (group, version, plural, kind).
+Kind = Resource
 
 
 KINDS = [

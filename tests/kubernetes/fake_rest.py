@@ -156,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
                 verb = "watch"
             if (verb, kind.plural) in fake.forbidden:
                 return self._fail(403, "Forbidden",
-                                  f'{kind.qualified} is forbidden: User "system:serviceaccount:'
+                                  f'{kind.full_name} is forbidden: User "system:serviceaccount:'
                                   f'{ns}:shoal" cannot {verb} resource "{kind.plural}" in API '
                                   f'group "{kind.group}" in the namespace "{ns}"',
                                   {"group": kind.group, "kind": kind.plural})
@@ -170,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                            "method on the requested resource")
             current = fake.get(kind.plural, name, ns)
             if current is None:
-                return self._fail(404, "NotFound", f'{kind.qualified} "{name}" not found',
+                return self._fail(404, "NotFound", f'{kind.full_name} "{name}" not found',
                                   {"name": name, "group": kind.group, "kind": kind.plural})
             if method == "GET" and sub == "log" and kind.plural == "pods":
                 return self._log(current, query)
@@ -217,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.fake.cond:
             if self.fake.get(kind.plural, meta["name"], ns) is not None:
                 return self._fail(409, "AlreadyExists",
-                                  f'{kind.qualified} "{meta["name"]}" already exists',
+                                  f'{kind.full_name} "{meta["name"]}" already exists',
                                   {"name": meta["name"], "group": kind.group,
                                    "kind": kind.plural})
             for field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
@@ -251,7 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
                                     current["metadata"].get("namespace", "")) or current
             if asked_rv and asked_rv != current["metadata"]["resourceVersion"]:
                 return self._fail(
-                    409, "Conflict", f'Operation cannot be fulfilled on {kind.qualified} '
+                    409, "Conflict", f'Operation cannot be fulfilled on {kind.full_name} '
                     f'"{current["metadata"]["name"]}": the object has been modified; please '
                     f'apply your changes to the latest version and try again',
                     {"name": current["metadata"]["name"], "group": kind.group,
