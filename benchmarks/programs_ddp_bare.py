@@ -5,24 +5,30 @@
         --master-addr=127.0.0.1 --master-port=29500 --rdzv-backend=static \\
         benchmarks/programs_ddp_bare.py --steps 50        # and --node-rank=1 alongside
 
-Same model, data, seed and steps as ``examples/seed/ddp.py``'s ``train_ddp`` (gloo on CPU),
-and the same marks as ``programs_ddp_shoal.py``: rank 0 prints ``NAME <unix time>`` lines,
-``BODY`` before torch is imported, ``TORCH`` once it is, ``PG`` once the process group exists,
-``FIRST_STEP`` after step 0 and ``END`` after the last barrier, to the stdout torchrun gives it.
+Same model, data, seed and steps as ``examples/seed/ddp.py``'s ``train_ddp`` (gloo on CPU);
+``programs_ddp_shoal.py`` runs this very function inside a Shoal task. Rank 0 prints
+``NAME <unix time>`` lines, ``BODY`` before torch is imported, ``TORCH`` once it is, ``PG``
+once the process group exists, ``FIRST_STEP`` after step 0 and ``END`` after the last barrier,
+to the stdout torchrun gives it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 
 
-def _mark(name: str) -> None:
-    print(f"{name} {time.time():.6f}", flush=True)
+def _mark(name: str, extra: str = "") -> None:
+    print(f"{name} {time.time():.6f}{extra}", flush=True)
 
 
-def train_ddp(steps: int = 50, lr: float = 0.05) -> float:
+def train_ddp(steps: int = 50, lr: float = 0.05, *, kill_at: int | None = None,
+              restart: int | None = None) -> float:
+    """The loop, with marks on rank 0. Under Shoal, ``restart`` is the gang's restart count (rank
+    0 then prints ``FIRST_STEP <t> restart <n>``), and with ``kill_at`` rank 1 SIGKILLs itself
+    (after printing ``KILL <t>``) at that step of the first start."""
     rank0 = os.environ.get("RANK") == "0"
     if rank0:
         _mark("BODY")
@@ -49,13 +55,16 @@ def train_ddp(steps: int = 50, lr: float = 0.05) -> float:
 
     loss_value = 0.0
     for step in range(steps):
+        if kill_at is not None and not restart and rank == 1 and step == kill_at:
+            _mark("KILL")
+            os.kill(os.getpid(), signal.SIGKILL)
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
         loss_value = float(loss.detach())
         if rank == 0 and step == 0:
-            _mark("FIRST_STEP")
+            _mark("FIRST_STEP", "" if restart is None else f" restart {restart}")
         if rank == 0 and step % 10 == 0:
             print(f"[rank 0] step {step:3d} loss {loss_value:.5f}", flush=True)
 

@@ -15,16 +15,8 @@ SIGKILLs itself at step ``kill_at`` of the first start; Shoal restarts the whole
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import shoal
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
-
-
-def _mark(name: str, extra: str = "") -> None:
-    print(f"{name} {time.time():.6f}{extra}", flush=True)
 
 
 def _gang(name: str) -> ClusteredTaskEnvironment:
@@ -43,52 +35,11 @@ recover_env = _gang("recover_env")
 
 
 def _train(steps: int, lr: float, kill_at: int | None) -> float:
-    """The seed example's loop; marks on rank 0, and rank 1's suicide when asked."""
-    restart = shoal.ctx().restart_attempt or 0
-    if os.environ.get("RANK") == "0":
-        _mark("BODY")
-    import torch
-    import torch.distributed as dist
-    import torch.nn as nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    """The bare baseline's loop itself (``programs_ddp_bare.py``, next to this file), told
+    which start of the gang this is."""
+    from programs_ddp_bare import train_ddp as loop
 
-    rank0 = os.environ.get("RANK") == "0"
-    if rank0:
-        _mark("TORCH")
-    dist.init_process_group(backend="gloo")  # RANK, WORLD_SIZE, MASTER_* are already set
-    rank = dist.get_rank()
-    if rank0:
-        _mark("PG")
-
-    torch.manual_seed(0)  # the same initial weights on every rank
-    model = DDP(nn.Linear(4, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-
-    g = torch.Generator().manual_seed(rank)  # each rank its own shard of synthetic data
-    x = torch.randn(64, 4, generator=g)
-    y = x.sum(dim=1, keepdim=True)
-
-    loss_value = 0.0
-    for step in range(steps):
-        if kill_at is not None and restart == 0 and rank == 1 and step == kill_at:
-            _mark("KILL")
-            os.kill(os.getpid(), signal.SIGKILL)
-        optimizer.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        loss_value = float(loss.detach())
-        if rank == 0 and step == 0:
-            _mark("FIRST_STEP", f" restart {restart}")
-        if rank == 0 and step % 10 == 0:
-            print(f"[rank 0] step {step:3d} loss {loss_value:.5f}", flush=True)
-
-    dist.barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        _mark("END")
-    print(f"[rank {rank}] done, final loss {loss_value:.5f}", flush=True)
-    return loss_value
+    return loop(steps, lr, kill_at=kill_at, restart=shoal.ctx().restart_attempt or 0)
 
 
 @ddp_env.task
