@@ -212,20 +212,32 @@ class CpuMeter:
     CPU adds up into ours): other work on the machine, in % of its capacity."""
 
     def __init__(self) -> None:
-        self.busy0, self.own0, self.t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
+        (self.busy0, self.steal0), self.own0 = _machine_seconds(), _own_seconds()
+        self.t0 = time.perf_counter()
+
+    def others_seconds(self) -> float:
+        """CPU seconds other work used since the meter started."""
+        return max(0.0, (_machine_seconds()[0] - self.busy0) - (_own_seconds() - self.own0))
 
     def others_percent(self) -> float:
         wall = time.perf_counter() - self.t0
-        others = (_busy_seconds() - self.busy0) - (_own_seconds() - self.own0)
-        return max(0.0, others / (wall * ncpu()) * 100) if wall > 0 else 0.0
+        return self.others_seconds() / (wall * ncpu()) * 100 if wall > 0 else 0.0
+
+    def stolen_percent(self) -> float:
+        """The time the hypervisor gave this machine's CPUs to other guests, in %."""
+        wall = time.perf_counter() - self.t0
+        stolen = _machine_seconds()[1] - self.steal0
+        return max(0.0, stolen / (wall * ncpu()) * 100) if wall > 0 else 0.0
 
 
-def _busy_seconds() -> float:
-    """CPU seconds the whole machine spent busy since boot (not idle, not waiting on I/O)."""
+def _machine_seconds() -> tuple[float, float]:
+    """CPU seconds the whole machine spent busy since boot (not idle, not waiting on I/O;
+    stolen time counts as busy), and of those, stolen by the hypervisor."""
     with suppress(OSError, ValueError):
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-    return 0.0
+        tick = os.sysconf("SC_CLK_TCK")
+        return (sum(fields) - fields[3] - fields[4]) / tick, fields[7] / tick
+    return 0.0, 0.0
 
 
 def _own_seconds() -> float:

@@ -34,13 +34,11 @@ about 3 minutes on 2 CPUs.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,14 +50,17 @@ from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
+    CpuMeter,
+    cpu_model,
+    free_port,
     git_commit,
     headline,
     moto_server,
+    ncpu,
+    results_file,
     run_marked,
 )
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 MARK = "CHECKPOINT-IO-RESULT "
 MiB = 1024 * 1024
 BUCKET = "shoal-bench-ckpt"
@@ -231,10 +232,7 @@ def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
 def _init_gloo() -> None:
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                             world_size=1)
 
 
@@ -617,12 +615,6 @@ def headlines(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any], s3
 
 
 def machine(where: Path) -> str:
-    model = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    ncpu = len(os.sched_getaffinity(0))
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     # The filesystem holding ``where``: the longest mount point above it.
     mounts = [line.split()[:3] for line in Path("/proc/mounts").read_text().splitlines()]
@@ -632,15 +624,9 @@ def machine(where: Path) -> str:
     rot = Path(f"/sys/block/{name}/queue/rotational")
     kind = f", rotational={rot.read_text().strip()}" if rot.exists() else ""
     free = shutil.disk_usage(where).free / 2**30
-    return (f"{ncpu} CPUs ({model}), {mem:.0f} GiB RAM, {platform.system()} "
+    return (f"{ncpu()} CPUs ({cpu_model()}), {mem:.0f} GiB RAM, {platform.system()} "
             f"{platform.release()}, Python {platform.python_version()}; disk under test: "
             f"{where} on {dev} ({fstype} at {mnt}{kind}), {free:.0f} GiB free")
-
-
-def cpu_busy_seconds() -> float:
-    """CPU seconds the whole machine spent busy since boot (not idle, not waiting on I/O)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_idle_share(secs: float) -> float:
@@ -653,14 +639,6 @@ def cpu_idle_share(secs: float) -> float:
     time.sleep(secs)
     idle1, total1 = idle_total()
     return (idle1 - idle0) / max(1, total1 - total0)
-
-
-def own_cpu_seconds() -> float:
-    """CPU seconds of this process and its finished children (every measuring child, moto)."""
-    import resource
-
-    me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 
@@ -711,7 +689,7 @@ def main() -> None:
     idle_before = cpu_idle_share(3.0)
     started = time.perf_counter()
     load_start = os.getloadavg()
-    busy_start = cpu_busy_seconds()
+    meter = CpuMeter()  # other work on the machine; this process and its children left out
     facts = machine(where)
     common = ["--dir", str(where)]
     small, big = ["--rounds", str(args.rounds)], ["--rounds", str(args.big_rounds)]
@@ -747,7 +725,7 @@ def main() -> None:
         s3_res = run_child(["--child", "s3", "--size", str(args.s3_mib), *common, *big], s3_env)
     elapsed = time.perf_counter() - started
     load_end = os.getloadavg()
-    others = cpu_busy_seconds() - busy_start - own_cpu_seconds()
+    others = meter.others_seconds()
 
     save_rows, load_rows, goals = file_table(file_res)
     async_rows, async_goals = async_table(async_res)
@@ -785,12 +763,10 @@ def main() -> None:
           f"{load_end[0]:.2f} at the end; {quiet}")
     if args.no_write:
         return
-    today = dt.date.today().isoformat()
-    ncpu = len(os.sched_getaffinity(0))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{today}-cpu{ncpu}-checkpoint-io.md"
+    path = results_file("checkpoint-io")
+    today = path.name[:10]
     md = [
-        f"# Checkpoint I/O, {today}, {ncpu} CPUs", "",
+        f"# Checkpoint I/O, {today}, {ncpu()} CPUs", "",
         f"Command: `{command}`", "",
         f"Machine: {facts}. {versions()}. Shoal commit {git_commit()}. Each section in its own "
         f"subprocess, rounds interleaved; median (min–max) of {args.rounds} rounds (256 MiB "

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
 import platform
@@ -48,15 +47,17 @@ from typing import Any
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     command_line,
+    cpu_model,
     git_commit,
     headline,
+    ncpu,
+    results_file,
     run_marked,
 )
 
 # Only the standard library at module level: this file also runs as the measuring child inside
 # the Flyte venv, where shoal is not installed.
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 FLYTE_VENV = HERE / ".venv-flyte"
 FLYTE_SPEC = "flyte>=2,<3"
 MARK = "DISPATCH-RESULT "  # the child's result line; engines may log to stdout too
@@ -251,16 +252,7 @@ def summarize(times: dict[str, list[float]], ns: list[int]) -> dict[int, dict[st
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{nproc} CPUs ({model}), {platform.system()} {platform.release()}, " \
+    return f"{ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, " \
            f"Python {platform.python_version()}"
 
 
@@ -398,12 +390,10 @@ def main() -> None:
 
     if args.no_write:
         return
-    today = dt.date.today().isoformat()
-    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{today}-cpu{ncpu}-dispatch.md"
+    path = results_file("dispatch")
+    today = path.name[:10]
     md = [
-        f"# Dispatch overhead, {today}, {ncpu} CPUs", "",
+        f"# Dispatch overhead, {today}, {ncpu()} CPUs", "",
         f"Command: `{command}`", "",
         f"Machine: {machine()}. Shoal commit {git_commit()}; flyte {flyte_version} "
         f"(local mode, in `benchmarks/.venv-flyte`). Median of {args.rounds} rounds after one "

@@ -44,14 +44,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
 import re
-import resource
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,14 +62,20 @@ from typing import Any
 import psutil
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
+    CpuMeter,
+    child_env,
     command_line,
+    cpu_model,
+    free_port,
     git_commit,
     headline,
+    ncpu,
     print_outcome,
+    results_file,
+    shoal_cli,
 )
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 SHOAL_PROGRAM = HERE / "programs_ddp_shoal.py"
 BARE_PROGRAM = HERE / "programs_ddp_bare.py"
 # Each Shoal row: the variables that choose how a node starts its ranks.
@@ -225,24 +228,11 @@ class Sampler(threading.Thread):
 # ---------------------------------------------------------------------------------------------
 
 def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
-                                        if p)
+    env = child_env()
     for name in ("SHOAL_LAUNCH", "SHOAL_PREIMPORT"):  # each row sets its own
         env.pop(name, None)
     env.update(extra)
     return env
-
-
-def _shoal_cli() -> list[str]:
-    script = Path(sys.executable).parent / "shoal"  # the console script, as a user types it
-    return [str(script)] if script.exists() else [sys.executable, "-m", "shoal.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def read_marks(path: Path) -> dict[str, float]:
@@ -267,22 +257,6 @@ class Outcome:
     cpu: dict[str, float] = field(default_factory=dict)  # machine CPU % used by others, stolen
 
 
-def _cpu_ticks() -> tuple[int, int]:
-    """(busy, steal) CPU ticks of the whole machine since boot, from /proc/stat."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-        return user + nice + system + irq + softirq + steal, steal
-    return 0, 0
-
-
-def _own_cpu() -> float:
-    """CPU seconds of this process and of every descendant reaped so far (each level of the
-    tree waits for its children, so their usage adds up into ours)."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime + time.process_time()
-
-
 def _run_processes(cmds: list[list[str]], env: dict[str, str], logs: list[Path],
                    engine_root: bool, interval: float, pss_interval: float,
                    timeout: float) -> tuple[float, float, Sampler, dict[str, float]]:
@@ -290,8 +264,7 @@ def _run_processes(cmds: list[list[str]], env: dict[str, str], logs: list[Path],
     sampler, the machine's CPU: what others used and what the hypervisor stole, in %)."""
     handles: list[subprocess.Popen[bytes]] = []
     sampler: Sampler | None = None
-    busy0, steal0 = _cpu_ticks()
-    own0 = _own_cpu()
+    meter = CpuMeter()
     t0 = time.time()
     start = time.perf_counter()
     try:
@@ -318,11 +291,7 @@ def _run_processes(cmds: list[list[str]], env: dict[str, str], logs: list[Path],
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    busy1, steal1 = _cpu_ticks()
-    capacity = total * ncpu() * os.sysconf("SC_CLK_TCK")
-    others = (busy1 - busy0) - (_own_cpu() - own0) * os.sysconf("SC_CLK_TCK")
-    cpu = {"others": max(0.0, others / capacity * 100), "steal": (steal1 - steal0) / capacity
-           * 100}
+    cpu = {"others": meter.others_percent(), "steal": meter.stolen_percent()}
     bad = [(shlex.join(cmd), p.returncode) for cmd, p in zip(cmds, handles, strict=True)
            if p.returncode != 0]
     if bad:
@@ -391,7 +360,7 @@ def run_shoal(row: str, task: str, steps: int, interval: float, pss_interval: fl
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-gang-"))
     done = False
     try:
-        cmd = [*_shoal_cli(), "run", str(SHOAL_PROGRAM), task, "--steps", str(steps)]
+        cmd = [*shoal_cli(), "run", str(SHOAL_PROGRAM), task, "--steps", str(steps)]
         if kill_at is not None:
             cmd += ["--kill-at", str(kill_at)]
         env = _env(SHOAL_HOME=str(home), **SHOAL_ROWS[row])
@@ -593,23 +562,12 @@ def memory_table(res: Results) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 def machine() -> str:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     import platform
 
     import torch
 
-    return f"{ncpu()} CPUs ({model}), {platform.system()} {platform.release()}, Python " \
+    return f"{ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, Python " \
            f"{platform.python_version()}, torch {torch.__version__}, psutil {psutil.__version__}"
-
-
-def ncpu() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else os.cpu_count() or 1
 
 
 
@@ -749,9 +707,8 @@ def main() -> None:
 
     if args.no_write:
         return
-    today = dt.date.today().isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{today}-cpu{ncpu()}-gang-launch.md"
+    path = results_file("gang-launch")
+    today = path.name[:10]
     bytecode = " PYTHONDONTWRITEBYTECODE=1 was set." if os.environ.get(
         "PYTHONDONTWRITEBYTECODE") else ""
     md = [
