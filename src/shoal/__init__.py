@@ -14,7 +14,7 @@ from shoal._api.image import Image
 from shoal._api.io import Dir, File
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
-from shoal._api.run import Run, init, run
+from shoal._driver.handle import Run, init, run
 from shoal._api.task import TaskTemplate
 
 __version__ = "0.1.0"

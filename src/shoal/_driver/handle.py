@@ -1,4 +1,4 @@
-"""`shoal.init()` and `shoal.run()`: start runs from Python code."""
+"""`shoal.init()`, `shoal.run()` and the `Run` handle: starting runs from Python."""
 
 from __future__ import annotations
 
