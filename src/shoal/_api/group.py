@@ -1,0 +1,35 @@
+"""`shoal.group(name)`: label the task calls made inside a block, as Flyte 2's ``flyte.group``.
+
+Groups nest: the current group is a path (``("epoch-1", "shard-3")``) held in a context
+variable, so concurrent coroutines of one task each see the group they were started in.
+Outside a task the block just runs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from shoal.errors import SpecError
+
+_current: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("shoal_group",
+                                                                         default=())
+
+
+def current_group() -> tuple[str, ...]:
+    """The group path of the code running now; ``()`` outside any group."""
+    return _current.get()
+
+
+@contextmanager
+def group(name: str) -> Iterator[None]:
+    """Calls made in the block belong to the group ``name`` (nested in the enclosing one)."""
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError("group(name)", name, "must be a non-empty string",
+                        'e.g. with shoal.group("epoch-1"):')
+    token = _current.set((*_current.get(), name))
+    try:
+        yield
+    finally:
+        _current.reset(token)
