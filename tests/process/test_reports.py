@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import shoal
+from shoal._runtime import contract
 from shoal._storage.report_store import report_uri, stored_reports
 from shoal._storage.store import open_store
 from shoal.errors import TaskFailed
@@ -102,3 +103,21 @@ def test_a_clustered_task_keeps_rank_0s_report(shoal_home: Path) -> None:
     assert (report.action, report.attempt) == ("a0", 0)
     rank1 = next((shoal_home / "runs" / run.name / "logs" / "gang").glob("a0.0/r0/rank1.log"))
     assert "keeps rank 0's report only" in rank1.read_text()
+
+
+@pytest.mark.s3
+def test_reports_on_an_s3_store_are_saved_without_local_records(
+        s3_root: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The path a Kubernetes run takes: pages written through the S3 backend, and
+    `shoal report --store` reading them where no local records know the run."""
+    monkeypatch.setenv(contract.STORE, s3_root)
+    run = shoal.run(reports.fails, 5)
+    with pytest.raises(TaskFailed):
+        run.outputs()
+    monkeypatch.setenv(contract.HOME, str(tmp_path / "elsewhere"))  # no records of the run
+    p = shoal_cli("report", run.name, "--store", s3_root, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / f"{run.name}-a0.html").read_text()
+    assert "step 5 reached" in page and "failed: ValueError: loss is nan" in page
+    p = shoal_cli("report", run.name[:-1], "--store", s3_root, cwd=tmp_path)
+    assert p.returncode == 2 and "is the run's full name in" in p.stderr

@@ -15,6 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which attempt (default: the latest attempt that has a report)")
     p.add_argument("--out", default=None,
                    help="where to write the HTML (default: ./<run>-<action>.html)")
+    p.add_argument("--store", default=None,
+                   help="read from this store root, RUN named in full, without the local "
+                        "records (a Kubernetes run's records live in its driver pod)")
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
@@ -24,10 +27,12 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal._storage.store import open_store
     from shoal.errors import NotFoundError
 
-    records = Records(contract.home() / "shoal.db")
-    run = records.get_run(args.run)
-    store = open_store(run.store)
-    reports = stored_reports(store, run.name)
+    if args.store is not None:
+        name, store = args.run, open_store(args.store)
+    else:
+        run = Records(contract.home() / "shoal.db").get_run(args.run)
+        name, store = run.name, open_store(run.store)
+    reports = stored_reports(store, name)
     action = args.action or "a0"
     mine = [r for r in reports if r.action == action]
     if args.attempt is not None:
@@ -36,13 +41,16 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         asked = f"action {action}" + ("" if args.attempt is None else f" attempt {args.attempt}")
         if reports:
             have = ", ".join(f"{r.action} (attempt {r.attempt})" for r in reports[:20])
-            fix = f"pass --action/--attempt of one that has: {have}"
+            more = ", ..." if len(reports) > 20 else ""
+            fix = f"pass --action/--attempt of one that has: {have}{more}"
         else:
             fix = ("no task of this run kept a report; declare the task with "
                    "@env.task(report=True) and write it with shoal.report.log(...)")
-        raise NotFoundError(f"run {run.name} has no report for {asked}. Fix: {fix}")
+            if args.store is not None:
+                fix += f" (and check that {name!r} is the run's full name in {store.root})"
+        raise NotFoundError(f"run {name} has no report for {asked}. Fix: {fix}")
     chosen = mine[-1]
-    out = Path(args.out) if args.out else Path(f"{run.name}-{chosen.action}.html")
+    out = Path(args.out) if args.out else Path(f"{name}-{chosen.action}.html")
     # The report may be rewritten while the task runs: fetch one whole object, then write it
     # next to the destination and rename, so the saved file is never half a page either.
     page = store.get_bytes(chosen.uri)
@@ -50,7 +58,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     tmp = out.with_name(f".{out.name}.partial")
     tmp.write_bytes(page)
     tmp.replace(out)
-    print(f"saved the report of {run.name} {chosen.action} attempt {chosen.attempt} to {out}",
+    print(f"saved the report of {name} {chosen.action} attempt {chosen.attempt} to {out}",
           file=sys.stderr)
     print(out)
     return 0
