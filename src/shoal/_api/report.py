@@ -67,7 +67,10 @@ class ReportSession:
     def flush(self) -> None:
         if self.write is None:
             return
-        self.write(self.render().encode())
+        # Render and write under the report's lock: two flushes from threads (``.aio``) must
+        # not store an older page over a newer one.
+        with self.report.lock:
+            self.write(self.render().encode())
 
     def finish(self, error: BaseException | None) -> None:
         """The last write, with the outcome. A store failure here is printed to the task's log
