@@ -6,7 +6,7 @@ underscore is private. ``import shoal`` stays light: no torch, jax, kubernetes o
 
 from __future__ import annotations
 
-from shoal import errors
+from shoal import errors, report
 from shoal._api.cache import Cache
 from shoal._api.context import TaskContext, ctx
 from shoal._api.environment import TaskEnvironment
@@ -34,5 +34,6 @@ __all__ = [
     "ctx",
     "errors",
     "init",
+    "report",
     "run",
 ]

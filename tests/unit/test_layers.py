@@ -16,7 +16,7 @@ SRC = Path(shoal.__file__).parent
 
 PUBLIC = {
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
-    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "init", "run",
+    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "init", "report", "run",
 }
 
 
@@ -29,7 +29,7 @@ def test_public_names_do_not_drift() -> None:
 
 
 def test_everything_else_is_private() -> None:
-    public_modules = {"__init__.py", "errors.py", "clustered.py"}
+    public_modules = {"__init__.py", "errors.py", "clustered.py", "report.py"}
     for path in SRC.iterdir():
         if path.suffix == ".py" and path.name not in public_modules:
             pytest.fail(f"{path.name}: a public module; name it _{path.name}")

@@ -198,6 +198,7 @@ class TaskEnvironment:
         cache: CacheRequest = None,
         allow_pickle: bool = False,
         short_name: str | None = None,
+        report: bool = False,
     ) -> Callable[[F], TaskTemplate[F]]: ...
 
     def task(
@@ -210,11 +211,13 @@ class TaskEnvironment:
         cache: CacheRequest = None,
         allow_pickle: bool = False,
         short_name: str | None = None,
+        report: bool = False,
     ) -> TaskTemplate[F] | Callable[[F], TaskTemplate[F]]:
         """Make a function a task of this environment: ``@env.task`` or ``@env.task(retries=2)``.
 
         ``cache=None`` takes the environment's cache setting. Type hints are required on every
         parameter and on the return value; they say how values move between processes.
+        ``report=True`` keeps an HTML report written with `shoal.report` in the run's store.
         """
         from shoal._api.task import TaskTemplate
 
@@ -227,6 +230,7 @@ class TaskEnvironment:
                 timeout=timeout,
                 cache=None if cache is None else to_cache(cache, field_name="task.cache"),
                 allow_pickle=allow_pickle,
+                report=report,
             )
             self.tasks[t.short_name] = t
             return t

@@ -51,6 +51,7 @@ class TaskTemplate(Generic[F]):
         timeout: object,
         cache: Cache | None,
         allow_pickle: bool,
+        report: bool = False,
     ) -> None:
         from shoal._storage import codecs
 
@@ -68,6 +69,10 @@ class TaskTemplate(Generic[F]):
         self.timeout = _timeout_seconds(f"task {self.name!r}: timeout", timeout)
         self.cache_override = cache
         self.allow_pickle = bool(allow_pickle)
+        if not isinstance(report, bool):
+            raise SpecError(f"task {self.name!r}: report", report, "must be a bool",
+                            "use report=True to keep an HTML report (shoal.report) with the run")
+        self.report = report
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self.hints, self.return_type = self._read_hints(codecs)
@@ -126,6 +131,7 @@ class TaskTemplate(Generic[F]):
                 cache=cache,
                 allow_pickle=self.allow_pickle,
                 is_async=self.is_async,
+                report=self.report,
             )
         return self._spec
 

@@ -21,6 +21,7 @@ from shoal._api.context import TaskContext, running
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.frameworks import prepare_runtime
+from shoal._runtime.report_scope import report_scope
 
 
 def attempt_folder(node: NodeEnv) -> str:
@@ -76,8 +77,11 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
                                   allow_pickle=task.allow_pickle)
     prepare_runtime(node)
     context = _context(node, rank, local_rank)
+    report = report_scope(task, store=node.store, run=node.run, action=node.action,
+                          attempt=node.attempt, rank=rank, world_size=context.world_size or 1,
+                          restart=node.restart_attempt)
     try:
-        with running(context):
+        with running(context), report:
             value: Any = task.func(**kwargs)
             if asyncio.iscoroutine(value):
                 value = asyncio.run(value)

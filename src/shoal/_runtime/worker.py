@@ -18,6 +18,7 @@ from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
 from shoal._runtime.contract import WorkerEnv
 from shoal._runtime.loader import find_task
+from shoal._runtime.report_scope import report_scope
 from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed, UserError
 
 
@@ -104,8 +105,10 @@ class Worker:
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
                               env=task.env.name, attempt=order.attempt, client=self.client,
                               checkpoint=checkpoint)
+        report = report_scope(task, store=self.wenv.store, run=order.run, action=order.action,
+                              attempt=order.attempt)
         try:
-            with running(context):
+            with running(context), report:
                 if task.is_async:
                     value = self.loop.run_until_complete(task.func(**kwargs))
                 else:

@@ -85,6 +85,7 @@ class TaskSpec:
     cache: CacheSpec = CacheSpec()
     allow_pickle: bool = False
     is_async: bool = False
+    report: bool = False  # the call keeps an HTML report (`shoal.report`) with its attempt
 
 
 @dataclass(frozen=True)

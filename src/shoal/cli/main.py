@@ -16,6 +16,7 @@ VERBS = {
     "run": "run a task: shoal run FILE TASK [--arg value ...]",
     "runs": "list recent runs",
     "logs": "print the logs of a run (or one of its actions)",
+    "report": "save a task's HTML report: shoal report RUN [--action A] [--out FILE]",
     "cancel": "cancel a running run",
     "preempt": "preempt the running gangs of a run (they requeue and resume)",
     "deploy": "validate every environment of a file and render its images",
