@@ -63,7 +63,8 @@ class ActionsAndEvents(RecordsFile):
         """
         inputs_json = to_json("action inputs", dict(inputs))
         group_json = to_json("action group", list(group_path)) if group_path else None
-        check_state("action kind", kind, ACTION_KINDS)
+        if kind not in ACTION_KINDS:
+            raise ValueError(f"action kind {kind!r} is not one of {sorted(ACTION_KINDS)}")
 
         def insert(conn: sqlite3.Connection) -> ActionRecord:
             row = conn.execute(
