@@ -55,7 +55,9 @@ def double(x: int) -> int:
 
 @shoal.trace
 def outer(x: int) -> list[int]:
-    return [double(x), double(x + 1)]
+    with shoal.group("inner"):
+        second = double(x + 1)
+    return [double(x), second]
 
 
 @shoal.trace
@@ -86,10 +88,13 @@ def test_calls_are_named_by_position_nested_under_their_trace_and_recorded() -> 
     assert [c.action for c in client.started] == [
         "a0.2.t1", "a0.2.t2", "a0.2.t2.t1", "a0.2.t2.t2", "a0.2.t3"]
     assert [c.parent_action for c in client.started][2:4] == ["a0.2.t2", "a0.2.t2"]
+    # a nested call's group is relative to its parent's, as the tree shows it
+    assert [c.group for c in client.started] == [("epoch-1",), ("epoch-1",), ("inner",), (),
+                                                 ("epoch-1",)]
     first = client.started[0]
     assert (first.name, first.env, first.inputs, first.group) == ("double", "env", {"x": 1},
                                                                   ("epoch-1",))
-    assert [e.output for e in client.ended[:4]] == [2, 10, 12, [10, 12]]
+    assert [e.output for e in client.ended[:4]] == [2, 12, 10, [10, 12]]
     assert "pickle" in client.started[4].inputs["value"]  # no hint: pickled, as in Flyte
     assert all(e.error is None and e.seconds >= 0 for e in client.ended)
 
@@ -155,7 +160,7 @@ def test_ranks_of_a_clustered_task_run_it_untraced_with_one_warning() -> None:
         warnings.simplefilter("always")
         assert double(1) == 2 and double(2) == 4
     assert calls == ["double(1)", "double(2)"]
-    assert len(w) == 1 and "runs untraced on the ranks" in str(w[0].message)
+    assert len(w) == 1 and "runs untraced in 'g.train'" in str(w[0].message)
 
 
 def test_generators_and_unresolvable_hints_are_refused_at_decoration() -> None:

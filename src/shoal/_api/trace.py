@@ -13,8 +13,10 @@ stay inside the task that made them (only its own later attempts read them back)
 codecs cannot encode natively -- a parameter or return without a hint, ``Any``, a class Shoal
 cannot look into -- is pickled, as Flyte does; a value that cannot even be pickled is refused
 with an error naming the parameter. Task calls made inside a traced function run as plain
-Python in this process, as in Flyte: the trace is one recorded step. Ranks of a clustered task
-have no controller to record to: there a traced function runs untraced, with one warning.
+Python in this process, as in Flyte: the trace is one recorded step. A call that raised is
+recorded as failed and runs again on the retry (Flyte replays the error). Ranks of a clustered
+task (and a task's pod on Kubernetes) have no controller to record to: there a traced function
+runs untraced, with one warning per process. Generators cannot be traced.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import threading
 import time
 import typing
 import warnings
@@ -44,6 +47,7 @@ class _Scope:
 
     task: TaskContext  # the task's context as the worker set it (with its client)
     parent: str  # the action new traced calls are children of
+    group: tuple[str, ...] = ()  # the group path the parent was called in (shown above it)
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("shoal_trace",
@@ -52,15 +56,17 @@ _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("shoal_tr
 # at a time and makes a new context for each, so the counts start over with a new context.
 _counts: dict[str, int] = {}
 _counted_for: list[TaskContext | None] = [None]
+_counting = threading.Lock()  # `asyncio.to_thread` carries the context into other threads
 _warned_in_gang: list[bool] = [False]
 
 
 def _next_name(task: TaskContext, parent: str) -> str:
-    if _counted_for[0] is not task:
-        _counted_for[0] = task
-        _counts.clear()
-    _counts[parent] = _counts.get(parent, 0) + 1
-    return f"{parent}.t{_counts[parent]}"
+    with _counting:
+        if _counted_for[0] is not task:
+            _counted_for[0] = task
+            _counts.clear()
+        _counts[parent] = _counts.get(parent, 0) + 1
+        return f"{parent}.t{_counts[parent]}"
 
 
 class _Traced:
@@ -120,9 +126,10 @@ def _where(traced: _Traced) -> _Scope | None:
     if c.in_gang:
         if not _warned_in_gang[0]:
             _warned_in_gang[0] = True
-            warnings.warn(f"@shoal.trace: {traced.name!r} runs untraced on the ranks of the "
-                          f"clustered task {c.task!r} (they have no controller to record to); "
-                          "trace it in the task that calls the clustered one", stacklevel=4)
+            warnings.warn(f"@shoal.trace: {traced.name!r} runs untraced in {c.task!r}: its "
+                          "processes (the ranks of a clustered task, or a task's pod on "
+                          "Kubernetes) have no controller to record to; trace it in the task "
+                          "that calls this one", stacklevel=4)
         return None
     if c.client is None or c.action is None:
         return None  # outside a task
@@ -137,9 +144,12 @@ class _Call:
         task = scope.task
         self.traced, self.scope = traced, scope
         self.client = task.client
+        self.group = current_group()
+        inherited = len(scope.group) if self.group[:len(scope.group)] == scope.group else 0
         self.call = TraceCall(action=_next_name(task, scope.parent), parent_action=scope.parent,
                               name=traced.name, env=task.env or "",
-                              inputs=traced.encode_inputs(args, kwargs), group=current_group(),
+                              inputs=traced.encode_inputs(args, kwargs),
+                              group=self.group[inherited:],  # relative to its parent's
                               attempt=task.attempt or 0)
 
     def replayed(self, reply: TraceReplay | None) -> tuple[bool, Any]:
@@ -156,7 +166,7 @@ class _Call:
     def body(self) -> Any:
         """The context the function runs in: nested traces are its children, task calls run
         as plain Python (the trace is one recorded step, as in Flyte)."""
-        inner = _Scope(task=self.scope.task, parent=self.call.action)
+        inner = _Scope(task=self.scope.task, parent=self.call.action, group=self.group)
         _scope.set(inner)
         return running(dataclasses.replace(self.scope.task, client=None))
 
