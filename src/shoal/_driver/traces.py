@@ -16,7 +16,6 @@ from typing import Any
 
 from shoal._spec.trace import TraceCall, TraceOutcome, TraceReplay
 from shoal._storage.records import Records
-from shoal.errors import NotFoundError
 
 # (kind, action, data), as the controller's reporter.
 Report = Callable[[str, str, dict[str, Any]], None]
@@ -30,10 +29,12 @@ class TraceKeeper:
         self.resumes = resumes
         self.report = report
 
-    def _recorded(self, run: str, call: TraceCall) -> Any:
-        """The outputs of ``call`` if it completed in ``run``, else a reason (str) it did not;
-        raises NotFoundError when ``run`` has no such action at all."""
-        old = self.records.get_action(run, call.action)
+    def _recorded(self, run: str, call: TraceCall) -> TraceReplay | str | None:
+        """The outputs of ``call`` if it completed in ``run``, else why not (a str); None when
+        ``run`` has no such action at all (it stopped before this call)."""
+        old = self.records.find_action(run, call.action)
+        if old is None:
+            return None
         if old.kind != "trace" or old.task != call.name:
             return "another function was traced at this position"
         if json.dumps(old.inputs, sort_keys=True) != json.dumps(call.inputs, sort_keys=True):
@@ -44,11 +45,9 @@ class TraceKeeper:
 
     def _find(self, call: TraceCall) -> TraceReplay | None:
         for run in (self.run, *self.resumes):
-            try:
-                found = self._recorded(run, call)
-            except NotFoundError:
-                continue  # that run stopped before this call
-            return found if isinstance(found, TraceReplay) else None
+            found = self._recorded(run, call)
+            if found is not None:
+                return found if isinstance(found, TraceReplay) else None
         return None
 
     def start(self, call: TraceCall) -> TraceReplay | None:

@@ -200,6 +200,18 @@ class ActionsAndEvents(RecordsFile):
     def get_action(self, run: str, action_id: str) -> ActionRecord:
         return self._retrying(lambda c: self._select_action(c, run, action_id))
 
+    def find_action(self, run: str, action_id: str) -> ActionRecord | None:
+        """The action, or None: for lookups that expect misses (no suggestions computed)."""
+
+        def read(conn: sqlite3.Connection) -> ActionRecord | None:
+            row = conn.execute(
+                f"SELECT {ACTION_COLUMNS} FROM actions WHERE run = ? AND action_id = ?",
+                (run, action_id),
+            ).fetchone()
+            return None if row is None else action_from_row(row)
+
+        return self._retrying(read)
+
     def list_actions(self, run: str) -> list[ActionRecord]:
         """The run's actions in the order they were created."""
 
