@@ -76,3 +76,5 @@ def test_begin_trace_replaces_what_an_earlier_attempt_recorded(tmp_path: Path) -
         records.set_action_state("r-1", "a0.t1", "succeeded", outputs={"ok": True})
         assert records.get_action("r-1", "a0.t1").outputs == {"ok": True}
         assert [a.action_id for a in records.list_actions("r-1")] == ["a0", "a0.t1"]
+        assert records.find_action("r-1", "a0.t2") is None
+        assert records.find_action("r-1", "a0.t1") == records.get_action("r-1", "a0.t1")
