@@ -10,12 +10,14 @@ from shoal import errors, report
 from shoal._api.cache import Cache
 from shoal._api.context import TaskContext, ctx
 from shoal._api.environment import TaskEnvironment
+from shoal._api.group import group
 from shoal._api.image import Image
 from shoal._api.io import Dir, File
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
-from shoal._driver.handle import Run, init, run
 from shoal._api.task import TaskTemplate
+from shoal._api.trace import trace
+from shoal._driver.handle import Run, init, run
 
 __version__ = "0.1.0"
 
@@ -33,7 +35,9 @@ __all__ = [
     "__version__",
     "ctx",
     "errors",
+    "group",
     "init",
     "report",
     "run",
+    "trace",
 ]

@@ -1,8 +1,12 @@
 """`shoal.group(name)`: label the task calls made inside a block, as Flyte 2's ``flyte.group``.
 
 Groups nest: the current group is a path (``("epoch-1", "shard-3")``) held in a context
-variable, so concurrent coroutines of one task each see the group they were started in.
-Outside a task the block just runs.
+variable, so concurrent coroutines of one task each see the group they were started in. (A
+Flyte group inside another replaces it; here it nests, so the tree shows both.) Every task
+call and traced call made in the block carries the path (``CallSpec.group``), the run records
+keep it on the action, and ``shoal runs RUN``, live progress and ``shoal logs`` show it. A
+group belongs to the task that opened it: the calls its children make start outside any
+group. Outside a task the block just runs.
 """
 
 from __future__ import annotations

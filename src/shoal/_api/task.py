@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from shoal._api.cache import Cache
 from shoal._api.context import ctx
+from shoal._api.group import current_group
 from shoal._spec.call import CallSpec, TaskSpec
 from shoal._spec.code import code_hash
 from shoal.errors import MissingDependencyError, SpecError
@@ -153,7 +154,8 @@ class TaskTemplate(Generic[F]):
         values = self.bind(args, kwargs)
         literals = codecs.encode_inputs(values, self.hints, blobs=store_blobs(), task=self.name,
                                         allow_pickle=self.allow_pickle)
-        return CallSpec(task=self.spec(), inputs=literals, parent_action=parent_action)
+        return CallSpec(task=self.spec(), inputs=literals, parent_action=parent_action,
+                        group=current_group())
 
     def decode_output(self, literal: Any) -> Any:
         from shoal._storage import codecs

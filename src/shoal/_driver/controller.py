@@ -9,6 +9,7 @@ For every call (the run's root or a call made by a running task) it
    otherwise looks the call up in the cache, and returns stored outputs on a hit;
 4. runs attempts on the engine, with retries and exponential backoff;
 5. records every step in the run records and tells the reporter.
+Calls of `@shoal.trace` functions inside tasks are recorded and replayed by `traces.py`.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shoal._driver.traces import TraceKeeper
 from shoal._engines.base import AttemptRef, Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._spec.code import cache_key
+from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal._storage.records import Records
 from shoal._storage.store import Store, join
 from shoal.errors import (
@@ -64,6 +67,8 @@ class Controller:
         # The run's environments as its driving process built them (`--override` applied).
         self._topology = {e.name: e.cluster for e in envs if e.cluster is not None}
         self.backoff = contract.retry_backoff()
+        self.traces = TraceKeeper(run=run, records=records, resumes=self.resumes,
+                                  report=self.report)
 
     # -- what the engine alone sees ----------------------------------------------------------
     def engine_event(self, kind: str, action: str, data: dict[str, Any]) -> None:
@@ -90,8 +95,13 @@ class Controller:
     async def run_root(self, call: CallSpec) -> Any:
         return await self._execute(call, "a0")
 
-    async def handle(self, call: CallSpec) -> Any:
-        """Serve a call made by a running task (the engine's CallHandler)."""
+    async def handle(self, call: CallSpec | TraceCall | TraceOutcome) -> Any:
+        """Serve what a running task asks (the engine's CallHandler): a call of another task,
+        or a traced call starting or ending."""
+        if isinstance(call, TraceCall):
+            return self.traces.start(call)
+        if isinstance(call, TraceOutcome):
+            return self.traces.end(call)
         parent = call.parent_action or "a0"
         caller_env = self._envs.get(parent)
         if caller_env is not None and caller_env != call.task.env.name:
@@ -169,7 +179,7 @@ class Controller:
         with rec.batch():
             rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
                               task=task.name, env=task.env.name, inputs=dict(call.inputs),
-                              cache_key=key)
+                              cache_key=key, group_path=call.group)
             if replayed is not None:
                 rec.set_action_state(self.run, action, "replayed", outputs=replayed[1])
                 rec.add_event(self.run, "replayed",
@@ -197,7 +207,7 @@ class Controller:
             if attempt > 0:
                 rec.start_attempt(self.run, action, attempt, pid=None, log_path=str(log))
             self.report("started", action, {"task": task.name, "attempt": attempt,
-                                            "log": str(log)})
+                                            "log": str(log), "group": list(call.group)})
             t0 = time.monotonic()
             try:
                 outcome = await self.engine.run_attempt(call, AttemptRef(self.run, action,

@@ -56,7 +56,8 @@ class RootInPod(Engine):
 def _report(kind: str, action: str, data: dict[str, Any]) -> None:
     """Progress as lines of the driver pod's log (what `shoal run` streams back)."""
     what = data.get("message") or data.get("log") or ""
-    print(f"shoal: {action} {data.get('task', '')}: {kind} {what}".rstrip(), flush=True)
+    where = "/".join(data["group"]) + " › " if data.get("group") else ""
+    print(f"shoal: {action} {where}{data.get('task', '')}: {kind} {what}".rstrip(), flush=True)
 
 
 def main() -> int:

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from shoal._spec.call import CallSpec, EnvSpec
+from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal.errors import EngineError, FailureInfo
 
-# What the engine calls when a running task calls another task: (call) -> output literal.
-CallHandler = Callable[[CallSpec], Awaitable[Any]]
+# What the engine calls when a running task asks something of the controller: a call of another
+# task (-> its output literal), or a traced call starting (-> a TraceReplay or None) or ending.
+CallHandler = Callable[[CallSpec | TraceCall | TraceOutcome], Awaitable[Any]]
 # What the engine tells the controller about progress it alone sees (gang starts, restarts,
 # preemptions): (kind, action, data). Must not block.
 Notify = Callable[[str, str, dict[str, Any]], None]

@@ -18,6 +18,7 @@ from typing import Any
 
 from shoal._runtime import messages as m
 from shoal._spec.call import CallSpec
+from shoal._spec.trace import TraceCall, TraceOutcome
 
 
 class ControllerClient:
@@ -93,6 +94,17 @@ class ControllerClient:
         self._pending[request_id] = fut
         self._send(m.Submit(request_id, call))
         return fut
+
+    def trace_start(self, trace: TraceCall) -> concurrent.futures.Future[Any]:
+        """Record a traced call as started; the future holds a `TraceReplay` or None."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        request_id = next(self._ids)
+        self._pending[request_id] = fut
+        self._send(m.TraceStart(request_id, trace))
+        return fut
+
+    def trace_end(self, outcome: TraceOutcome) -> None:
+        self._send(m.TraceEnd(outcome))
 
     def done(self, message: m.Done) -> None:
         self._send(message)

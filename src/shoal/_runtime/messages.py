@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal._spec.call import CallSpec
+from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal.errors import FailureInfo
 
 _HEADER = struct.Struct(">I")
@@ -32,6 +33,22 @@ class Submit:
 
     request_id: int
     call: CallSpec
+
+
+@dataclass(frozen=True)
+class TraceStart:
+    """A traced function is called; answered by a `Result` whose output is a
+    `shoal._spec.trace.TraceReplay` (do not run it: it completed before) or None (run it)."""
+
+    request_id: int
+    trace: TraceCall
+
+
+@dataclass(frozen=True)
+class TraceEnd:
+    """A traced call that ran has ended; no answer."""
+
+    outcome: TraceOutcome
 
 
 @dataclass(frozen=True)

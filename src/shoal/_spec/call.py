@@ -95,9 +95,11 @@ class CallSpec:
     task: TaskSpec
     inputs: Mapping[str, Any]
     parent_action: str | None = None
+    group: tuple[str, ...] = ()  # the `shoal.group` path the call was made in
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"task": self.task, "inputs": dict(self.inputs), "parent_action": self.parent_action}
+        return {"task": self.task, "inputs": dict(self.inputs), "parent_action": self.parent_action,
+                "group": self.group}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state["inputs"] = frozen_map(state["inputs"])

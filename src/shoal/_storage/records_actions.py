@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from shoal._storage.records_rows import (
     to_json,
 )
 from shoal._storage.records_schema import (
+    ACTION_KINDS,
     ACTION_STATES,
     ATTEMPT_STATES,
     TERMINAL_STATES,
@@ -51,6 +52,8 @@ class ActionsAndEvents(RecordsFile):
         env: str,
         inputs: Mapping[str, Any],
         cache_key: str | None = None,
+        group_path: Sequence[str] = (),
+        kind: str = "task",
     ) -> ActionRecord:
         """Record a new action in state ``queued``, or return the existing one unchanged.
 
@@ -59,6 +62,9 @@ class ActionsAndEvents(RecordsFile):
         different task under the same id is a bug in the caller (``ShoalSystemError``).
         """
         inputs_json = to_json("action inputs", dict(inputs))
+        group_json = to_json("action group", list(group_path)) if group_path else None
+        if kind not in ACTION_KINDS:
+            raise ValueError(f"action kind {kind!r} is not one of {sorted(ACTION_KINDS)}")
 
         def insert(conn: sqlite3.Connection) -> ActionRecord:
             row = conn.execute(
@@ -77,12 +83,48 @@ class ActionsAndEvents(RecordsFile):
                 raise self._run_not_found(run)
             conn.execute(
                 "INSERT INTO actions (run, action_id, parent_id, task, env, state, inputs,"
-                " cache_key, created_at) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
-                (run, action_id, parent_id, task, env, inputs_json, cache_key, time.time()),
+                " cache_key, created_at, group_path, kind)"
+                " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                (run, action_id, parent_id, task, env, inputs_json, cache_key, time.time(),
+                 group_json, kind),
             )
             return self._select_action(conn, run, action_id)
 
         return self._write(insert)
+
+    def begin_trace(
+        self,
+        *,
+        run: str,
+        action_id: str,
+        parent_id: str,
+        name: str,
+        env: str,
+        inputs: Mapping[str, Any],
+        group_path: Sequence[str] = (),
+    ) -> None:
+        """Record a traced call as ``running``, replacing what an earlier attempt of its task
+        recorded under the same id: a retry that calls another function (or the same one with
+        other inputs) at that position ran something else, and the record must say what."""
+        inputs_json = to_json("trace inputs", dict(inputs))
+        group_json = to_json("action group", list(group_path)) if group_path else None
+
+        def upsert(conn: sqlite3.Connection) -> None:
+            if not self._run_exists(conn, run):
+                raise self._run_not_found(run)
+            now = time.time()
+            conn.execute(
+                "INSERT INTO actions (run, action_id, parent_id, task, env, state, inputs,"
+                " created_at, started_at, group_path, kind)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, 'trace')"
+                " ON CONFLICT (run, action_id) DO UPDATE SET task = excluded.task,"
+                " inputs = excluded.inputs, state = 'running', outputs = NULL, error = NULL,"
+                " started_at = excluded.started_at, ended_at = NULL,"
+                " group_path = excluded.group_path",
+                (run, action_id, parent_id, name, env, inputs_json, now, now, group_json),
+            )
+
+        self._write(upsert)
 
     def _select_action(self, conn: sqlite3.Connection, run: str, action_id: str) -> ActionRecord:
         row = conn.execute(
@@ -157,6 +199,18 @@ class ActionsAndEvents(RecordsFile):
 
     def get_action(self, run: str, action_id: str) -> ActionRecord:
         return self._retrying(lambda c: self._select_action(c, run, action_id))
+
+    def find_action(self, run: str, action_id: str) -> ActionRecord | None:
+        """The action, or None: for lookups that expect misses (no suggestions computed)."""
+
+        def read(conn: sqlite3.Connection) -> ActionRecord | None:
+            row = conn.execute(
+                f"SELECT {ACTION_COLUMNS} FROM actions WHERE run = ? AND action_id = ?",
+                (run, action_id),
+            ).fetchone()
+            return None if row is None else action_from_row(row)
+
+        return self._retrying(read)
 
     def list_actions(self, run: str) -> list[ActionRecord]:
         """The run's actions in the order they were created."""

@@ -58,6 +58,7 @@ def action_from_row(row: sqlite3.Row) -> ActionRecord:
     d["inputs"] = from_json(d["inputs"])
     d["outputs"] = from_json(d["outputs"])
     d["cache_hit"] = bool(d["cache_hit"])
+    d["group_path"] = tuple(from_json(d["group_path"]) or ())
     return ActionRecord(**d)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ACTION_KINDS",
     "ACTION_STATES",
     "ACTIVE_SQL",
     "ATTEMPT_STATES",
@@ -29,7 +30,7 @@ __all__ = [
     "schema_version",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 RUN_STATES = frozenset({"queued", "running", "succeeded", "failed", "cancelled", "crashed"})
 # "replayed": a resumed run took the outputs of the same call from the run it resumes.
@@ -38,6 +39,8 @@ ACTION_STATES = frozenset({"queued", "running", "succeeded", "failed", "cancelle
 ATTEMPT_STATES = frozenset(
     {"running", "succeeded", "failed", "crashed", "cancelled", "timed_out", "preempted"}
 )
+# What an action is: a task call, or one call of a `@shoal.trace` function inside a task.
+ACTION_KINDS = frozenset({"task", "trace"})
 # Every state but "queued" and "running" is terminal, whichever kind of record it belongs to.
 TERMINAL_STATES = (RUN_STATES | ACTION_STATES | ATTEMPT_STATES) - {"queued", "running"}
 ACTIVE_SQL = "('queued', 'running')"  # SQL form of the non-terminal states
@@ -91,6 +94,9 @@ class ActionRecord:
     created_at: float
     started_at: float | None
     ended_at: float | None
+    # The `shoal.group` path the call was made in, outermost first; () outside any group.
+    group_path: tuple[str, ...] = ()
+    kind: str = "task"  # one of ACTION_KINDS
 
     @property
     def terminal(self) -> bool:
@@ -193,7 +199,13 @@ _SCHEMA_V1 = (
 
 # _MIGRATIONS[n] upgrades a version-n file to version n + 1, inside the caller's transaction.
 # A fresh file gets _SCHEMA_V1 and then every migration, so there is one path to each version.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """Groups and traces: actions of older files are task calls made outside any group."""
+    conn.execute("ALTER TABLE actions ADD COLUMN group_path TEXT")
+    conn.execute("ALTER TABLE actions ADD COLUMN kind TEXT NOT NULL DEFAULT 'task'")
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2}
 
 
 def schema_version(conn: sqlite3.Connection) -> int | None:

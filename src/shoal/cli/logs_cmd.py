@@ -29,7 +29,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         known = ", ".join(a.action_id for a in records.list_actions(run.name)[:20])
         raise NotFoundError(f"--action={args.action!r}: run {run.name} has no such action. "
                             f"Fix: use one of: {known or 'none (nothing ran yet)'}")
-    tasks = {a.action_id: a.task for a in records.list_actions(run.name)}
+    tasks = {a.action_id: ("/".join(a.group_path) + " › " if a.group_path else "") + a.task
+             for a in records.list_actions(run.name)}
     for att in attempts:
         if args.attempt is not None and att.attempt != args.attempt:
             continue

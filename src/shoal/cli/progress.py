@@ -26,6 +26,7 @@ class Progress:
         self.seconds: dict[str, float] = defaultdict(float)
         self.shown: Counter[str] = Counter()
         self.tails: dict[str, tuple[str, Path, int]] = {}  # action -> (label, log, offset)
+        self.groups: dict[str, str] = {}  # action -> "epoch-1/shard-3 › " for calls in a group
 
     def _print(self, text: str) -> None:
         print(f"{time.monotonic() - self.t0:7.2f}s {text}", file=self.out, flush=True)
@@ -36,6 +37,12 @@ class Progress:
     def __call__(self, kind: str, action: str, data: dict[str, Any]) -> None:
         task = data.get("task", "?")
         self.counts[task][kind] += 1
+        if data.get("group"):
+            self.groups[action] = "/".join(data["group"]) + " › "
+        where = self.groups.get(action, "")
+        if kind == "traced":
+            self._traced(task, action, where, data)
+            return
         if kind == "started" and data.get("attempt", 0) == 0:
             self.shown[task] += 1
             if self.shown[task] == SHOWN_PER_TASK + 1 and action != "a0":
@@ -45,18 +52,20 @@ class Progress:
             if visible:
                 attempt = data.get("attempt", 0)
                 extra = f" (attempt {attempt})" if attempt else ""
-                self._print(f"▶ {task} [{action}]{extra}")
-                self.tails[action] = (f"{task} {action}", Path(data["log"]), 0)
+                self._print(f"▶ {where}{task} [{action}]{extra}")
+                self.tails[action] = (f"{where}{task} {action}", Path(data["log"]), 0)
         elif kind == "succeeded":
             self.seconds[task] += data.get("seconds", 0.0)
             self._flush(action)
             if visible:
-                self._print(f"✓ {task} [{action}] {data.get('seconds', 0.0):.2f}s")
+                self._print(f"✓ {where}{task} [{action}] {data.get('seconds', 0.0):.2f}s")
         elif kind == "cached":
             self._print(f"● {task} [{action}] cache hit: outputs reused from run "
                         f"{data.get('from_run')}, not executed")
         elif kind == "replayed":
-            self._print(f"↺ {task} [{action}] completed in run {data.get('from_run')}: "
+            what = "trace " if data.get("trace") else ""
+            earlier = data.get("where") or f"run {data.get('from_run')}"
+            self._print(f"↺ {where}{what}{task} [{action}] completed in {earlier}: "
                         "replayed, not run again")
         elif kind == "retry":
             self._flush(action)
@@ -72,8 +81,21 @@ class Progress:
             self._print(f"↻ {task} [{action}] {data['message']}")
         elif kind in ("failed", "cancelled"):
             self._flush(action)
-            self._print(f"✗ {task} [{action}] {kind}: {data.get('message', '')}")
+            self._print(f"✗ {where}{task} [{action}] {kind}: {data.get('message', '')}")
 
+    def _traced(self, task: str, action: str, where: str, data: dict[str, Any]) -> None:
+        """A `@shoal.trace` call ended; the first few of each function are shown."""
+        self.shown[task] += 1
+        self.seconds[task] += data.get("seconds", 0.0)
+        if data.get("error"):
+            self.counts[task]["failed"] += 1
+            self._print(f"✗ {where}trace {task} [{action}] failed: {data['error']}")
+            return
+        self.counts[task]["traced_ok"] += 1
+        if self.shown[task] <= SHOWN_PER_TASK:
+            self._print(f"· {where}trace {task} [{action}] {data.get('seconds', 0.0):.2f}s")
+        elif self.shown[task] == SHOWN_PER_TASK + 1:
+            self._print(f"  … more calls of trace {task}: counted in the summary")
     def _flush(self, action: str) -> None:
         entry = self.tails.pop(action, None)
         if entry is not None:
@@ -110,8 +132,8 @@ class Progress:
     def summary(self) -> str:
         rows = [("task", "calls", "ok", "cached", "replayed", "failed", "retries", "task time")]
         for task, c in self.counts.items():
-            calls = c["started"] - c["retry"] + c["cached"] + c["replayed"]
-            rows.append((task, str(calls), str(c["succeeded"]), str(c["cached"]),
+            calls = c["started"] - c["retry"] + c["cached"] + c["replayed"] + c["traced"]
+            rows.append((task, str(calls), str(c["succeeded"] + c["traced_ok"]), str(c["cached"]),
                          str(c["replayed"]), str(c["failed"]), str(c["retry"]),
                          f"{self.seconds[task]:.2f}s"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -1,12 +1,21 @@
-"""`shoal runs`: recent runs, newest first (runs whose driver died show as crashed)."""
+"""`shoal runs`: recent runs, newest first (runs whose driver died show as crashed);
+`shoal runs RUN`: that run's call tree (actions, groups, traces, states, durations)."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shoal._storage.records import Records
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", nargs="?", default=None,
+                   help="show this run's call tree (a unique prefix is enough)")
+    p.add_argument("--io", action="store_true",
+                   help="with RUN: show each action's inputs and outputs (literals, shortened)")
     p.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
     p.add_argument("--state", default=None, help="only runs in this state")
 
@@ -33,6 +42,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
+    if args.run is not None:
+        return _tree(records, args.run, io=args.io)
     runs = records.list_runs(limit=args.limit, state=args.state)
     if not runs:
         print("no runs yet: start one with `shoal run FILE TASK`")
@@ -43,4 +54,17 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _tree(records: Records, name: str, *, io: bool) -> int:
+    from shoal.cli.call_tree import render_tree
+
+    run = records.get_run(name)
+    resumed = f", resumes {run.resumed_from}" if run.resumed_from else ""
+    print(f"run {run.name}  {run.task}  {run.state}  "
+          f"{_duration(run.started_at, run.ended_at)}{resumed}")
+    for line in render_tree(records.list_actions(run.name), records.list_attempts(run.name),
+                            io=io):
+        print(line)
     return 0

@@ -57,6 +57,7 @@ class LocalEngine(Engine):
         self._namespace: tuple[str, ...] | None = None
         # action -> (its reservation, children in flight) while the action runs
         self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
+        self._traces: set[asyncio.Future[Any]] = set()
 
     # -- planning ------------------------------------------------------------------------
     def _wenv(self, env: str, worker_id: str, code_file: str) -> WorkerEnv:
@@ -252,7 +253,10 @@ class LocalEngine(Engine):
             message=message, exit_code=exit_code, signal=signal, log_tail=tail))
 
     # -- calls made by running tasks ------------------------------------------------------
-    def _on_submit(self, worker: Worker, msg: m.Submit) -> None:
+    def _on_submit(self, worker: Worker, msg: m.Submit | m.TraceStart | m.TraceEnd) -> None:
+        if not isinstance(msg, m.Submit):
+            self._on_trace(worker, msg)
+            return
         parent = msg.call.parent_action
         entry = self._running.get(parent or "")
         task = asyncio.ensure_future(self._serve_child(worker, msg, entry))
@@ -277,6 +281,22 @@ class LocalEngine(Engine):
         finally:
             if reservation is not None:
                 reservation.resume()
+        with contextlib.suppress(EngineError, ConnectionError):
+            worker.send(reply)
+
+
+    def _on_trace(self, worker: Worker, msg: m.TraceStart | m.TraceEnd) -> None:
+        # A traced call runs in the task's own process: its reservation stays as it is.
+        served = asyncio.ensure_future(self.handler(msg.outcome) if isinstance(msg, m.TraceEnd)
+                                       else self._serve_trace(worker, msg))
+        self._traces.add(served)  # the loop keeps only weak references to its tasks
+        served.add_done_callback(self._traces.discard)
+
+    async def _serve_trace(self, worker: Worker, msg: m.TraceStart) -> None:
+        try:
+            reply = m.Result(msg.request_id, output=await self.handler(msg.trace))
+        except ShoalError as e:
+            reply = m.Result(msg.request_id, error=e)
         with contextlib.suppress(EngineError, ConnectionError):
             worker.send(reply)
 

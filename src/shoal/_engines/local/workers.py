@@ -57,8 +57,9 @@ class Worker:
         await procs.kill_tree(self.proc.pid, grace)
 
 
-# Called with (worker, Submit) when a task on that worker calls another task.
-SubmitHandler = Callable[[Worker, m.Submit], None]
+# Called with (worker, message) when a task on that worker calls another task (Submit) or a
+# traced function (TraceStart, TraceEnd).
+SubmitHandler = Callable[[Worker, m.Submit | m.TraceStart | m.TraceEnd], None]
 
 
 class WorkerSet:
@@ -121,7 +122,7 @@ class WorkerSet:
                 if isinstance(msg, m.Done):
                     if worker.current is not None and not worker.current.done():
                         worker.current.set_result(msg)
-                elif isinstance(msg, m.Submit):
+                elif isinstance(msg, m.Submit | m.TraceStart | m.TraceEnd):
                     self.on_submit(worker, msg)
 
     async def _watch(self, worker: Worker, exited: asyncio.Future[int]) -> None:

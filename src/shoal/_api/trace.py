@@ -1,0 +1,264 @@
+"""`@shoal.trace`: record each call of a plain function made inside a task, as Flyte 2's
+``flyte.trace``, so a retry of the task or a resumed run does not run it again.
+
+Inside a task, every call of a traced function becomes an action of kind "trace", a child of
+the calling action, named ``<parent>.t<n>`` (the n-th traced call of that action's current
+attempt, counted in the order calls start), with its inputs, output, duration and error. When
+a call of the same name, function and inputs succeeded before (an earlier attempt of this
+task, or the run a ``shoal run --resume`` continues), its recorded output is returned and the
+function does not run. Outside a task the function just runs.
+
+Values are encoded with the task codecs, driven by the function's type hints. Traced values
+stay inside the task that made them (only its own later attempts read them back), so what the
+codecs cannot encode natively -- a parameter or return without a hint, ``Any``, a class Shoal
+cannot look into -- is pickled, as Flyte does; a value that cannot even be pickled is refused
+with an error naming the parameter. Task calls made inside a traced function run as plain
+Python in this process, as in Flyte: the trace is one recorded step. A call that raised is
+recorded as failed and runs again on the retry (Flyte replays the error). Ranks of a clustered
+task (and a task's pod on Kubernetes) have no controller to record to: there a traced function
+runs untraced, with one warning per process. Generators cannot be traced.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import functools
+import inspect
+import threading
+import time
+import typing
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from shoal._api.context import TaskContext, ctx, running
+from shoal._api.group import current_group
+from shoal._spec.trace import TraceCall, TraceOutcome, TraceReplay
+from shoal.errors import InputError, SpecError
+
+F = TypeVar("F", bound=Callable[..., Any])
+_NO_HINT: Any = inspect.Parameter.empty
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """The task call a traced call belongs to, and the trace it is nested in (if any)."""
+
+    task: TaskContext  # the task's context as the worker set it (with its client)
+    parent: str  # the action new traced calls are children of
+    group: tuple[str, ...] = ()  # the group path the parent was called in (shown above it)
+
+
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("shoal_trace",
+                                                                      default=None)
+# How many traced calls each parent made in the current attempt. A worker runs one task call
+# at a time and makes a new context for each, so the counts start over with a new context.
+_counts: dict[str, int] = {}
+_counted_for: list[TaskContext | None] = [None]
+_counting = threading.Lock()  # `asyncio.to_thread` carries the context into other threads
+_warned_in_gang: list[bool] = [False]
+
+
+def _next_name(task: TaskContext, parent: str) -> str:
+    with _counting:
+        if _counted_for[0] is not task:
+            _counted_for[0] = task
+            _counts.clear()
+        _counts[parent] = _counts.get(parent, 0) + 1
+        return f"{parent}.t{_counts[parent]}"
+
+
+class _Traced:
+    """What a traced function knows about itself: its name, signature and type hints."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise SpecError("@shoal.trace", getattr(func, "__qualname__", func),
+                            "cannot trace a generator (its values arrive one by one)",
+                            "return a list instead of yielding, then trace that function")
+        if not callable(func) or not hasattr(func, "__code__"):
+            raise SpecError("@shoal.trace", func, "must decorate a function", "put it on a def")
+        self.func = func
+        self.name: str = func.__qualname__
+        self.signature = inspect.signature(func)
+        try:
+            hints = typing.get_type_hints(func)
+        except NameError as e:
+            raise SpecError(f"type hints of traced function {self.name!r}", str(e),
+                            "every name in a type hint must resolve where the function is "
+                            "defined", "import the type at module level") from e
+        self.hints = {p: hints.get(p, _NO_HINT) for p in self.signature.parameters}
+        self.returns = hints.get("return", _NO_HINT)
+
+    def encode_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        from shoal._storage import codecs
+        from shoal._storage.blobs import store_blobs
+
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        blobs = store_blobs()
+        return {name: codecs.encode(value, self.hints[name], blobs=blobs, allow_pickle=True,
+                                    field=f"input {name!r} of traced function {self.name!r}")
+                for name, value in bound.arguments.items()}
+
+    def encode_output(self, value: Any) -> Any:
+        from shoal._storage import codecs
+        from shoal._storage.blobs import store_blobs
+
+        return codecs.encode(value, self.returns, blobs=store_blobs(), allow_pickle=True,
+                             field=f"output of traced function {self.name!r}")
+
+    def decode_output(self, literal: Any) -> Any:
+        from shoal._storage import codecs
+        from shoal._storage.blobs import store_blobs
+
+        return codecs.decode(literal, self.returns, blobs=store_blobs(), allow_pickle=True,
+                             field=f"recorded output of traced function {self.name!r}")
+
+
+def _where(traced: _Traced) -> _Scope | None:
+    """The scope a call of ``traced`` is recorded in; None when it just runs."""
+    scope = _scope.get()
+    if scope is not None:
+        return scope
+    c = ctx()
+    if c.in_gang:
+        if not _warned_in_gang[0]:
+            _warned_in_gang[0] = True
+            warnings.warn(f"@shoal.trace: {traced.name!r} runs untraced in {c.task!r}: its "
+                          "processes (the ranks of a clustered task, or a task's pod on "
+                          "Kubernetes) have no controller to record to; trace it in the task "
+                          "that calls this one", stacklevel=4)
+        return None
+    if c.client is None or c.action is None:
+        return None  # outside a task
+    return _Scope(task=c, parent=c.action)
+
+
+class _Call:
+    """One call of a traced function inside a task: ask, run if need be, record."""
+
+    def __init__(self, traced: _Traced, scope: _Scope, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        task = scope.task
+        self.traced, self.scope = traced, scope
+        self.client = task.client
+        self.group = current_group()
+        inherited = len(scope.group) if self.group[:len(scope.group)] == scope.group else 0
+        self.call = TraceCall(action=_next_name(task, scope.parent), parent_action=scope.parent,
+                              name=traced.name, env=task.env or "",
+                              inputs=traced.encode_inputs(args, kwargs),
+                              group=self.group[inherited:],  # relative to its parent's
+                              attempt=task.attempt or 0)
+
+    def replayed(self, reply: TraceReplay | None) -> tuple[bool, Any]:
+        if reply is None:
+            return False, None
+        try:
+            return True, self.traced.decode_output(reply.output)
+        except InputError as e:
+            # The recorded value no longer decodes (its class changed): run the call again.
+            warnings.warn(f"trace {self.call.action} ({self.traced.name}): {e}; running it "
+                          "again", stacklevel=4)
+            return False, None
+
+    def body(self) -> Any:
+        """The context the function runs in: nested traces are its children, task calls run
+        as plain Python (the trace is one recorded step, as in Flyte)."""
+        inner = _Scope(task=self.scope.task, parent=self.call.action, group=self.group)
+        _scope.set(inner)
+        return running(dataclasses.replace(self.scope.task, client=None))
+
+    def finish(self, t0: float, value: Any = None, error: BaseException | None = None) -> Any:
+        assert self.client is not None  # a scope exists only where a client does
+        seconds = time.monotonic() - t0
+        if error is not None:
+            self.client.trace_end(TraceOutcome(
+                action=self.call.action, name=self.traced.name, seconds=seconds,
+                error=f"{type(error).__name__}: {error}", group=self.call.group))
+            return None
+        try:
+            literal = self.traced.encode_output(value)
+        except InputError as e:
+            self.client.trace_end(TraceOutcome(action=self.call.action, name=self.traced.name,
+                                               seconds=seconds, error=str(e),
+                                               group=self.call.group))
+            raise
+        self.client.trace_end(TraceOutcome(action=self.call.action, name=self.traced.name,
+                                           output=literal, seconds=seconds,
+                                           group=self.call.group))
+        return value
+
+
+def _run_sync(traced: _Traced, scope: _Scope, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> Any:
+    call = _Call(traced, scope, args, kwargs)
+    assert call.client is not None
+    done, value = call.replayed(call.client.trace_start(call.call).result())
+    if done:
+        return value
+    t0 = time.monotonic()
+    context = contextvars.copy_context()  # the body's scope must not leak to the caller
+    try:
+        value = context.run(_in_body, call, traced.func, args, kwargs)
+    except Exception as e:
+        call.finish(t0, error=e)
+        raise
+    return call.finish(t0, value)
+
+
+def _in_body(call: _Call, func: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+    with call.body():
+        return func(*args, **kwargs)
+
+
+async def _run_async(traced: _Traced, scope: _Scope, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+    import asyncio
+
+    call = _Call(traced, scope, args, kwargs)
+    assert call.client is not None
+    reply = await asyncio.wrap_future(call.client.trace_start(call.call))
+    done, value = call.replayed(reply)
+    if done:
+        return value
+    t0 = time.monotonic()
+    # A task of its own gets a copy of the context: the body's scope stays inside it.
+    body = asyncio.ensure_future(_await_in_body(call, traced.func, args, kwargs))
+    try:
+        value = await body
+    except Exception as e:
+        call.finish(t0, error=e)
+        raise
+    return call.finish(t0, value)
+
+
+async def _await_in_body(call: _Call, func: Callable[..., Any], args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
+    with call.body():
+        return await func(*args, **kwargs)
+
+
+def trace(func: F) -> F:
+    """Record every call of ``func`` made inside a task; replay it on retries and resumes."""
+    traced = _Traced(func)
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def traced_async(*args: Any, **kwargs: Any) -> Any:
+            scope = _where(traced)
+            if scope is None:
+                return await func(*args, **kwargs)
+            return await _run_async(traced, scope, args, kwargs)
+
+        return typing.cast(F, traced_async)
+
+    @functools.wraps(func)
+    def traced_sync(*args: Any, **kwargs: Any) -> Any:
+        scope = _where(traced)
+        if scope is None:
+            return func(*args, **kwargs)
+        return _run_sync(traced, scope, args, kwargs)
+
+    return typing.cast(F, traced_sync)
