@@ -7,6 +7,7 @@ underscore is private. ``import shoal`` stays light: no torch, jax, kubernetes o
 from __future__ import annotations
 
 from shoal import errors
+from shoal._api.accelerators import AMD_GPU, GPU, HABANA_GAUDI, TPU, Device, Neuron
 from shoal._api.cache import Cache
 from shoal._api.context import TaskContext, ctx
 from shoal._api.environment import TaskEnvironment
@@ -14,16 +15,22 @@ from shoal._api.image import Image
 from shoal._api.io import Dir, File
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
-from shoal._driver.handle import Run, init, run
 from shoal._api.task import TaskTemplate
+from shoal._driver.handle import Run, init, run
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AMD_GPU",
+    "GPU",
+    "HABANA_GAUDI",
+    "TPU",
     "Cache",
+    "Device",
     "Dir",
     "File",
     "Image",
+    "Neuron",
     "PodTemplate",
     "Resources",
     "Run",
