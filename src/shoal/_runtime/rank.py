@@ -84,6 +84,7 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     finally:
         if context.checkpoint is not None:
             context.checkpoint.close()  # asynchronous saves in flight land (or fail) first
+    task.check_output(value, f" on rank {rank}")
     literal = codecs.encode(value, task.return_type, blobs=blobs,
                             field=f"output of task {task.name!r} on rank {rank}",
                             allow_pickle=task.allow_pickle)
