@@ -68,13 +68,15 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     from shoal._storage.blobs import store_blobs
     from shoal._storage.store import join, open_store
 
+    # Before the user's module is imported: `from torch.distributed import init_process_group`
+    # at its top must get the wrapped function.
+    prepare_runtime(node)
     store = open_store(node.store)
     task = find_task(node.code_file, node.task)
     blobs = store_blobs(node.store)
     literals = json.loads(store.get_bytes(join(node.io, "inputs.json")))
     kwargs = codecs.decode_inputs(literals, task.hints, blobs=blobs, task=task.name,
                                   allow_pickle=task.allow_pickle)
-    prepare_runtime(node)
     context = _context(node, rank, local_rank)
     try:
         with running(context):
