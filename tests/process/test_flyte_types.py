@@ -3,6 +3,9 @@ shoal.io data frames, no return annotation) and GPU code on a machine without GP
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,20 @@ def test_nccl_gang_runs_on_gloo_where_gpus_are_emulated(shoal_home: Path) -> Non
     texts = [p.read_text() for p in logs]
     assert texts[0].count("runs on gloo") == 1, texts[0]  # one warning per gang: rank 0's
     assert "runs on gloo" not in texts[1]
+
+
+def _shoal(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shoal.cli.main", *args], capture_output=True,
+                          text=True, timeout=120, env=os.environ.copy())
+
+
+def test_cli_takes_a_model_as_json_and_an_enum_by_name() -> None:
+    cfg = '{"rows": 4, "columns": [{"name": "a"}, {"name": "b", "scale": 0.5}], "split": "eval"}'
+    p = _shoal("run", ft.__file__, "pipeline", "--cfg", cfg, "--level", "HIGH")
+    assert p.returncode == 0, p.stderr
+    assert '"total": 18.0' in p.stdout and '"split": "eval"' in p.stdout
+    p = _shoal("run", ft.__file__, "pipeline", "--cfg", '{"rows": 1, "columns": []}',
+               "--level", "HIHG")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "--level='HIHG': is not a member of Level" in p.stderr
+    assert "did you mean --level HIGH?" in p.stderr
