@@ -224,6 +224,9 @@ def test_dataframe_from_local_and_from_existing_remote(tmp_path: Any) -> None:
     dest = (tmp_path / "elsewhere.parquet").as_uri()
     there = DataFrame.from_local_sync(FRAME, remote_destination=dest)
     assert there.uri == dest and (tmp_path / "elsewhere.parquet").exists()
+    named = (tmp_path / "named.parquet").as_uri()
+    stored = codecs.encode(DataFrame.wrap_df(FRAME, uri=named), DataFrame, blobs=None, field="x")
+    assert stored["uri"] == named and (tmp_path / "named.parquet").exists()
 
 
 async def _read_async(ref: DataFrame) -> Any:
@@ -251,6 +254,9 @@ def test_dataframe_errors() -> None:
     with pytest.raises(InputError) as err:
         codecs.encode(FRAME, DataFrame, blobs=None, field=TASK)
     assert err.value.fix is not None and "DataFrame.from_df(df)" in err.value.fix
+    with pytest.raises(InputError) as err:
+        codecs.encode(DataFrame.from_df(FRAME), pd.DataFrame, blobs=None, field=TASK)
+    assert err.value.fix is not None and "df.open(pandas.DataFrame).all()" in err.value.fix
 
 
 def test_an_overwritten_dataframe_file_is_detected() -> None:

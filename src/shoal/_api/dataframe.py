@@ -100,9 +100,8 @@ class DataFrame:
         """This reference, uploading the in-memory frame first when there is no ``uri``."""
         if self._raw is None:
             return self
-        if self.uri is not None:
-            return DataFrame(uri=self.uri, hash=self.hash)
-        return DataFrame.from_local_sync(self._raw)
+        # wrap_df(df, uri=...) names where the frame goes, as in Flyte
+        return DataFrame.from_local_sync(self._raw, remote_destination=self.uri)
 
     # -- reading ----------------------------------------------------------------------------
     @property

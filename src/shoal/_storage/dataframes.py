@@ -107,7 +107,9 @@ class FrameCodec(Codec):
 
     def encode(self, value: object, at: Where, blobs: BlobIO | None) -> Any:
         if not isinstance(value, self.cls):
-            raise bad_value(at, value, self.name)
+            fix = f"read it first: await df.open({self.name}).all(), or declare the type as " \
+                "shoal.io.DataFrame" if is_reference(type(value)) else None
+            raise bad_value(at, value, self.name, fix)
         try:
             data = to_parquet(value)
         except (TypeError, ValueError) as e:  # pyarrow's ArrowInvalid/ArrowTypeError are these
