@@ -91,6 +91,8 @@ def test_mig_partition_errors() -> None:
     lambda: shoal.AMD_GPU("MI300X"),
     lambda: shoal.HABANA_GAUDI("Gaudi1"),
     lambda: shoal.Device(quantity=1, device_class="TPU", device="V5P"),
+    lambda: shoal.Resources(gpu="Trn1:16"),
+    lambda: shoal.Resources(gpu="Gaudi1:1"),
 ])
 def test_devices_other_than_nvidia_gpus_are_refused(make: object) -> None:
     e = _error(make)

@@ -9,8 +9,9 @@ request and reach the same node selector.
 ``GPU(device=, quantity=, partition=)`` and ``Device`` follow Flyte's signatures. A MIG
 partition maps to its own accelerator name, ``"<GPU>-MIG-<profile>"`` (``"A100-MIG-1g.5gb"``):
 under the NVIDIA GPU operator's *single* MIG strategy each slice is a whole ``nvidia.com/gpu``
-on a node labelled with that profile, which is what Shoal can request. TPUs, AWS Neuron, AMD
-and Habana devices are refused: Shoal requests NVIDIA GPUs (``nvidia.com/gpu``) only.
+on a node labelled with that profile, which is what Shoal can request. ``TPU()``,
+``Neuron()``, ``AMD_GPU()``, ``HABANA_GAUDI()`` and Flyte's Neuron and Gaudi strings
+(``"Trn1:16"``) are refused: Shoal requests NVIDIA GPUs (``nvidia.com/gpu``) only.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ MIG_PROFILES: dict[str, tuple[str, ...]] = {
     "H100": ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
     "H200": ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
 }
+# Flyte's accelerator strings for devices that are not NVIDIA GPUs ("Trn1:8", "Gaudi1:1").
+NOT_NVIDIA: dict[str, str] = {
+    **dict.fromkeys(("Inf1", "Inf2", "Trn1", "Trn1n", "Trn2", "Trn2u"), "AWS Neuron devices"),
+    "Gaudi1": "Habana Gaudi devices",
+}
 _NOT_NVIDIA = ("Shoal requests NVIDIA GPUs (nvidia.com/gpu) only; {what} are not supported",
                'use an NVIDIA GPU, e.g. gpu="H100:8" or shoal.GPU("H100", 8)')
 
@@ -64,6 +70,10 @@ def shoal_accelerator(name: str, field: str = "gpu", value: object = None) -> st
     """
     if name in FLYTE_NAMES:
         return FLYTE_NAMES[name]
+    if name in NOT_NVIDIA:
+        rule, fix = _NOT_NVIDIA
+        raise SpecError(field, value if value is not None else name,
+                        rule.format(what=NOT_NVIDIA[name]), fix)
     if " " in name:
         for flyte in FLYTE_NAMES:  # "a100 80g": right name, wrong case
             if name.upper() == flyte.upper():
