@@ -247,6 +247,8 @@ def test_dataframe_errors() -> None:
         DataFrame.from_df(FRAME).open(dict)
     with pytest.raises(SpecError, match=r"pandas\.DataFrame or a pyarrow\.Table"):
         DataFrame.from_df([1, 2])
+    with pytest.raises(SpecError, match="no separate column types"):
+        DataFrame.from_local_sync(FRAME, columns={"a": int})
     with pytest.raises(SpecError, match="parquet only"):
         DataFrame.from_existing_remote("file:///x.csv", format="csv")
     with pytest.raises(SpecError, match="store URI"):

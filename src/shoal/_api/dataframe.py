@@ -86,6 +86,10 @@ class DataFrame:
         """Upload a frame now; to ``data/<sha256>/data.parquet`` unless a destination is given."""
         from shoal._storage import dataframes
 
+        if columns is not None:
+            raise SpecError("DataFrame.from_local: columns", columns,
+                            "Shoal stores the table's own schema (in the parquet file) and no "
+                            "separate column types", "select the columns first: df[[...]]")
         _check_frame("DataFrame.from_local", df)
         dataframes.require_libraries("DataFrame.from_local", type(df).__name__)
         uri, digest = dataframes.upload_parquet(dataframes.to_parquet(df), remote_destination)
