@@ -6,7 +6,8 @@ underscore is private. ``import shoal`` stays light: no torch, jax, kubernetes o
 
 from __future__ import annotations
 
-from shoal import errors, report
+from shoal import errors, io, report
+from shoal._api.accelerators import AMD_GPU, GPU, HABANA_GAUDI, TPU, Device, Neuron
 from shoal._api.cache import Cache
 from shoal._api.context import TaskContext, ctx
 from shoal._api.environment import TaskEnvironment
@@ -22,10 +23,16 @@ from shoal._driver.handle import Run, init, run
 __version__ = "0.1.0"
 
 __all__ = [
+    "AMD_GPU",
+    "GPU",
+    "HABANA_GAUDI",
+    "TPU",
     "Cache",
+    "Device",
     "Dir",
     "File",
     "Image",
+    "Neuron",
     "PodTemplate",
     "Resources",
     "Run",
@@ -37,6 +44,7 @@ __all__ = [
     "errors",
     "group",
     "init",
+    "io",
     "report",
     "run",
     "trace",

@@ -15,8 +15,9 @@ import shoal.errors
 SRC = Path(shoal.__file__).parent
 
 PUBLIC = {
+    "AMD_GPU", "GPU", "HABANA_GAUDI", "TPU", "Device", "Neuron",
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
-    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init", "report",
+    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init", "io", "report",
     "run", "trace",
 }
 
@@ -30,7 +31,7 @@ def test_public_names_do_not_drift() -> None:
 
 
 def test_everything_else_is_private() -> None:
-    public_modules = {"__init__.py", "errors.py", "clustered.py", "report.py"}
+    public_modules = {"__init__.py", "errors.py", "clustered.py", "io.py", "report.py"}
     for path in SRC.iterdir():
         if path.suffix == ".py" and path.name not in public_modules:
             pytest.fail(f"{path.name}: a public module; name it _{path.name}")
@@ -40,7 +41,8 @@ def test_everything_else_is_private() -> None:
 
 def test_import_shoal_stays_light() -> None:
     code = ("import sys, shoal; heavy = ['torch', 'jax', 'numpy', 'kubernetes', 'obstore', "
-            "'fsspec', 'flask', 'fastapi', 'yaml', 'psutil', 'sqlite3']; "
+            "'fsspec', 'flask', 'fastapi', 'yaml', 'psutil', 'sqlite3', 'pandas', 'pyarrow', "
+            "'pydantic']; import shoal.io; "
             "print([m for m in heavy if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()

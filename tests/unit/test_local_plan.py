@@ -7,6 +7,7 @@ import pytest
 import shoal
 from shoal._engines.local.plan import plan_process, priority_for, request_for, worker_environ
 from shoal._engines.local.pool import Request
+from shoal._runtime import contract
 from shoal._runtime.contract import WorkerEnv
 from shoal.errors import SpecError
 
@@ -26,7 +27,7 @@ def test_environment_of_a_worker() -> None:
     out = worker_environ(env.spec(), WENV, {"PATH": "/bin", "TOKEN": "t", "A": "0"})
     assert out["A"] == "1" and out["TOKEN"] == "t" and out["PATH"] == "/bin"
     assert out["SHOAL_CONTROLLER"] == "/tmp/x/ctl.sock" and out["PYTHONUNBUFFERED"] == "1"
-    assert "CUDA_VISIBLE_DEVICES" not in out
+    assert "CUDA_VISIBLE_DEVICES" not in out and not contract.gpus_emulated(out)
 
 
 def test_gpus_beyond_the_machine_are_emulated_with_a_note() -> None:
@@ -35,6 +36,7 @@ def test_gpus_beyond_the_machine_are_emulated_with_a_note() -> None:
                         priorities={})
     assert plan.request == Request(2, 0, 0)
     assert plan.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert contract.gpus_emulated(plan.environ)
     assert any("emulated on CPU" in c for c in plan.clamped)
     assert any("cpu=64" in c for c in plan.clamped)
     assert "clamped:" in plan.render(base={})

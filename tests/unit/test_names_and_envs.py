@@ -62,11 +62,24 @@ def test_task_needs_type_hints() -> None:
         def f(x) -> int:  # type: ignore[no-untyped-def]
             return 1
 
-    with pytest.raises(SpecError, match=r"return type of task 'hints.g'.*-> None"):
 
-        @env.task
-        def g(x: int):  # type: ignore[no-untyped-def]
-            return 1
+
+def test_no_return_annotation_means_none() -> None:
+    """Flyte's rule: a task without a return annotation returns None."""
+    env = shoal.TaskEnvironment("noret")
+
+    @env.task
+    def g(x: int):  # type: ignore[no-untyped-def]
+        return x
+
+    assert g.return_type is None and g.spec().signature.endswith("-> None")
+    g.check_output(None)
+    with pytest.raises(SpecError) as err:
+        g.check_output(3)
+    assert err.value.field == "output of task 'noret.g'"
+    assert "no return annotation" in err.value.rule
+    assert "returned a value of type int" in err.value.rule
+    assert err.value.fix == "declare what it returns: `def g(...) -> int:`"
 
 
 class Opaque:

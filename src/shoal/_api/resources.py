@@ -4,8 +4,10 @@
 request == limit. Quantities use Kubernetes syntax (see ``quantity.py``) and are validated here,
 at construction, so a bad spec fails where it is written rather than when a pod is rejected.
 
-``gpu`` is a per-node count (``gpu=8``) or an accelerator and a count (``gpu="H200:8"``). A bare
-accelerator name (``gpu="L4"``) means one of it, which is how people say it. Accelerator names
+``gpu`` is a per-node count (``gpu=8``), an accelerator and a count (``gpu="H200:8"``), or a
+``shoal.GPU(...)`` / ``shoal.Device(...)``. A bare accelerator name (``gpu="L4"``) means one of
+it, which is how people say it. Flyte's spellings (``"A100 80G:8"``, ``"L40s:1"``) are taken and
+kept as Shoal's names (``"A100-80G"``, ``"L40S"``, see ``accelerators.py``). Accelerator names
 outside the known list are allowed (clusters name their own node pools); a known name in the
 wrong case (``"h200"``) is an error, because node selectors match case-sensitively and the job
 would wait forever for a node that does not exist.
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias
 
+from shoal._api.accelerators import Device, shoal_accelerator
 from shoal._api.quantity import (
     Quantity,
     canonical,
@@ -34,8 +37,9 @@ __all__ = ["GPU_RESOURCE", "KNOWN_ACCELERATORS", "Resources"]
 GPU_RESOURCE = "nvidia.com/gpu"
 # Accelerator names Shoal knows, for "did you mean" on a wrong-case spelling. Others are allowed.
 KNOWN_ACCELERATORS: tuple[str, ...] = (
-    "A10", "A10G", "A100", "A100-80G", "B100", "B200", "B300", "GB200", "H100", "H100-MIG",
-    "H200", "L4", "L40", "L40S", "MI250X", "MI300X", "P100", "T4", "V100",
+    "A10", "A10G", "A100", "A100-80G", "B100", "B200", "B300", "GB10", "GB200", "H100",
+    "H100-MIG", "H200", "L4", "L40", "L40S", "MI250X", "MI300X", "P100", "RTX-PRO-6000", "T4",
+    "V100",
 )
 # An accelerator name ends up in a node-selector label value: the same grammar and length.
 _ACCELERATOR = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
@@ -52,7 +56,8 @@ class Resources:
         cpu: cores, as ``2``, ``0.5``, ``"500m"`` or ``(request, limit)`` such as ``(2, 4)``
             (a two-item list is taken as the same pair).
         memory: bytes, as ``"4Gi"``, an int, or ``(request, limit)`` such as ``("4Gi", "8Gi")``.
-        gpu: ``8`` (a count), ``"H200:8"`` (accelerator and count) or ``"L4"`` (one L4).
+        gpu: ``8`` (a count), ``"H200:8"`` (accelerator and count), ``"L4"`` (one L4), Flyte's
+            ``"A100 80G:8"``, or ``shoal.GPU("H100", 8)``.
         disk: ephemeral storage, a memory-like quantity such as ``"200Gi"``.
         shm: size of ``/dev/shm`` (``"16Gi"``), or ``"auto"``: a memory-backed ``/dev/shm``
             with no size of its own, bounded by the memory limit.
@@ -66,7 +71,7 @@ class Resources:
     memory: MemoryValue | tuple[MemoryValue, MemoryValue] | None = field(
         default=None, compare=False
     )
-    gpu: int | str | None = field(default=None, compare=False)
+    gpu: int | str | Device | None = field(default=None, compare=False)
     disk: MemoryValue | None = field(default=None, compare=False)
     shm: MemoryValue | Literal["auto"] | None = field(default=None, compare=False)
 
@@ -216,6 +221,8 @@ def _parse_gpu(value: object) -> tuple[int, str | None]:
         if value < 0:
             raise SpecError("gpu", value, "must not be negative", "use gpu=0 or more")
         return value, None
+    if isinstance(value, Device):
+        return value.quantity, value.accelerator()
     if not isinstance(value, str):
         if isinstance(value, float):
             fix = f"GPUs are whole devices; use gpu={max(1, round(value))}"
@@ -223,6 +230,7 @@ def _parse_gpu(value: object) -> tuple[int, str | None]:
             fix = 'use gpu=8 or gpu="H200:8"'
         raise SpecError("gpu", value, 'must be an int count or an "ACCELERATOR:COUNT" string', fix)
     name, sep, count_text = value.partition(":")
+    name = shoal_accelerator(name, "gpu", value)
     if value.strip().isdigit():
         raise SpecError(
             "gpu", value, "a string names an accelerator; a count alone is an int",

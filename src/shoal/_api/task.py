@@ -99,13 +99,25 @@ class TaskTemplate(Generic[F]):
             codecs.check_type(hints[p.name], field=f"parameter {p.name!r} of task {self.name!r}",
                               allow_pickle=self.allow_pickle)
             params[p.name] = hints[p.name]
-        if "return" not in hints:
-            raise SpecError(f"return type of task {self.name!r}", None,
-                            "needs a type hint", "write `-> None` if it returns nothing")
-        ret = hints["return"]
+        # No return annotation means None, as in Flyte; `check_output` names the fix when
+        # such a task returns a value after all.
+        self.return_declared = "return" in hints
+        ret = hints.get("return", None)
         codecs.check_type(ret, field=f"return type of task {self.name!r}",
                           allow_pickle=self.allow_pickle)
         return params, ret
+
+    def check_output(self, value: object, where: str = "") -> None:
+        """Refuse a value returned by a task without a return annotation (its output is None)."""
+        if value is None or self.return_declared:
+            return
+        cls = type(value)
+        shown = cls.__name__ if cls.__module__ == "builtins" \
+            else f"{cls.__module__}.{cls.__qualname__}"
+        raise SpecError(f"output of task {self.name!r}{where}", value,
+                        "the task has no return annotation, so it returns None, but it "
+                        f"returned a value of type {shown}",
+                        f"declare what it returns: `def {self.short_name}(...) -> {shown}:`")
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"

@@ -68,6 +68,9 @@ PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100
 CODE_BUNDLE = "SHOAL_CODE_BUNDLE"  # URI of the content-hashed code bundle (Kubernetes pods)
 KUBE_CONFIG = "SHOAL_KUBE_CONFIG"  # the Kubernetes engine's settings, as JSON, for the driver pod
 PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch and fork ranks
+# "1": the task asked for more GPUs than this machine has, so they are emulated on CPU (no
+# CUDA device is visible); torch's NCCL process groups then run on gloo (see frameworks.py).
+GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------
 TORCH_RANK = "RANK"
@@ -116,6 +119,11 @@ def checkpoint_local_dir(uri: str) -> Path:
     """This machine's working folder for the checkpoint at ``uri`` (see `checkpoint_uri`)."""
     lineage, action = uri.rstrip("/").split("/")[-2:]
     return home() / "checkpoints" / lineage / action
+
+
+def gpus_emulated(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process's GPUs are emulated on CPU (``SHOAL_GPUS_EMULATED=1``)."""
+    return (os.environ if environ is None else environ).get(GPUS_EMULATED) == "1"
 
 
 def retry_backoff() -> float:

@@ -69,13 +69,15 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     from shoal._storage.blobs import store_blobs
     from shoal._storage.store import join, open_store
 
+    # Before the user's module is imported: `from torch.distributed import init_process_group`
+    # at its top must get the wrapped function.
+    prepare_runtime(node)
     store = open_store(node.store)
     task = find_task(node.code_file, node.task)
     blobs = store_blobs(node.store)
     literals = json.loads(store.get_bytes(join(node.io, "inputs.json")))
     kwargs = codecs.decode_inputs(literals, task.hints, blobs=blobs, task=task.name,
                                   allow_pickle=task.allow_pickle)
-    prepare_runtime(node)
     context = _context(node, rank, local_rank)
     report = report_scope(task, store=node.store, run=node.run, action=node.action,
                           attempt=node.attempt, rank=rank, world_size=context.world_size or 1,
@@ -88,6 +90,7 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     finally:
         if context.checkpoint is not None:
             context.checkpoint.close()  # asynchronous saves in flight land (or fail) first
+    task.check_output(value, f" on rank {rank}")
     literal = codecs.encode(value, task.return_type, blobs=blobs,
                             field=f"output of task {task.name!r} on rank {rank}",
                             allow_pickle=task.allow_pickle)

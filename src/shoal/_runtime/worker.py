@@ -116,6 +116,7 @@ class Worker:
         finally:
             if checkpoint is not None:
                 checkpoint.close()  # an asynchronous save in flight must land (or fail) first
+        task.check_output(value)
         return codecs.encode(value, task.return_type, blobs=blobs,
                              field=f"output of task {task.name!r}", allow_pickle=task.allow_pickle)
 

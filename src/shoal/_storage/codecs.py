@@ -20,9 +20,13 @@ Literal form, by declared type::
     T | None                  null, or T's literal
     Union[A, B, ...]          {"type": "<A's name>", "value": <A's literal>}; None is null
     Literal[...]              the value itself
-    Enum                      the member's name (a Flag: its int value)
+    Enum                      the member's name (a Flag: its int value); str and int enums too
     dataclass                 {"<field>": <literal>, ...} over its init fields; shoal.File and
                               shoal.Dir are dataclasses like any other
+    pydantic model            the JSON object of model_dump(mode="json")
+    pandas.DataFrame,         {"parquet": payload}
+      pyarrow.Table
+    shoal.io.DataFrame        {"uri", "format": "parquet", "hash"}: a parquet file in the store
     numpy.ndarray             {"dtype", "shape", "npy": payload}
     torch.Tensor              {"dtype", "shape", "safetensors": payload}
     anything, pickled         {"pickle": payload}, only with allow_pickle=True
@@ -51,6 +55,7 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
+from shoal._storage import dataframes
 from shoal._storage.codec_base import INLINE_LIMIT, BlobIO, Codec, Where, canonical_json
 from shoal._storage.compound_codecs import (
     DataclassCodec,
@@ -61,6 +66,7 @@ from shoal._storage.compound_codecs import (
     TupleCodec,
     UnionCodec,
 )
+from shoal._storage.pydantic_codec import PydanticCodec, model_class
 from shoal._storage.scalar_codecs import (
     BoolCodec,
     BytesCodec,
@@ -140,8 +146,9 @@ _ABSTRACT: dict[object, str] = {
 }
 _SUPPORTED = ("None, bool, int, float, str, bytes, list[T], tuple[...], set[T], dict[K, V] "
               "(K: str, int or an Enum), T | None, Union, Literal, Enum, datetime, date, time, "
-              "timedelta, dataclasses of these (shoal.File and shoal.Dir too), numpy.ndarray "
-              "and torch.Tensor")
+              "timedelta, dataclasses and pydantic models of these (shoal.File and "
+              "shoal.Dir too), numpy.ndarray, torch.Tensor, pandas.DataFrame, pyarrow.Table "
+              "and shoal.io.DataFrame")
 _PICKLE_FIX = "pass allow_pickle=True to @env.task to pickle it"
 
 
@@ -261,6 +268,19 @@ def _pickle_codec(tp: object) -> PickleCodec:
     return PickleCodec(cls, cls.__qualname__ if cls is tp else _type_name(tp))
 
 
+def _frame_codec(tp: object) -> Codec | None:
+    """The codec of ``pandas.DataFrame``, ``pyarrow.Table`` or ``shoal.io.DataFrame``."""
+    kind = dataframes.frame_kind(tp)
+    if kind is None and not dataframes.is_reference(tp):
+        return None
+    missing = dataframes.missing_libraries()
+    if missing:
+        raise _Unsupported(tp, f"values are stored as parquet, which needs "
+                           f"{' and '.join(missing)} (not installed)", dataframes.INSTALL)
+    assert isinstance(tp, type)  # frame_kind and is_reference only accept classes
+    return dataframes.FrameCodec(tp, kind) if kind else dataframes.ReferenceCodec(tp)
+
+
 def _bare_example(tp: object) -> str | None:
     """For ``list``, ``typing.Dict`` and the like: an example that names the item types."""
     try:
@@ -332,6 +352,12 @@ class _Compiler:
         return self._class(tp, origin)
 
     def _class(self, tp: object, origin: object) -> Codec:
+        frames = _frame_codec(tp)
+        if frames is not None:
+            return frames
+        model = model_class(tp)
+        if model is not None:
+            return PydanticCodec(model)
         array = ndarray_class(tp)
         if array is not None:
             return ArrayCodec(array)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import enum
 import inspect
 import json
+import sys
 import types
 import typing
 from typing import Any
 
-from shoal.errors import SpecError
+from shoal.errors import InputError, SpecError
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -38,22 +40,64 @@ def convert(text: str, tp: Any, field: str) -> Any:
         if tp in (int, float, str):
             return tp(text)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
-            try:
-                return tp[text]
-            except KeyError:
-                return tp(text)
+            return _enum_member(text, tp, field)
         if isinstance(tp, type) and tp.__module__ == "shoal._api.io":
             return _file_or_dir(text, tp)
         value = json.loads(text)
-        if dataclasses.is_dataclass(tp) and isinstance(tp, type) and isinstance(value, dict):
-            return tp(**value)
+        if _is_record(tp):
+            return _record(value, tp, field, text)
         return value
+    except SpecError:  # already says what is wrong (and is a ValueError too)
+        raise
     except (ValueError, TypeError, KeyError) as e:
         name = getattr(tp, "__name__", str(tp))
         examples = {int: "4", float: "0.5", bool: "true"}
-        fix = (f"pass a {name}, e.g. {field} {examples[tp]}" if tp in examples
-               else f"pass JSON for lists, dicts and dataclasses, e.g. {field} '[1, 2]'")
+        if tp in examples:
+            fix = f"pass a {name}, e.g. {field} {examples[tp]}"
+        elif _is_record(tp):
+            fix = f"pass its fields as a JSON object, e.g. {field} '{{\"name\": \"value\"}}'"
+        else:
+            fix = f"pass JSON for lists, dicts and dataclasses, e.g. {field} '[1, 2]'"
         raise SpecError(field, text, f"is not a valid {name} ({e})", fix) from e
+
+
+def _enum_member(text: str, tp: type[enum.Enum], field: str) -> enum.Enum:
+    """A member by name (``RED``), or by value as written (``red``, ``2``)."""
+    if text in tp.__members__:
+        return tp[text]
+    for member in tp:
+        if str(member.value) == text:
+            return member
+    names = [m.name for m in tp]
+    values = [str(m.value) for m in tp]
+    close = difflib.get_close_matches(text, names + values, n=1)
+    hint = f"did you mean {field} {close[0]}? " if close else ""
+    raise SpecError(field, text, f"is not a member of {tp.__name__} (names: {', '.join(names)}; "
+                    f"values: {', '.join(values)})", f"{hint}pass a name or a value")
+
+
+def _is_record(tp: Any) -> bool:
+    """A dataclass or a pydantic model: given as a JSON object on the command line."""
+    if not isinstance(tp, type):
+        return False
+    if dataclasses.is_dataclass(tp):
+        return True
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and issubclass(tp, pydantic.BaseModel)
+
+
+def _record(value: object, tp: type, field: str, text: str) -> Any:
+    """Nested fields typed as the task declares them, checked by the task's own codecs."""
+    from shoal._storage import codecs
+
+    if not isinstance(value, dict):
+        raise SpecError(field, text, f"{tp.__name__} is given as a JSON object",
+                        f"e.g. {field} '{{\"name\": \"value\"}}'")
+    try:
+        return codecs.decode(value, tp, blobs=None, field=field)
+    except InputError as e:
+        raise SpecError(e.field, e.value, e.rule.replace("the stored value", "the JSON"),
+                        f"pass JSON with the fields of {tp.__name__}") from None
 
 
 def _file_or_dir(text: str, tp: Any) -> Any:

@@ -212,6 +212,8 @@ def _render(value: Any) -> str:
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
+    elif callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
+        value = value.model_dump(mode="json")  # a pydantic model, as its own JSON
     try:
         return json.dumps(value, indent=2, default=str)
     except (TypeError, ValueError):

@@ -71,6 +71,7 @@ def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str]
     out["PYTHONUNBUFFERED"] = "1"
     if gpus_emulated:
         out["CUDA_VISIBLE_DEVICES"] = ""
+        out[contract.GPUS_EMULATED] = "1"
     return out
 
 
