@@ -143,6 +143,48 @@ def main_block_notes(source: str) -> str:
     return ", ".join(notes)
 
 
+_NAME_USE = re.compile(r"\bflyte((?:\.[A-Za-z_]\w*)+)")
+_FROM_USE = re.compile(r"^\s*from flyte((?:\.\w+)*) import \(?([\w\s,]+)\)?", re.MULTILINE)
+
+
+def names_used(source: str) -> list[str]:
+    """The Flyte names the example's code reaches (``flyte.map.aio``, ``io.File``), from its
+    imports and its ``flyte.x.y`` references; comment lines left out."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
+    used = {m[1].lstrip(".") for m in _NAME_USE.finditer(code)}
+    for m in _FROM_USE.finditer(code):
+        for name in m[2].replace("\n", " ").split(","):
+            if name.split():
+                used.add(f"{m[1].lstrip('.')}.{name.split()[0]}".lstrip("."))
+    return sorted(used)
+
+
+def missing_in_shoal(names: list[str]) -> list[str]:
+    """Those of ``names`` Shoal does not have (attribute or submodule), each cut at the first
+    part missing."""
+    import importlib
+    import types
+
+    import shoal
+
+    missing = set()
+    for dotted in names:
+        obj: object = shoal
+        for i, part in enumerate(dotted.split(".")):
+            if hasattr(obj, part):
+                obj = getattr(obj, part)
+                continue
+            if isinstance(obj, types.ModuleType):
+                try:
+                    obj = importlib.import_module(f"{obj.__name__}.{part}")
+                    continue
+                except ImportError:
+                    pass
+            missing.add(".".join(dotted.split(".")[:i + 1]))
+            break
+    return sorted(missing)
+
+
 @dataclass
 class Outcome:
     example: str
@@ -151,6 +193,7 @@ class Outcome:
     error: str = ""  # the first meaningful error line
     why: str = ""  # its category
     main_notes: str = ""
+    lacks: str = ""  # Flyte names it uses that Shoal has not (a static scan)
 
 
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit|Interrupt|"
@@ -242,7 +285,8 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
     seconds = time.perf_counter() - start
     stderr = err_log.read_text(errors="replace")
     outcome = Outcome(f"{path.parent.name}/{name}", False, seconds,
-                      main_notes=main_block_notes(source))
+                      main_notes=main_block_notes(source),
+                      lacks=", ".join(missing_in_shoal(names_used(source))))
     if rc is None:
         outcome.error, outcome.why = f"still running after {timeout:g} s", "timed out"
         return outcome
@@ -252,33 +296,40 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
         return outcome
     bad = unfinished_runs(home)
     if bad:
-        outcome.error = "exit 0, but " + "; ".join(f"run {n} ended {s}" for n, s in bad)
-        outcome.why = ("run died with the script (not waited for)"
-                       if any(s in ("crashed", "running", "queued") for _, s in bad)
-                       else "a run failed")
+        name, state, error = bad[0]
+        if state in ("crashed", "running", "queued"):
+            outcome.error = f"exit 0, but run {name} ended {state}"
+            outcome.why = "run died with the script (not waited for)"
+        else:  # the script never asked for the outcome: the run's record has the error
+            cause = first_error(error)
+            outcome.error = f"exit 0, but run {name} ended {state}: {cause}"
+            outcome.why = categorize(cause, error)
         return outcome
     outcome.passed = True
     return outcome
 
 
-def unfinished_runs(home: Path) -> list[tuple[str, str]]:
-    """Runs recorded in ``home`` that did not end succeeded, as ``shoal runs`` would show them."""
+def unfinished_runs(home: Path) -> list[tuple[str, str, str]]:
+    """Runs recorded in ``home`` that did not end succeeded, as ``shoal runs`` would show them:
+    name, state, error."""
     if not (home / "shoal.db").exists():
         return []
     from shoal._storage.records import Records
 
     records = Records(home / "shoal.db")
     records.reap_dead_runs()
-    return [(r.name, r.state) for r in records.list_runs(limit=10_000) if r.state != "succeeded"]
+    return [(r.name, r.state, r.error or "") for r in records.list_runs(limit=10_000)
+            if r.state != "succeeded"]
 
 
 def table(outcomes: list[Outcome]) -> list[str]:
-    rows = ["| # | example | result | s | why | first error | `__main__` |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| # | example | result | s | why | first error | `__main__` | Shoal lacks |",
+            "|---|---|---|---|---|---|---|---|"]
     for i, o in enumerate(outcomes, 1):
         err = o.error.replace("|", "\\|")
         rows.append(f"| {i} | {o.example} | {'passed' if o.passed else 'FAILED'} | "
-                    f"{o.seconds:.1f} | {o.why or '-'} | {err or '-'} | {o.main_notes or '-'} |")
+                    f"{o.seconds:.1f} | {o.why or '-'} | {err or '-'} | {o.main_notes or '-'} | "
+                    f"{o.lacks or '-'} |")
     return rows
 
 
@@ -288,6 +339,15 @@ def why_counts(outcomes: list[Outcome]) -> list[str]:
         if not o.passed:
             counts[o.why] = counts.get(o.why, 0) + 1
     return [f"| {why} | {n} |" for why, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def lack_counts(outcomes: list[Outcome]) -> list[str]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        for name in filter(None, o.lacks.split(", ")):
+            counts[name] = counts.get(name, 0) + 1
+    return [f"| `flyte.{name}` | {n} |"
+            for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def flyte_sdk_commit(root: Path) -> str:
@@ -370,10 +430,14 @@ def main() -> None:
         "Passed: exit 0 and every run it recorded ended succeeded. `__main__` says what the "
         "example's own main block asks for: `mode='remote'`/`mode='local'` passed to "
         "`with_runcontext`, `init_from_config(log_level=)`, `outputs()[i]` (Flyte's outputs "
-        "are a tuple), and whether it waits for its run.", "",
+        "are a tuple), and whether it waits for its run. \"Shoal lacks\": the Flyte names "
+        "the example's code reaches (its imports and `flyte.x.y` references) that `shoal` has "
+        "not, from a scan of the source, so it shows gaps past the first error too.", "",
         *rows, "",
         "## Failures by reason", "",
         "| why | examples |", "|---|---|", *why_counts(outcomes), "",
+        "## Names Shoal lacks, by how many examples use them", "",
+        "| name | examples |", "|---|---|", *lack_counts(outcomes), "",
         "## Why each example is on the list", "",
         *[f"- `{p}`: {w}" for p, w in chosen], "",
     ]

@@ -1,5 +1,6 @@
-"""`flyte.with_runcontext(...)`: a named run with its own env vars that ignores the cache it
-would otherwise hit (`overwrite_cache=True` runs the cached task again and stores anew)."""
+"""`flyte.with_runcontext(...)`: a run that ignores the cache it would otherwise hit
+(`overwrite_cache=True` runs the cached task again and stores anew); a named run with its own
+env vars."""
 
 import os
 from pathlib import Path
@@ -24,16 +25,18 @@ async def visit(counter: str) -> str:
 
 if __name__ == "__main__":
     flyte.init_from_config()
-    counter = str(Path.cwd() / "visits")
-    first = flyte.run(visit, counter=counter)
+    counter = Path.cwd() / "visits"
+    first = flyte.run(visit, counter=str(counter))
     first.wait()
-    second = flyte.run(visit, counter=counter)  # the same inputs: a cache hit
+    second = flyte.run(visit, counter=str(counter))  # the same inputs: a cache hit
     second.wait()
-    third = flyte.with_runcontext(
-        name="port-ctx-rerun", env_vars={"PORT_FLAVOR": "mango"}, overwrite_cache=True
-    ).run(visit, counter=counter)
+    third = flyte.with_runcontext(overwrite_cache=True).run(visit, counter=str(counter))
     third.wait()
     print(f"RESULT first {first.outputs()}")
     print(f"RESULT second {second.outputs()}")
-    print(f"RESULT third {third.name} {third.outputs()}")
-    print(f"RESULT visits {len(Path(counter).read_text())}")
+    print(f"RESULT third {third.outputs()}")
+    print(f"RESULT visits {len(counter.read_text())}")
+    named = flyte.with_runcontext(name="port-ctx-named", env_vars={"PORT_FLAVOR": "mango"})
+    fourth = named.run(visit, counter=str(counter))
+    fourth.wait()
+    print(f"RESULT fourth {fourth.name} {fourth.outputs()}")
