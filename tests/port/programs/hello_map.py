@@ -14,7 +14,8 @@ def line(x: int) -> int:
 @env.task
 def line_values(xs: list[int]) -> list[int]:
     # flyte.map is Python's map run in parallel; results come back in input order.
-    return list(flyte.map(line, xs))
+    ys = list(flyte.map(line, xs))
+    return [*ys, line(xs[-1] + 1)]  # and one plain call of a sync task from a sync task
 
 
 if __name__ == "__main__":
