@@ -239,7 +239,7 @@ def categorize(error: str, stderr: str) -> str:
     if re.search(r"UnsupportedTypeError|cannot be passed between tasks|needs a type hint",
                  error):
         return "type refused"
-    if m := re.search(r"(SpecError|InputError): ([\w.()\[\]]+)=", error):
+    if m := re.search(r"(SpecError|InputError): (@?[\w.()\[\]]+)=", error):
         return f"spec refused: {m[2]}="
     if re.search(r"\bcuda\b|nccl|no CUDA|GPU", error, re.IGNORECASE):
         return "needs GPU"
@@ -294,7 +294,12 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
         outcome.error = first_error(stderr) or f"exit {rc}"
         outcome.why = categorize(outcome.error, stderr)
         return outcome
-    bad = unfinished_runs(home)
+    runs = recorded_runs(home)
+    if not runs and starts_a_run(source):
+        outcome.error = "exit 0, but no run was recorded: the script ended before its run began"
+        outcome.why = "run died with the script (not waited for)"
+        return outcome
+    bad = [r for r in runs if r[1] != "succeeded"]
     if bad:
         name, state, error = bad[0]
         if state in ("crashed", "running", "queued"):
@@ -309,17 +314,22 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
     return outcome
 
 
-def unfinished_runs(home: Path) -> list[tuple[str, str, str]]:
-    """Runs recorded in ``home`` that did not end succeeded, as ``shoal runs`` would show them:
-    name, state, error."""
+def starts_a_run(source: str) -> bool:
+    """Whether the example's ``__main__`` starts a run (``flyte.run`` or a run context's)."""
+    at = source.find('if __name__ == "__main__":')
+    return at >= 0 and any(re.search(r"\.run\(", line) for line in source[at:].splitlines()
+                           if not line.lstrip().startswith("#"))
+
+
+def recorded_runs(home: Path) -> list[tuple[str, str, str]]:
+    """The runs recorded in ``home``, as ``shoal runs`` would show them: name, state, error."""
     if not (home / "shoal.db").exists():
         return []
     from shoal._storage.records import Records
 
     records = Records(home / "shoal.db")
     records.reap_dead_runs()
-    return [(r.name, r.state, r.error or "") for r in records.list_runs(limit=10_000)
-            if r.state != "succeeded"]
+    return [(r.name, r.state, r.error or "") for r in records.list_runs(limit=10_000)]
 
 
 def table(outcomes: list[Outcome]) -> list[str]:
