@@ -149,9 +149,12 @@ _FROM_USE = re.compile(r"^\s*from flyte((?:\.\w+)*) import \(?([\w\s,]+)\)?", re
 
 def names_used(source: str) -> list[str]:
     """The Flyte names the example's code reaches (``flyte.map.aio``, ``io.File``), from its
-    imports and its ``flyte.x.y`` references; comment lines left out."""
-    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
-    used = {m[1].lstrip(".") for m in _NAME_USE.finditer(code)}
+    imports and its ``flyte.x.y`` references; comments and docstrings left out."""
+    code = re.sub(r"(\"\"\"|\'\'\')[\s\S]*?\1", "", source)
+    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
+    body = "\n".join(line for line in code.splitlines()
+                     if not re.match(r"\s*(import|from)\s+flyte\b", line))
+    used = {m[1].lstrip(".") for m in _NAME_USE.finditer(body)}
     for m in _FROM_USE.finditer(code):
         for name in m[2].replace("\n", " ").split(","):
             if name.split():

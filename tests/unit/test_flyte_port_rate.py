@@ -120,3 +120,18 @@ def test_main_block_notes_ignore_commented_alternatives(port: ModuleType) -> Non
         "mode='remote', init_from_config(log_level=), outputs()[i], no wait"
     assert port.starts_a_run(source)
     assert not port.starts_a_run('if __name__ == "__main__":\n    print(task(x=1))\n')
+
+
+def test_the_static_scan_reads_code_not_docs(port: ModuleType) -> None:
+    source = (
+        '"""Uses `flyte.Checkpoint` in prose only."""\n'
+        "import flyte\n"
+        "from flyte.io import File, Dir\n"
+        "# flyte.commented_out()\n"
+        "env = flyte.TaskEnvironment('x', resources=flyte.Resources(cpu=1))\n"
+        "out = flyte.map.aio(f, [1])\n"
+    )
+    assert port.names_used(source) == [
+        "Resources", "TaskEnvironment", "io.Dir", "io.File", "map.aio"]
+    assert port.missing_in_shoal(["TaskEnvironment", "Resources.nothing_here", "no_such_name"]) \
+        == ["Resources.nothing_here", "no_such_name"]
