@@ -1,0 +1,462 @@
+"""Port rate: how many of Flyte 2's own public examples run on Shoal with only the import changed.
+
+Run (the Flyte SDK checkout is yours; nothing of it is ever stored in this repository):
+
+    git clone https://github.com/flyteorg/flyte-sdk /tmp/flyte-sdk
+    PYTHONPATH=src .venv/bin/python benchmarks/flyte_port_rate.py --flyte-sdk /tmp/flyte-sdk
+
+(or set ``FLYTE_SDK=/tmp/flyte-sdk``; without either the script says so and measures nothing,
+which is what ``run_all.py`` gets on a machine without a checkout).
+
+For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen) the script copies
+the file into a scratch folder with only its imports renamed — ``import flyte`` becomes
+``import shoal as flyte``, ``import flyte.x`` becomes ``import shoal.x``, ``from flyte.x import``
+becomes ``from shoal.x import`` — and runs it as its user would, ``python example.py`` (their
+``__main__`` blocks call ``flyte.init_from_config()`` and ``flyte.run(...)``), with a fresh
+``SHOAL_HOME`` per example, a timeout per example (``--timeout``) and a bound on the whole
+(``--budget``). An example passes when it exits 0 and every run it recorded ended succeeded (a
+script that exits without waiting must not leave its run crashed). A failure is reported with
+the first meaningful error (the exception line of the last traceback) and a short category:
+missing API, type refused, needs a package, needs a GPU, Flyte-private module, and so on.
+Examples that need a package not installed here count as failures ("needs package X"): the list
+is fixed, nothing is dropped to flatter the ratio.
+
+Prints the table, "N of M ran (ratio)" and a HEADLINE line, and writes
+``benchmarks/results/<date>-cpu<N>-flyte-port.md``. A few minutes on 2 CPUs, most of it the
+clustered examples' torch start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import (  # benchmarks/_common.py, next to this script
+    REPO,
+    child_env,
+    command_line,
+    cpu_model,
+    git_commit,
+    headline,
+    ncpu,
+    results_file,
+)
+
+# (path under examples/, why it is on the list). Chosen to run on a CPU-only laptop in principle
+# (no cloud, no secrets, no remote-only feature at their core) and to cover what Flyte's users
+# copy first; the GPU DDP example is here on purpose, as are ones needing extra packages.
+EXAMPLES: list[tuple[str, str]] = [
+    ("basics/hello.py",
+     "the quickstart: flyte.map in a sync task, init_from_config, run.url, run.wait"),
+    ("basics/hello_v2.py", "async fan-out with asyncio.gather inside flyte.group; ctx().action"),
+    ("basics/map.py",
+     "flyte.map and flyte.map.aio with return_exceptions; three runs, none waited"),
+    ("basics/map_concurrency.py", "flyte.map.aio with concurrency=3"),
+    ("basics/map_with_partials.py",
+     "flyte.map over functools.partial; a task with no return annotation"),
+    ("basics/grouping.py", "flyte.group around gathers, a task called inside a group"),
+    ("basics/trace_sync.py", "@flyte.trace on sync functions and a sync generator"),
+    ("basics/report_example.py", "@env.task(report=True), report tabs, report.replace/flush.aio"),
+    ("basics/no_outputs.py", "async tasks without a return annotation"),
+    ("basics/enums.py", "str enums and StrEnum as task inputs; pydantic models holding enums"),
+    ("basics/dataclass_examples.py", "dataclass inputs, a pydantic output holding a File"),
+    ("basics/file_local.py",
+     "File.from_local_sync, file.open, with_runcontext(mode='local'), outputs()[0]"),
+    ("basics/dir_local.py", "Dir.from_local_sync, dir.walk, init_from_config(log_level=...)"),
+    ("basics/devbox_one.py",
+     "with_runcontext(env_vars, labels, annotations, overwrite_cache, ...)"),
+    ("basics/resources.py",
+     "Resources(gpu='A100 80G:8', shm='auto', disk=...); a task called outside a run"),
+    ("basics/exception_handling.py",
+     "flyte.errors.RuntimeUserError/OOMError, task.override(resources=)"),
+    ("basics/user_logging.py", "flyte.logger inside a task; the run is never waited for"),
+    ("basics/frames.py", "pandas DataFrame as a task type (needs pandas)"),
+    ("caching/conditional_map_caching.py", "cached fan-out; .override(cache='disable') fallback"),
+    ("checkpoint/generic_data_checkpoint.py", "ctx().checkpoint bytes save/load across retries"),
+    ("checkpoint/pytorch_task_checkpoint.py",
+     "a torch state dict checkpointed with cp.save(path), retries"),
+    ("checkpoint/pytorch_lightning_checkpoint.py",
+     "Lightning's ModelCheckpoint into flyte's checkpoint (needs lightning)"),
+    ("clustered/ddp_train.py", "DDP on ClusteredTaskEnvironment 2x1, nccl with the device guarded"),
+    ("clustered/ddp_train_gpu.py", "the GPU DDP example: nccl, cuda devices asserted"),
+    ("clustered/fsdp_train.py", "FSDP 2x1 with a full state dict checkpoint from rank 0"),
+    ("clustered/ddp_train_restart.py", "fails on the first gang attempt, succeeds on the restart"),
+]
+
+_IMPORT = re.compile(
+    r"^(?P<indent>\s*)import flyte(?P<rest>(\.[\w.]+)?(\s+as\s+\w+)?)\s*(?P<tail>#.*)?$")
+_FROM = re.compile(r"^(?P<indent>\s*)from flyte(?P<rest>(\.[\w.]+)?\s+import\b.*)$")
+
+
+def rename_imports(source: str) -> tuple[str, int]:
+    """``source`` with its Flyte imports pointed at Shoal, nothing else touched; and how many
+    lines changed."""
+    out, changed = [], 0
+    for line in source.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        end = line[len(body):]
+        m = _IMPORT.match(body)
+        if m:
+            rest = m["rest"]
+            if rest == "":  # `import flyte`: the name the code uses stays `flyte`
+                rest = " as flyte"
+            body = f"{m['indent']}import shoal{rest}" + (f"  {m['tail']}" if m["tail"] else "")
+            changed += 1
+        elif (m := _FROM.match(body)) is not None:
+            body = f"{m['indent']}from shoal{m['rest']}"
+            changed += 1
+        out.append(body + end)
+    return "".join(out), changed
+
+
+def main_block_notes(source: str) -> str:
+    """What the example's ``__main__`` asks of the runner, beyond a plain ``flyte.run``."""
+    at = source.find('if __name__ == "__main__":')
+    # Commented-out alternatives in the block are not what it runs.
+    block = "\n".join(line for line in (source[at:] if at >= 0 else "").splitlines()
+                      if not line.lstrip().startswith("#"))
+    notes = []
+    if re.search(r"""mode\s*=\s*["']remote["']|with_runcontext\(\s*["']remote["']""", block):
+        notes.append("mode='remote'")
+    if re.search(r"""mode\s*=\s*["']local["']|with_runcontext\(\s*["']local["']""", block):
+        notes.append("mode='local'")
+    if re.search(r"init_from_config\([^)]*log_level", block):
+        notes.append("init_from_config(log_level=)")
+    if "with_runcontext(" in block and not notes:
+        notes.append("with_runcontext(...)")
+    if re.search(r"\.outputs\(\)\s*\[", block):
+        notes.append("outputs()[i]")
+    if "flyte.run(" in block or ".run(" in block:
+        notes.append("waits" if re.search(r"\.wait\(", block) else "no wait")
+    elif at >= 0:
+        notes.append("no flyte.run")
+    return ", ".join(notes)
+
+
+_NAME_USE = re.compile(r"\bflyte((?:\.[A-Za-z_]\w*)+)")
+_FROM_USE = re.compile(r"^\s*from flyte((?:\.\w+)*) import \(?([\w\s,]+)\)?", re.MULTILINE)
+
+
+def names_used(source: str) -> list[str]:
+    """The Flyte names the example's code reaches (``flyte.map.aio``, ``io.File``), from its
+    imports and its ``flyte.x.y`` references; comments and docstrings left out."""
+    code = re.sub(r"(\"\"\"|\'\'\')[\s\S]*?\1", "", source)
+    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
+    body = "\n".join(line for line in code.splitlines()
+                     if not re.match(r"\s*(import|from)\s+flyte\b", line))
+    used = {m[1].lstrip(".") for m in _NAME_USE.finditer(body)}
+    for m in _FROM_USE.finditer(code):
+        for name in m[2].replace("\n", " ").split(","):
+            if name.split():
+                used.add(f"{m[1].lstrip('.')}.{name.split()[0]}".lstrip("."))
+    return sorted(used)
+
+
+def missing_in_shoal(names: list[str]) -> list[str]:
+    """Those of ``names`` Shoal does not have (attribute or submodule), each cut at the first
+    part missing."""
+    import importlib
+    import types
+
+    import shoal
+
+    missing = set()
+    for dotted in names:
+        obj: object = shoal
+        for i, part in enumerate(dotted.split(".")):
+            if hasattr(obj, part):
+                obj = getattr(obj, part)
+                continue
+            if isinstance(obj, types.ModuleType):
+                try:
+                    obj = importlib.import_module(f"{obj.__name__}.{part}")
+                    continue
+                except ImportError:
+                    pass
+            missing.add(".".join(dotted.split(".")[:i + 1]))
+            break
+    return sorted(missing)
+
+
+@dataclass
+class Outcome:
+    example: str
+    passed: bool
+    seconds: float
+    error: str = ""  # the first meaningful error line
+    why: str = ""  # its category
+    main_notes: str = ""
+    lacks: str = ""  # Flyte names it uses that Shoal has not (a static scan)
+
+
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Failed|Timeout|Exit|Interrupt|"
+                       r"Cancelled|Warning|Refused|NotFound)|[A-Za-z_][\w.]*Error\w*)(:\s.*)?$")
+
+
+def first_error(stderr: str) -> str:
+    """The exception line of the last traceback in ``stderr`` (the one that ended the script),
+    else the last line that looks like an exception, else the last non-empty line."""
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    if starts:
+        for line in lines[starts[-1] + 1:]:
+            if line and not line[0].isspace() and not line.startswith("Traceback"):
+                return line.strip()[:240]
+    for line in reversed(lines):
+        if _EXC_LINE.match(line.strip()):
+            return line.strip()[:240]
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()[:240]
+    return ""
+
+
+def categorize(error: str, stderr: str) -> str:
+    """A short reason a human can sort by; the error line decides, the stderr text helps."""
+    text = error + "\n" + stderr[-6000:]
+    if m := re.search(r"No module named '(shoal\.[\w.]+)'", error):
+        private = m[1].split(".")[1].startswith("_")
+        name = m[1].replace("shoal", "flyte", 1)
+        return f"Flyte-private module {name}" if private else f"missing module {name}"
+    if m := re.search(r"No module named '([\w.]+)'", error):
+        return f"needs package {m[1].split('.')[0]}"
+    if m := re.search(r"module 'shoal(\.[\w.]+)?' has no attribute '(\w+)'", error):
+        return f"missing API flyte{m[1] or ''}.{m[2]}"
+    if m := re.search(r"cannot import name '(\w+)' from 'shoal(\.[\w.]+)?'", error):
+        return f"missing API flyte{m[2] or ''}.{m[1]}"
+    if m := re.search(r"(?:type object|'?\w*'? object) '(\w+)' has no attribute '(\w+)'|"
+                      r"'(\w+)' object has no attribute '(\w+)'", error):
+        return f"missing API {m[1] or m[3]}.{m[2] or m[4]}"
+    if m := re.search(r"unexpected keyword argument '(\w+)'", error):
+        return f"missing argument {m[1]}="
+    if re.search(r"UnsupportedTypeError|cannot be passed between tasks|needs a type hint",
+                 error):
+        return "type refused"
+    if m := re.search(r"(SpecError|InputError): (@?[\w.()\[\]]+)=", error):
+        return f"spec refused: {m[2]}="
+    if re.search(r"\bcuda\b|nccl|no CUDA|GPU", error, re.IGNORECASE):
+        return "needs GPU"
+    if re.search(r"Connection(Refused)?Error|Name or service not known|urlopen|getaddrinfo",
+                 text):
+        return "needs network"
+    if "remote" in error.lower():
+        return "remote-only"
+    if error.startswith("AssertionError"):
+        return "assertion in the example"
+    if "TaskFailed" in error or "task failed" in error.lower():
+        return "task failed"
+    return "other"
+
+
+def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
+    from shoal._runtime import contract
+
+    name = path.name
+    folder = scratch / path.parent.name / path.stem
+    folder.mkdir(parents=True)
+    source = path.read_text()
+    renamed, _ = rename_imports(source)
+    (folder / name).write_text(renamed)
+    home = folder / "shoal-home"
+    env = child_env(DO_NOT_TRACK="1", **{contract.HOME: str(home)})
+    for var in (contract.STORE, contract.ENGINE):
+        env.pop(var, None)
+    out_log, err_log = folder / "stdout.log", folder / "stderr.log"
+    start = time.perf_counter()
+    with open(out_log, "wb") as out, open(err_log, "wb") as err:
+        p = subprocess.Popen([sys.executable, name], cwd=folder, env=env, stdout=out,
+                             stderr=err, start_new_session=True)
+        try:
+            rc: int | None = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            # Its whole session: the script and anything it started and left behind.
+            with suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    seconds = time.perf_counter() - start
+    stderr = err_log.read_text(errors="replace")
+    outcome = Outcome(f"{path.parent.name}/{name}", False, seconds,
+                      main_notes=main_block_notes(source),
+                      lacks=", ".join(missing_in_shoal(names_used(source))))
+    if rc is None:
+        outcome.error, outcome.why = f"still running after {timeout:g} s", "timed out"
+        return outcome
+    if rc != 0:
+        outcome.error = first_error(stderr) or f"exit {rc}"
+        outcome.why = categorize(outcome.error, stderr)
+        return outcome
+    runs = recorded_runs(home)
+    if not runs and starts_a_run(source):
+        outcome.error = "exit 0, but no run was recorded: the script ended before its run began"
+        outcome.why = "run died with the script (not waited for)"
+        return outcome
+    bad = [r for r in runs if r[1] != "succeeded"]
+    if bad:
+        name, state, error = bad[0]
+        if state in ("crashed", "running", "queued"):
+            outcome.error = f"exit 0, but run {name} ended {state}"
+            outcome.why = "run died with the script (not waited for)"
+        else:  # the script never asked for the outcome: the run's record has the error
+            cause = first_error(error)
+            outcome.error = f"exit 0, but run {name} ended {state}: {cause}"
+            outcome.why = categorize(cause, error)
+        return outcome
+    outcome.passed = True
+    return outcome
+
+
+def starts_a_run(source: str) -> bool:
+    """Whether the example's ``__main__`` starts a run (``flyte.run`` or a run context's)."""
+    at = source.find('if __name__ == "__main__":')
+    return at >= 0 and any(re.search(r"\.run\(", line) for line in source[at:].splitlines()
+                           if not line.lstrip().startswith("#"))
+
+
+def recorded_runs(home: Path) -> list[tuple[str, str, str]]:
+    """The runs recorded in ``home``, as ``shoal runs`` would show them: name, state, error."""
+    if not (home / "shoal.db").exists():
+        return []
+    from shoal._storage.records import Records
+
+    records = Records(home / "shoal.db")
+    records.reap_dead_runs()
+    return [(r.name, r.state, r.error or "") for r in records.list_runs(limit=10_000)]
+
+
+def table(outcomes: list[Outcome]) -> list[str]:
+    rows = ["| # | example | result | s | why | first error | `__main__` | Shoal lacks |",
+            "|---|---|---|---|---|---|---|---|"]
+    for i, o in enumerate(outcomes, 1):
+        err = o.error.replace("|", "\\|")
+        rows.append(f"| {i} | {o.example} | {'passed' if o.passed else 'FAILED'} | "
+                    f"{o.seconds:.1f} | {o.why or '-'} | {err or '-'} | {o.main_notes or '-'} | "
+                    f"{o.lacks or '-'} |")
+    return rows
+
+
+def why_counts(outcomes: list[Outcome]) -> list[str]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        if not o.passed:
+            counts[o.why] = counts.get(o.why, 0) + 1
+    return [f"| {why} | {n} |" for why, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def lack_counts(outcomes: list[Outcome]) -> list[str]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        for name in filter(None, o.lacks.split(", ")):
+            counts[name] = counts.get(name, 0) + 1
+    return [f"| `flyte.{name}` | {n} |"
+            for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def flyte_sdk_commit(root: Path) -> str:
+    p = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                       capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else "unknown (not a git checkout)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--flyte-sdk", default=os.environ.get("FLYTE_SDK"),
+                    help="path of a flyte-sdk checkout (default: $FLYTE_SDK)")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds per example")
+    ap.add_argument("--budget", type=float, default=1500, help="seconds for the whole list")
+    ap.add_argument("--only", default="", help="comma-separated substrings of example paths")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
+    ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    args = ap.parse_args()
+    if not args.flyte_sdk:
+        print("flyte_port_rate: skipped, no Flyte SDK checkout given (--flyte-sdk PATH or "
+              "FLYTE_SDK); see the docstring")
+        return
+    root = Path(args.flyte_sdk).expanduser().resolve()
+    if not (root / "examples").is_dir():
+        ap.error(f"--flyte-sdk {root}: no examples/ folder there")
+    chosen = [(p, w) for p, w in EXAMPLES
+              if not args.only or any(s in p for s in args.only.split(","))]
+
+    command = command_line("flyte_port_rate.py")
+    load = os.getloadavg()
+    scratch = Path(tempfile.mkdtemp(prefix="shoal-flyte-port-"))
+    started = time.perf_counter()
+    outcomes: list[Outcome] = []
+    try:
+        for rel, why in chosen:
+            path = root / "examples" / rel
+            left = args.budget - (time.perf_counter() - started)
+            if not path.exists():
+                outcomes.append(Outcome(rel, False, 0.0, "not in this checkout", "missing example"))
+            elif left < 5:
+                outcomes.append(Outcome(rel, False, 0.0, f"the {args.budget:g} s budget was spent",
+                                        "not run"))
+            else:
+                outcomes.append(run_one(path, why, scratch, min(args.timeout, left)))
+            o = outcomes[-1]
+            print(f"{o.example}: {'passed' if o.passed else 'FAILED'} in {o.seconds:.1f} s"
+                  + ("" if o.passed else f" [{o.why}] {o.error}"), flush=True)
+    finally:
+        if args.keep:
+            print(f"scratch kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()
+
+    passed = sum(o.passed for o in outcomes)
+    ratio = f"{passed} of {len(outcomes)} ran ({passed / len(outcomes):.0%})" if outcomes else "-"
+    rows = table(outcomes)
+    print()
+    print("\n".join(rows))
+    print()
+    print(ratio)
+    headline("flyte port", "Flyte 2 public examples that run with only the import changed",
+             f"{passed}/{len(outcomes)} ({passed / max(1, len(outcomes)):.0%})")
+    print(f"whole benchmark {elapsed:.0f} s")
+    if args.no_write:
+        return
+
+    path = results_file("flyte-port")
+    md = [
+        f"# Flyte 2 examples on Shoal, only the import changed, {path.name[:10]}, {ncpu()} CPUs",
+        "",
+        f"Command: `{command}`", "",
+        f"Machine: {ncpu()} CPUs ({cpu_model()}), Python {sys.version.split()[0]}. Shoal commit "
+        f"{git_commit()}; flyte-sdk checkout {flyte_sdk_commit(root)}. Each example copied "
+        "with only its imports renamed and run as `python example.py` in a fresh SHOAL_HOME; "
+        f"{args.timeout:g} s per example, {args.budget:g} s in all; whole run {elapsed:.0f} s; "
+        f"load average {load[0]:.2f} at the start, {load_end[0]:.2f} at the end.", "",
+        f"**{ratio}.**", "",
+        "Passed: exit 0 and every run it recorded ended succeeded. `__main__` says what the "
+        "example's own main block asks for: `mode='remote'`/`mode='local'` passed to "
+        "`with_runcontext`, `init_from_config(log_level=)`, `outputs()[i]` (Flyte's outputs "
+        "are a tuple), and whether it waits for its run. \"Shoal lacks\": the Flyte names "
+        "the example's code reaches (its imports and `flyte.x.y` references) that `shoal` has "
+        "not, from a scan of the source, so it shows gaps past the first error too.", "",
+        *rows, "",
+        "## Failures by reason", "",
+        "| why | examples |", "|---|---|", *why_counts(outcomes), "",
+        "## Names Shoal lacks, by how many examples use them", "",
+        "| name | examples |", "|---|---|", *lack_counts(outcomes), "",
+        "## Why each example is on the list", "",
+        *[f"- `{p}`: {w}" for p, w in chosen], "",
+    ]
+    path.write_text("\n".join(md))
+    print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

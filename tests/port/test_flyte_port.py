@@ -1,0 +1,217 @@
+"""Port tests: Flyte 2-style programs run as their users run them, `python prog.py`.
+
+Each program in ``programs/`` is written after Flyte 2's public docs and examples (in this
+repository, not copied from Flyte); its only Shoal-specific lines are ``import shoal as flyte``
+and ``from shoal.io`` / ``from shoal.clustered`` imports where Flyte has the same module. Each
+prints ``RESULT <key> <value>`` lines, which the tests check: values computed by the run, read
+back through the run handle. The programs also run unchanged (but for the import) under Flyte
+2.12's own local mode, apart from what its local mode leaves out (env vars, cache, trace replay,
+run phase), which is how they were checked against Flyte's semantics.
+
+Where Flyte's ``run.outputs()`` (a tuple) and Shoal's could print differently, the checks look
+for the value inside the printed line, so both shapes pass; ``outputs_tuple.py`` alone checks
+the tuple indexing Flyte code does (``run.outputs()[0]``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from shoal._runtime import contract
+
+pytestmark = [pytest.mark.port, pytest.mark.slow]
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+@dataclass
+class Ran:
+    program: str
+    rc: int | None  # None: killed at the timeout
+    stdout: str
+    stderr: str
+
+    def tails(self) -> str:
+        return (f"--- {self.program}: exit {self.rc}\n--- stdout (tail)\n{self.stdout[-2500:]}"
+                f"\n--- stderr (tail)\n{self.stderr[-5000:]}")
+
+    def result(self, key: str) -> str:
+        """The value of the program's last ``RESULT <key> ...`` line."""
+        prefix = f"RESULT {key}"
+        found = [line[len(prefix):].strip() for line in self.stdout.splitlines()
+                 if line == prefix or line.startswith(prefix + " ")]
+        if not found:
+            pytest.fail(f"no '{prefix}' line in the output of {self.program}\n{self.tails()}")
+        return found[-1]
+
+
+def run_program(name: str, cwd: Path, home: Path, timeout: float = 180) -> Ran:
+    """``python programs/<name>`` in ``cwd`` with SHOAL_HOME=``home`` (PYTHONPATH and the
+    store set by conftest are inherited); it must exit 0."""
+    env = os.environ.copy()
+    env[contract.HOME] = str(home)
+    out, err = cwd / f"{name}.stdout", cwd / f"{name}.stderr"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        p = subprocess.Popen([sys.executable, str(PROGRAMS / name)], cwd=cwd, env=env,
+                             stdout=o, stderr=e, start_new_session=True)
+        try:
+            rc: int | None = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            with suppress(ProcessLookupError):  # its session: whatever it left running
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    ran = Ran(name, rc, out.read_text(errors="replace"), err.read_text(errors="replace"))
+    if rc != 0:
+        why = f"ran past {timeout:g} s" if rc is None else f"exited {rc}"
+        pytest.fail(f"{name} {why}\n{ran.tails()}")
+    return ran
+
+
+def test_hello_maps_in_input_order_and_the_handle_has_name_url_phase(
+        tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("hello_map.py", tmp_path, shoal_home)
+    name, url = ran.result("name"), ran.result("url")
+    assert name and url.startswith("http") and name in url, ran.tails()
+    assert "succeeded" in ran.result("phase").lower(), ran.tails()
+    assert "[5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25]" in ran.result("outputs"), ran.tails()
+
+
+def test_map_aio_bounds_concurrency_and_returns_exceptions_in_input_order(
+        tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("map_aio.py", tmp_path, shoal_home)
+    out = ran.result("outputs")
+    assert "'0', '1', '4', 'error', '16', '25'" in out, ran.tails()
+    peak = re.search(r"peak=(\d+)", out)
+    assert peak is not None and 1 <= int(peak[1]) <= 2, ran.tails()
+
+
+def test_override_sets_env_vars_resources_and_retries_for_one_call(
+        tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("override.py", tmp_path, shoal_home)
+    assert "'from-env', 'from-override', 'plain-failed', '3'" in ran.result("outputs"), \
+        ran.tails()
+    assert (tmp_path / "plain").read_text() == "x"  # the task itself kept retries=0
+    assert (tmp_path / "retried").read_text() == "xxx"
+
+
+def test_groups_around_gathers(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("group.py", tmp_path, shoal_home)
+    assert "succeeded" in ran.result("phase").lower(), ran.tails()
+    assert "[0, 4, 8, 2, 6, 10]" in ran.result("outputs"), ran.tails()
+
+
+def test_trace_steps_are_replayed_on_the_task_retry(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("trace_retry.py", tmp_path, shoal_home)
+    assert re.search(r"\b14\b", ran.result("outputs")), ran.tails()
+    assert ran.result("attempts") == "2", ran.tails()
+    # Each traced step ran once: the second attempt took the first one's recorded outputs.
+    assert ran.result("executed") == "['0', '1', '2', '3']", ran.tails()
+
+
+def _report_text(run: str, cwd: Path) -> str:
+    """What `shoal report RUN` gives: its stdout, the HTML files it wrote where it ran, and
+    any file it names."""
+    cwd.mkdir()
+    p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "report", run], cwd=cwd,
+                       capture_output=True, text=True, timeout=60, env=os.environ.copy())
+    assert p.returncode == 0, f"shoal report {run}: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    texts = [p.stdout]
+    named = {Path(w.strip("'\"`.,:;()")) for w in (p.stdout + p.stderr).split()}
+    candidates = [*named, *(cwd / n for n in named if not n.is_absolute())]
+    for path in [*cwd.rglob("*.htm*"), *(n for n in candidates if n.is_file())]:
+        texts.append(path.read_text(errors="replace"))
+    return "\n".join(texts)
+
+
+def test_report_tabs_log_replace_are_kept_with_the_run(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("report.py", tmp_path, shoal_home)
+    first, second = ran.result("runs").split()
+    assert re.search(r"\b10\b.*\b9\b", ran.result("outputs")), ran.tails()
+
+    async_report = _report_text(first, tmp_path / "first")
+    assert "port-report-main total=10" in async_report
+    assert "port-report-details-tab" in async_report
+    sync_report = _report_text(second, tmp_path / "second")
+    assert "port-report-replacement max=9" in sync_report
+    assert "port-report-replaced-away" not in sync_report  # replace() swapped it out
+
+
+def test_with_runcontext_name_env_vars_and_overwrite_cache(
+        tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("runcontext.py", tmp_path, shoal_home)
+    assert "unset:1" in ran.result("first"), ran.tails()
+    assert "unset:1" in ran.result("second"), ran.tails()  # a cache hit: the body did not run
+    assert "unset:2" in ran.result("third"), ran.tails()  # overwrite_cache: it ran again
+    assert ran.result("visits") == "2", ran.tails()
+    fourth = ran.result("fourth")
+    assert fourth.startswith("port-ctx-named ") and "mango:" in fourth, ran.tails()
+
+
+def test_io_file_and_dir_move_between_tasks(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("io_file_dir.py", tmp_path, shoal_home)
+    assert "[5, 60]" in ran.result("pipeline"), ran.tails()
+    assert re.search(r"\b3\b", ran.result("uploaded")), ran.tails()
+
+
+def test_io_dataframe_and_pandas_frames(tmp_path: Path, shoal_home: Path) -> None:
+    pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    ran = run_program("io_dataframe.py", tmp_path, shoal_home)
+    assert "[30, 3]" in ran.result("outputs"), ran.tails()
+
+
+def test_no_return_annotation_and_a_run_not_waited_for(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("no_return.py", tmp_path, shoal_home)
+    out = ran.result("outputs")
+    assert "None" in out or out == "()", ran.tails()
+    assert (tmp_path / "waited.txt").exists(), ran.tails()
+    # The script exited right after starting this run; the run finished all the same.
+    marker = tmp_path / "not-waited.txt"
+    assert marker.exists(), ran.tails()
+    assert marker.read_text() == "written to not-waited.txt by a task with no return annotation"
+
+
+def test_pydantic_models_and_str_enums_round_trip(tmp_path: Path, shoal_home: Path) -> None:
+    pytest.importorskip("pydantic")
+    ran = run_program("pydantic_enum.py", tmp_path, shoal_home)
+    assert "shirt 3750 red->green Quote/Color/Color" in ran.result("main"), ran.tails()
+    quote = ran.result("quote")
+    assert "shirt" in quote and "3750" in quote, ran.tails()
+
+
+def test_flyte_accelerator_names(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("accelerators.py", tmp_path, shoal_home)
+    assert "[5, 40]" in ran.result("outputs"), ran.tails()
+
+
+def test_a_failed_run_raises_on_wait_and_outputs(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("failed_run.py", tmp_path, shoal_home)
+    assert ran.result("wait").startswith("raised "), ran.tails()
+    assert "budget exceeded: 7 > 5" in ran.result("wait"), ran.tails()
+    assert "failed" in ran.result("phase").lower(), ran.tails()
+    assert "budget exceeded: 7 > 5" in ran.result("outputs"), ran.tails()
+
+
+def test_run_outputs_is_a_tuple_as_in_flyte(tmp_path: Path, shoal_home: Path) -> None:
+    ran = run_program("outputs_tuple.py", tmp_path, shoal_home)
+    assert ran.result("first") == "PORT!", ran.tails()
+
+
+def test_ddp_written_for_gpus_runs_on_emulated_gpus(tmp_path: Path, shoal_home: Path) -> None:
+    pytest.importorskip("torch")
+    ran = run_program("ddp_gpu.py", tmp_path, shoal_home, timeout=240)
+    m = re.search(r"world=(\d+) rank_sum=(\d+) in_sync=(\w+) loss=([\d.]+)", ran.result("outputs"))
+    assert m is not None, ran.tails()
+    assert (m[1], m[2], m[3]) == ("2", "1", "True"), ran.tails()
+    assert float(m[4]) < 0.1, ran.tails()  # it trained: the first step's loss is about 5
