@@ -14,8 +14,9 @@ from shoal._api.image import Image
 from shoal._api.io import Dir, File
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
-from shoal._driver.handle import Run, init, run
 from shoal._api.task import TaskTemplate
+from shoal._driver.handle import Run, run
+from shoal._driver.initialize import init, init_from_config
 
 __version__ = "0.1.0"
 
@@ -34,5 +35,6 @@ __all__ = [
     "ctx",
     "errors",
     "init",
+    "init_from_config",
     "run",
 ]
