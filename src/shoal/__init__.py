@@ -17,6 +17,7 @@ from shoal._api.resources import Resources
 from shoal._api.task import TaskTemplate
 from shoal._driver.handle import Run, run
 from shoal._driver.initialize import init, init_from_config
+from shoal._driver.runcontext import with_runcontext
 
 __version__ = "0.1.0"
 
@@ -37,4 +38,5 @@ __all__ = [
     "init",
     "init_from_config",
     "run",
+    "with_runcontext",
 ]

@@ -17,7 +17,7 @@ SRC = Path(shoal.__file__).parent
 PUBLIC = {
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
     "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "init", "init_from_config",
-    "run",
+    "run", "with_runcontext",
 }
 
 
