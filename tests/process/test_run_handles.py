@@ -86,6 +86,31 @@ def test_a_script_that_does_not_wait_still_finishes_its_run(project: Path,
     assert record(shoal_home, started["name"]).state == "succeeded"
 
 
+def test_a_run_failing_after_the_script_ended_says_so(project: Path, shoal_home: Path) -> None:
+    [started], _, err = script(project, "nowait_fail")
+    name = started["name"]
+    assert err.splitlines()[-1].startswith(f"shoal: run {name} failed: task "
+                                           "'script_driver.boom'")
+    assert err.splitlines()[-1].endswith(f"logs: shoal logs {name}")
+    assert record(shoal_home, name).state == "failed"
+
+
+def test_ctrl_c_that_ends_the_script_cancels_its_runs(project: Path, shoal_home: Path) -> None:
+    proc = start(project, "nowait_then_sleep")
+    assert proc.stdout is not None
+    name = json.loads(proc.stdout.readline())["name"]
+    deadline = time.monotonic() + 30
+    while record(shoal_home, name).state != "running":  # the script sleeps meanwhile
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt" in err  # the script's own traceback
+    assert f"cancelling run {name} (the script was interrupted)" in err
+    assert "waiting for run" not in err  # no second Ctrl-C needed
+    assert record(shoal_home, name).state == "cancelled"
+
+
 def _processes_of(run: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
@@ -216,6 +241,15 @@ def test_run_names_are_unique() -> None:
     assert run.name == "nightly_1" and run.wait(quiet=True).outputs() == 0
     with pytest.raises(SpecError, match="already exists"):
         shoal.with_runcontext(name="nightly_1").run(scripts.hello, 0)
+
+
+def test_wait_for_running_then_terminal() -> None:
+    run = shoal.run(scripts.sleepy, 1.0)
+    assert run.wait(wait_for="running", quiet=True) is run
+    assert run.phase == "running" and not run.done()
+    assert run.wait(quiet=True).phase == "succeeded"
+    with pytest.raises(SpecError, match="wait_for"):
+        run.wait(wait_for="started")
 
 
 def test_raw_data_path_is_where_the_run_stores(tmp_path: Path, shoal_home: Path) -> None:

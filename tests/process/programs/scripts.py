@@ -72,6 +72,13 @@ def main(scenario: str, arg: str | None) -> None:
     elif scenario == "nowait":
         run = shoal.run(sleepy, float(arg or "1"))
         print(json.dumps({"name": run.name}), flush=True)
+    elif scenario == "nowait_fail":
+        run = shoal.run(boom)
+        print(json.dumps({"name": run.name}), flush=True)
+    elif scenario == "nowait_then_sleep":
+        run = shoal.run(sleepy, 60.0)
+        print(json.dumps({"name": run.name}), flush=True)
+        time.sleep(60)
     elif scenario == "config":
         shoal.init_from_config(arg) if arg else shoal.init_from_config()
         run = shoal.run(hello, 1)
