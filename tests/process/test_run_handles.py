@@ -19,7 +19,7 @@ import pytest
 import shoal
 from shoal._runtime import contract
 from shoal._storage.records import Records
-from shoal.errors import SpecError
+from shoal.errors import SpecError, TaskTimeout
 
 from .programs import scripts
 
@@ -250,6 +250,15 @@ def test_wait_for_running_then_terminal() -> None:
     assert run.wait(quiet=True).phase == "succeeded"
     with pytest.raises(SpecError, match="wait_for"):
         run.wait(wait_for="started")
+
+
+def test_a_timeout_is_flytes_timed_out_phase() -> None:
+    run = shoal.run(scripts.too_slow)
+    with pytest.raises(TaskTimeout):
+        run.wait(quiet=True)
+    assert (run.phase, run.status) == ("timed_out", "failed")
+    with pytest.raises(TaskTimeout):
+        run.outputs()
 
 
 def test_raw_data_path_is_where_the_run_stores(tmp_path: Path, shoal_home: Path) -> None:

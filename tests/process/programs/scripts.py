@@ -53,6 +53,12 @@ def sleepy(seconds: float) -> float:
     return seconds
 
 
+@driver.task(timeout=0.5)
+def too_slow() -> int:
+    time.sleep(30)
+    return 0
+
+
 def main(scenario: str, arg: str | None) -> None:
     if scenario == "wait":
         shoal.init_from_config()
