@@ -18,7 +18,9 @@ from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
 from shoal._api.task import TaskTemplate
 from shoal._api.trace import trace
-from shoal._driver.handle import Run, init, run
+from shoal._driver.handle import Run, run
+from shoal._driver.initialize import init, init_from_config
+from shoal._driver.runcontext import with_runcontext
 
 __version__ = "0.1.0"
 
@@ -44,8 +46,10 @@ __all__ = [
     "errors",
     "group",
     "init",
+    "init_from_config",
     "io",
     "report",
     "run",
     "trace",
+    "with_runcontext",
 ]

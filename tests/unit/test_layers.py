@@ -17,8 +17,8 @@ SRC = Path(shoal.__file__).parent
 PUBLIC = {
     "AMD_GPU", "GPU", "HABANA_GAUDI", "TPU", "Device", "Neuron",
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
-    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init", "io",
-    "report", "run", "trace",
+    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init",
+    "init_from_config", "io", "report", "run", "trace", "with_runcontext",
 }
 
 

@@ -66,6 +66,7 @@ from shoal._api.image_layers import (
     WorkDir,
     context_name,
 )
+from shoal._runtime import contract
 from shoal.errors import SpecError
 
 __all__ = [
@@ -308,10 +309,13 @@ class Image:
         return digest.hexdigest()[:TAG_LENGTH]
 
     def uri(self, registry: str | None = None) -> str:
-        """``registry/name:tag`` (``registry`` overrides the image's own), or the base as-is."""
+        """``registry/name:tag`` (``registry`` overrides the image's own, which overrides
+        ``$SHOAL_IMAGE_REGISTRY``, the config file's ``image.registry``), or the base as-is."""
         if not self.needs_build:
             return self.base_image
         reg = self.registry if registry is None else check_registry("registry", registry)
+        if reg is None and os.environ.get(contract.IMAGE_REGISTRY):
+            reg = check_registry(contract.IMAGE_REGISTRY, os.environ[contract.IMAGE_REGISTRY])
         ref = f"{self.name}:{self.tag}"
         return f"{reg.rstrip('/')}/{ref}" if reg else ref
 

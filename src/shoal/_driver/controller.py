@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shoal._driver.run_options import RunOptions
 from shoal._driver.traces import TraceKeeper
 from shoal._engines.base import AttemptRef, Engine
 from shoal._runtime import contract
@@ -53,7 +54,8 @@ def _quiet(kind: str, action: str, data: dict[str, Any]) -> None:
 class Controller:
     def __init__(self, *, run: str, records: Records, store: Store, engine: Engine,
                  home: Path, reporter: Reporter | None = None,
-                 resumes: list[str] | None = None, envs: Iterable[EnvSpec] = ()) -> None:
+                 resumes: list[str] | None = None, envs: Iterable[EnvSpec] = (),
+                 options: RunOptions | None = None) -> None:
         self.run = run
         self.resumes = list(resumes or [])  # the runs this one resumes, newest first
         self.records = records
@@ -69,6 +71,7 @@ class Controller:
         self.backoff = contract.retry_backoff()
         self.traces = TraceKeeper(run=run, records=records, resumes=self.resumes,
                                   report=self.report)
+        self.options = options or RunOptions()  # `shoal.with_runcontext(...)`
 
     # -- what the engine alone sees ----------------------------------------------------------
     def engine_event(self, kind: str, action: str, data: dict[str, Any]) -> None:
@@ -168,13 +171,14 @@ class Controller:
         return self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
 
     async def _execute(self, call: CallSpec, action: str) -> Any:
+        call = self.options.apply(call)
         task, rec = call.task, self.records
         self._envs[action] = task.env.name
         self._reach.setdefault(task.env.name, task.env.reachable)
         key = self._key(call)
         replayed = self._replay(call, action) if self.resumes else None
         hit = (self._cache_get(call, key) if key and task.cache.behavior == "auto"
-               and replayed is None else None)
+               and replayed is None and self.options.cache_read else None)
         # One transaction for the writes that start a call: a fan-out makes hundreds a second.
         with rec.batch():
             rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
@@ -220,7 +224,7 @@ class Controller:
                 raise
             elapsed = time.monotonic() - t0
             if outcome.failure is None:
-                if key is not None:
+                if key is not None and self.options.cache_write:
                     self._cache_put(call, key, action, outcome.output)
                 with rec.batch():
                     rec.finish_attempt(self.run, action, attempt, state="succeeded")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._driver.controller import Controller, Reporter
+from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
@@ -53,11 +54,14 @@ class Runner:
                  name: str | None = None, engine: str = "local",
                  reporter: Reporter | None = None, records: Records | None = None,
                  engine_options: dict[str, Any] | None = None,
-                 resume: str | None = None) -> None:
-        self.call = call
-        self.envs = envs or [call.task.env]
+                 resume: str | None = None, store: str | None = None,
+                 options: RunOptions | None = None) -> None:
+        self.options = options or RunOptions()
+        self.call = self.options.apply(call)
+        self.envs = [self.options.apply_env(e) for e in envs or [call.task.env]]
         self.home = contract.home()
-        self.store_uri = contract.store_uri()
+        self.store_uri = store or contract.store_uri()
+        self._registered = False
         self.records = records or Records(self.home / "shoal.db")
         self.name = name or self.records.new_run_name()
         # `shoal run --resume`: the runs this one continues, newest first. Checkpoints belong
@@ -72,16 +76,27 @@ class Runner:
     def dry_run(self) -> str:
         return self.engine.dry_run(self.call)
 
+    def register(self) -> None:
+        """Record the run (state ``queued``) now: a taken name fails here, in the caller."""
+        if self._registered:
+            return
+        self.records.create_run(name=self.name, task=self.call.task.name,
+                                code_file=self.call.task.code_file, engine=self.engine_kind,
+                                store=self.store_uri, inputs=dict(self.call.inputs),
+                                engine_pid=os.getpid(), engine_host=socket.gethostname(),
+                                resumed_from=self.resumes[0] if self.resumes else None)
+        self._registered = True
+        if self.options != RunOptions():
+            self.records.add_event(self.name, "run_context", "run context: " + ", ".join(
+                f"{k}={v}" for k, v in self.options.record().items() if v),
+                data=self.options.record())
+
     async def run(self) -> RunOutcome:
         rec, name = self.records, self.name
-        rec.create_run(name=name, task=self.call.task.name, code_file=self.call.task.code_file,
-                       engine=self.engine_kind, store=self.store_uri,
-                       inputs=dict(self.call.inputs), engine_pid=os.getpid(),
-                       engine_host=socket.gethostname(),
-                       resumed_from=self.resumes[0] if self.resumes else None)
+        self.register()
         controller = Controller(run=name, records=rec, store=open_store(self.store_uri),
                                 engine=self.engine, home=self.home, reporter=self.reporter,
-                                resumes=self.resumes, envs=self.envs)
+                                resumes=self.resumes, envs=self.envs, options=self.options)
         rec.set_run_state(name, "running")
         root = asyncio.ensure_future(self._drive(controller))
         watchers = [asyncio.ensure_future(self._heartbeat()),

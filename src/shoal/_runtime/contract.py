@@ -27,6 +27,13 @@ PREFIX = "SHOAL_"  # every Shoal variable starts with it; users may not set such
 HOME = "SHOAL_HOME"  # local state: SQLite records, logs, the default file:// store
 STORE = "SHOAL_STORE"  # object-store root URI (file:///..., s3://bucket/prefix, gs://...)
 ENGINE = "SHOAL_ENGINE"  # default engine for `shoal run` ("local" or "kubernetes")
+# The config file `shoal.init_from_config()` reads when given no path (see `_driver/config.py`).
+CONFIG = "SHOAL_CONFIG"
+# Base URL of `shoal ui`; a run's page is `<base>/runs/<run name>` (see `run_url`).
+UI_URL = "SHOAL_UI_URL"
+DEFAULT_UI_PORT = 8484
+# Registry of built `shoal.Image`s that name none themselves (config key image.registry).
+IMAGE_REGISTRY = "SHOAL_IMAGE_REGISTRY"
 # S3-compatible endpoint override (a MinIO or loopback server); credentials use the standard
 # AWS_* variables, which Shoal passes through untouched.
 S3_ENDPOINT = "SHOAL_S3_ENDPOINT"
@@ -94,6 +101,21 @@ def store_uri() -> str:
     if value:
         return value
     return (home() / "store").resolve().as_uri()
+
+
+def engine() -> str:
+    """The engine runs start on: ``$SHOAL_ENGINE``, else ``local``."""
+    return os.environ.get(ENGINE) or "local"
+
+
+def ui_url() -> str:
+    """The base URL of `shoal ui`: ``$SHOAL_UI_URL``, else ``http://127.0.0.1:8484``."""
+    return (os.environ.get(UI_URL) or f"http://127.0.0.1:{DEFAULT_UI_PORT}").rstrip("/")
+
+
+def run_url(run: str) -> str:
+    """The page of one run in `shoal ui`: the one URL scheme `Run.url` and the UI share."""
+    return f"{ui_url()}/runs/{run}"
 
 
 def priority_classes() -> dict[str, int]:

@@ -30,7 +30,7 @@ def _kubernetes(envs: dict[str, object], args: argparse.Namespace) -> int:
                           "machine (no API server is reachable). Fix: `shoal deploy --engine "
                           "kubernetes --dry-run --out DIR FILE` and `kubectl apply -f DIR`")
     if args.store:
-        from shoal._driver.handle import init
+        from shoal._driver.initialize import init
 
         init(store=args.store)
     config = kube.kube_config(args.kube_settings)

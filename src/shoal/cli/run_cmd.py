@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._driver.handle import init
+    from shoal._driver.initialize import init
     from shoal._driver.runner import Runner
     from shoal._runtime.loader import find_task
     from shoal.cli.args import parse_task_args

@@ -55,6 +55,10 @@ class Worker:
     async def kill(self, grace: float = 0.0) -> None:
         self.healthy = False
         await procs.kill_tree(self.proc.pid, grace)
+        # Reap it while the loop runs: a child reaped after the loop closed makes asyncio log
+        # "Loop ... that handles pid ... is closed" when a cancelled run ends.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), 1.0)
 
 
 # Called with (worker, message) when a task on that worker calls another task (Submit) or a

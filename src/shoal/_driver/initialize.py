@@ -1,0 +1,123 @@
+"""`shoal.init()` and `shoal.init_from_config()`: the engine, store and home of the runs this
+process starts. Child processes inherit the choice through the environment contract."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from shoal._driver import handle
+from shoal._driver.syncaio import SyncAio
+from shoal._runtime import contract
+from shoal.errors import SpecError
+
+_ENGINES = ("local",)
+
+
+def init(*, engine: str = "local", store: str | None = None, home: str | None = None) -> None:
+    """Choose the engine and the object store for runs started from this process.
+
+    ``store`` is a root URI (``file:///path``, ``s3://bucket/prefix``, ``gs://bucket``); the
+    default is ``file://$SHOAL_HOME/store``. Child processes inherit the choice.
+    """
+    if engine not in _ENGINES:
+        raise SpecError("init(engine=...)", engine, f"must be one of {', '.join(_ENGINES)}",
+                        "use engine='local'")
+    os.environ[contract.ENGINE] = engine
+    if home is not None:
+        os.environ[contract.HOME] = os.path.abspath(os.path.expanduser(home))
+    if store is not None:
+        from shoal._storage.store import open_store
+
+        open_store(store)  # validates the URI now, not at the first write
+        os.environ[contract.STORE] = store
+
+
+def refuse_unless(call: str, name: str, value: object, default: object, rule: str,
+                  fix: str) -> None:
+    """A Flyte parameter Shoal cannot honour: accepted at its default only."""
+    if value != default:
+        raise SpecError(f"{call}({name}=...)", value, rule, fix)
+
+
+def set_log_level(call: str, level: int | str | None) -> None:
+    """Flyte's ``log_level``: the level of Shoal's own logger ("shoal") in this process and
+    its task processes (``SHOAL_LOG_LEVEL``)."""
+    if level is None:
+        return
+    value = logging.getLevelName(level.upper()) if isinstance(level, str) else level
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{call}(log_level=...)", level, "must be a logging level",
+                        "use logging.DEBUG, logging.INFO, or a name such as 'INFO'")
+    logging.getLogger("shoal").setLevel(value)
+    os.environ[contract.LOG_LEVEL] = str(value)
+
+
+def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
+                      root_dir: str | os.PathLike[str] | None = None,
+                      log_level: int | str | None = None, log_format: str = "console",
+                      user_log_level: int | None = None, org: str | None = None,
+                      project: str | None = None, domain: str | None = None,
+                      storage: str | None = None, batch_size: int = 1000,
+                      image_builder: str | None = None, images: Any = None,
+                      sync_local_sys_paths: bool = True) -> None:
+    """Set up this process from a config file, the way Flyte's ``init_from_config`` does.
+
+    With no path, the file is searched for (``$SHOAL_CONFIG``, ``./.shoal/config.yaml``,
+    ``~/.shoal/config.yaml``, then Flyte's places; see `shoal._driver.config`); with none
+    found, runs use the local engine and the defaults, and nothing is printed. Flyte's keys
+    that need a Flyte control plane (``admin.endpoint``...) print one warning line each.
+    ``storage`` is a store URI here (Flyte: a storage object); ``org``/``project``/``domain``
+    become labels of every run.
+    """
+    from shoal._driver import config
+
+    call = "init_from_config"
+    if path_or_config is not None and not isinstance(path_or_config, str | os.PathLike):
+        raise SpecError(f"{call}(path_or_config=...)", path_or_config,
+                        "must be the path of a config file", "pass a path, or nothing")
+    refuse_unless(call, "log_format", log_format, "console", "Shoal's logs are plain lines",
+                  "leave log_format out")
+    refuse_unless(call, "user_log_level", user_log_level, None, "Shoal does not configure "
+                  "your loggers", "call logging.basicConfig(level=...) in your tasks")
+    refuse_unless(call, "batch_size", batch_size, 1000, "it sizes a Flyte control plane's "
+                  "listings; Shoal reads its records locally", "leave batch_size out")
+    refuse_unless(call, "image_builder", image_builder if image_builder != "local" else None,
+                  None, "Shoal builds images on this machine only (`shoal image build`)",
+                  "use image_builder='local' or leave it out")
+    refuse_unless(call, "images", images or None, None, "Shoal has no named image "
+                  "references", "give the image to the environment: "
+                  "TaskEnvironment(image='ghcr.io/org/img:tag')")
+    refuse_unless(call, "sync_local_sys_paths", sync_local_sys_paths, True, "Shoal's tasks "
+                  "import your code from its folder, locally and in its code bundle",
+                  "leave sync_local_sys_paths out")
+    if storage is not None and not isinstance(storage, str):
+        raise SpecError(f"{call}(storage=...)", storage, "must be a store URI",
+                        "pass storage='s3://bucket/prefix', or set store: in the config file")
+    root = Path(root_dir) if root_dir is not None else None
+    path = config.find(path_or_config, root)
+    settings = config.load(path) if path is not None else config.Settings()
+    for note in settings.notes:
+        print(f"shoal: warning: {note}", file=sys.stderr, flush=True)
+    init(engine=settings.engine, store=storage or settings.store, home=settings.home)
+    if settings.ui_url:
+        os.environ[contract.UI_URL] = settings.ui_url
+    if settings.image_registry:
+        os.environ[contract.IMAGE_REGISTRY] = settings.image_registry
+    labels = dict(settings.labels)
+    for key, value in (("org", org), ("project", project), ("domain", domain)):
+        if value is not None:
+            labels[key] = str(value)
+    handle.DEFAULT_LABELS.clear()
+    handle.DEFAULT_LABELS.update(labels)
+    set_log_level(call, log_level)
+
+
+async def _init_from_config_aio(*args: Any, **kwargs: Any) -> None:
+    _init_from_config(*args, **kwargs)
+
+
+init_from_config = SyncAio(_init_from_config, _init_from_config_aio)
