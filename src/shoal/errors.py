@@ -7,8 +7,14 @@
     │   ├── MissingDependencyError  a task calls an environment not reachable via depends_on
     │   ├── InputError            a value does not match the declared type
     │   └── NotFoundError         a run, action, task or file the user named does not exist
-    ├── TaskFailed                a task raised, crashed, was killed or ran out of retries
-    │   └── TaskTimeout           ... because it ran past its `timeout`
+    ├── TaskFailed                a task failed after its retries (Flyte: BaseRuntimeError);
+    │   │                         `.code` and `.kind` say how, `.info` where
+    │   ├── RuntimeUserError      ... the task's code raised (code: the exception's type name)
+    │   │   ├── OOMError          ... it went past its memory limit and was killed
+    │   │   ├── TaskTimeout       ... it ran past its `timeout` (Flyte: TaskTimeoutError)
+    │   │   └── NonRecoverableError  raised by a task to fail at once, without retries
+    │   ├── RuntimeSystemError    ... Shoal or the machine failed under it
+    │   └── RuntimeUnknownError   ... its process died (a signal, an exit code)
     ├── RunCancelled              the run was cancelled (`shoal cancel`)
     └── ShoalSystemError          Shoal itself or its infrastructure failed
         ├── StoreError            the object store failed (third-party errors translated here)
@@ -24,18 +30,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "BaseRuntimeError",
     "EngineError",
     "InputError",
     "MissingDependencyError",
+    "NonRecoverableError",
     "NotFoundError",
+    "OOMError",
     "ObjectNotFound",
     "RunCancelled",
+    "RuntimeSystemError",
+    "RuntimeUnknownError",
+    "RuntimeUserError",
     "ShoalError",
     "ShoalSystemError",
     "SpecError",
     "StoreError",
     "TaskFailed",
     "TaskTimeout",
+    "TaskTimeoutError",
     "UnsupportedTypeError",
     "UserError",
 ]
@@ -114,7 +127,7 @@ class FailureInfo:
     task: str
     action: str
     attempt: int
-    kind: str  # "user" (the task raised), "crash" (process died), "timeout", "system"
+    kind: str  # "user" (the task raised), "crash" (process died), "oom", "timeout", "system"
     message: str
     exit_code: int | None = None
     signal: str | None = None
@@ -122,14 +135,34 @@ class FailureInfo:
     node: int | None = None
     log_tail: str = ""
     traceback: str = ""
+    error_type: str = ""  # the exception's class name, when the task raised
 
 
 class TaskFailed(ShoalError):
-    """A task failed after all its retries. ``info`` says where and how."""
+    """A task failed after all its retries. ``info`` says where and how.
+
+    Raised as the subclass its kind names (`failure_error`), so code written for Flyte 2 that
+    catches ``flyte.errors.RuntimeUserError`` and reads ``e.code`` works unchanged.
+    """
 
     def __init__(self, info: FailureInfo) -> None:
         self.info = info
         super().__init__(self.render())
+
+    @property
+    def code(self) -> str:
+        """Flyte's error code: the exception's type name for a task that raised, else the
+        kind of failure ("OOMKilled", "Timeout", "Killed", "SystemError")."""
+        i = self.info
+        if i.kind == "user":
+            return i.error_type or "UserError"
+        return {"oom": "OOMKilled", "timeout": "Timeout", "crash": "Killed"}.get(i.kind,
+                                                                                 "SystemError")
+
+    @property
+    def kind(self) -> str:
+        """Flyte's error kind: "user", "system" or "unknown"."""
+        return {"crash": "unknown", "system": "system"}.get(self.info.kind, "user")
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.info,))
@@ -156,8 +189,54 @@ class TaskFailed(ShoalError):
         return text
 
 
-class TaskTimeout(TaskFailed):
+BaseRuntimeError = TaskFailed  # Flyte 2's name for the base of task failures
+
+
+class RuntimeUserError(TaskFailed):
+    """The task's own code raised; ``code`` is the exception's type name."""
+
+
+class OOMError(RuntimeUserError):
+    """The task went past its memory limit and its process tree was killed."""
+
+
+class TaskTimeout(RuntimeUserError):
     """A task ran past its ``timeout``; its whole process tree was killed."""
+
+
+TaskTimeoutError = TaskTimeout  # Flyte 2's name
+
+
+class NonRecoverableError(RuntimeUserError):
+    """Raise it in a task (``raise NonRecoverableError("bad input")``) to fail the call at once:
+    the controller spends no retries on it. Caught by a caller, it is a `RuntimeUserError`."""
+
+    def __init__(self, info: FailureInfo | str, code: str = "NonRecoverableError") -> None:
+        if isinstance(info, str):  # raised by user code with a message
+            info = FailureInfo(task="", action="", attempt=0, kind="user", message=info,
+                               error_type="NonRecoverableError")
+        self.raised_by_user = not info.task
+        super().__init__(info)
+
+    def render(self) -> str:
+        return self.info.message if self.raised_by_user else super().render()
+
+
+class RuntimeSystemError(TaskFailed):
+    """Shoal or the machine failed under the task (not the task's code)."""
+
+
+class RuntimeUnknownError(TaskFailed):
+    """The task's process died: a signal or an exit code, with no exception of its own."""
+
+
+def failure_error(info: FailureInfo) -> TaskFailed:
+    """The error a failed call raises in its caller, of the class its kind names."""
+    if info.error_type == "NonRecoverableError":
+        return NonRecoverableError(info)
+    cls: type[TaskFailed] = {"user": RuntimeUserError, "oom": OOMError, "timeout": TaskTimeout,
+                             "crash": RuntimeUnknownError}.get(info.kind, RuntimeSystemError)
+    return cls(info)
 
 
 class RunCancelled(ShoalError):

@@ -38,8 +38,7 @@ from shoal.errors import (
     MissingDependencyError,
     NotFoundError,
     ObjectNotFound,
-    TaskFailed,
-    TaskTimeout,
+    failure_error,
 )
 
 # Reporter(kind, action, data): live progress for a CLI or notebook; must not block.
@@ -235,6 +234,8 @@ class Controller:
             rec.finish_attempt(self.run, action, attempt, state="failed",
                                exit_code=failure.exit_code, signal=failure.signal,
                                error=failure.message)
+            if failure.error_type == "NonRecoverableError":
+                break  # the task said a retry cannot help (Flyte 2's rule)
             if attempt < task.retries:
                 delay = min(self.backoff * 2**attempt, MAX_BACKOFF)
                 rec.add_event(self.run, "retry", f"{task.name} attempt {attempt} failed "
@@ -244,7 +245,7 @@ class Controller:
                                               "message": failure.message, "delay": delay})
                 await asyncio.sleep(delay)
         assert failure is not None  # the loop ran at least once and did not return
-        error = (TaskTimeout if failure.kind == "timeout" else TaskFailed)(failure)
+        error = failure_error(failure)
         rec.set_action_state(self.run, action, "failed", error=str(error))
         self.report("failed", action, {"task": task.name, "message": failure.message})
         raise error

@@ -126,7 +126,7 @@ def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException)
 
     report = {
         "rank": rank, "local_rank": local_rank, "node": node.node_rank, "at": time.time(),
-        "message": f"{type(e).__name__}: {e}",
+        "message": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
         "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
     }
     try:

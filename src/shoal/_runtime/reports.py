@@ -33,6 +33,7 @@ class FirstFailure:
     exit_code: int | None = None
     signal: str | None = None
     traceback: str = ""
+    error_type: str = ""  # the class name of the rank's exception
     reports: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -74,4 +75,5 @@ def first_failure(store: Store, folder: str) -> FirstFailure | None:
     return FirstFailure(rank=rank, node=first.get("node"), message=how,
                         raised=bool(rank_report), exit_code=node_report.get("exit_code"),
                         signal=node_report.get("signal"),
-                        traceback=rank_report.get("traceback", ""), reports=reports)
+                        traceback=rank_report.get("traceback", ""),
+                        error_type=rank_report.get("error_type", ""), reports=reports)

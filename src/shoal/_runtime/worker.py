@@ -47,13 +47,15 @@ class _Redirect:
 
 
 def _failure(order: m.Run, exc: BaseException, kind: str) -> FailureInfo:
-    if isinstance(exc, TaskFailed):
+    if isinstance(exc, TaskFailed) and not getattr(exc, "raised_by_user", False):
         message = f"a task it called failed: {exc.info.task} ({exc.info.message})"
+        error_type = exc.code  # what the callee's failure was, for the caller's caller
     else:
         message = f"{type(exc).__name__}: {exc}"
+        error_type = type(exc).__name__
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return FailureInfo(task=order.task, action=order.action, attempt=order.attempt, kind=kind,
-                       message=message, traceback=tb)
+                       message=message, traceback=tb, error_type=error_type)
 
 
 def _checkpoint(order: m.Run) -> Any:

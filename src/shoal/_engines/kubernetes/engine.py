@@ -334,13 +334,14 @@ class _Follow:
                 "timeout" if timed_out else "user" if first.raised else "crash",
                 f"rank {rank} failed first (restart {restart}): {first.message}",
                 exit_code=exit_code, signal=sig, rank=rank, node=node,
-                log_tail=await self._tail(pod), traceback=first.traceback)
+                log_tail=await self._tail(pod), traceback=first.traceback,
+                error_type=first.error_type)
         f = self._pod_failure(restart)
         if f is not None:
             what = f.reason or "Error"
             how = f"killed by {f.signal}" if f.signal else f"exit code {f.exit_code}"
             return self._info(
-                "timeout" if timed_out else "crash",
+                "timeout" if timed_out else "oom" if f.reason == "OOMKilled" else "crash",
                 f"node {f.node} (pod {f.pod}) failed first (restart {restart}): {what}, {how}"
                 + (f"; {f.message}" if f.message else ""),
                 exit_code=None if f.signal else f.exit_code, signal=f.signal or None,

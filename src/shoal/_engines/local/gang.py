@@ -239,5 +239,5 @@ class GangRunner:
             kind="user" if first.raised else "crash",
             message=f"rank {rank} failed first (restart {restart}): {first.message}",
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
-            log_tail=tail, traceback=first.traceback,
+            log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
