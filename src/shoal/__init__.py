@@ -12,10 +12,11 @@ from shoal._api.context import TaskContext, ctx
 from shoal._api.environment import TaskEnvironment
 from shoal._api.image import Image
 from shoal._api.io import Dir, File
+from shoal._api.map import map
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
-from shoal._driver.handle import Run, init, run
 from shoal._api.task import TaskTemplate
+from shoal._driver.handle import Run, init, run
 
 __version__ = "0.1.0"
 
@@ -34,5 +35,6 @@ __all__ = [
     "ctx",
     "errors",
     "init",
+    "map",
     "run",
 ]

@@ -16,7 +16,7 @@ SRC = Path(shoal.__file__).parent
 
 PUBLIC = {
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
-    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "init", "run",
+    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "init", "map", "run",
 }
 
 
