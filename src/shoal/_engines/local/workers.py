@@ -1,4 +1,4 @@
-"""Warm worker processes of the local engine, one set per environment.
+"""Warm worker processes of the local engine, one set per environment and process environment.
 
 A worker is started once and then runs call after call (an interpreter start and the user's
 imports cost far more than a call), one call at a time. The engine keeps one Unix socket; each
@@ -30,7 +30,7 @@ class WorkerDied(Exception):
 @dataclass(eq=False)
 class Worker:
     worker_id: str
-    env: str
+    env: str  # its key (`plan.worker_key`): the environment and the variables it started with
     proc: asyncio.subprocess.Process
     log_path: Path
     writer: asyncio.StreamWriter | None = None
