@@ -99,3 +99,18 @@ def test_map_validates_its_arguments() -> None:
         shoal.map(functools.partial(add, 1), [1], [2])
     assert list(shoal.map(functools.partial(add, y=10), [1, 2])) == [11, 12]
     assert list(shoal.map(add)) == []
+
+
+def test_map_reads_its_inputs_lazily_and_stops_at_the_shortest() -> None:
+    import itertools
+
+    assert list(shoal.map(add, itertools.count(), range(3))) == [0, 2, 4]
+
+
+def test_map_from_a_rank_of_a_gang_is_refused_even_with_return_exceptions() -> None:
+    from shoal._api.context import TaskContext, running
+
+    rank = TaskContext(run_name="r", action="a0.1", task=train.name, env=gang.name, rank=1,
+                       in_gang=True)
+    with running(rank), pytest.raises(SpecError, match="a clustered task cannot call"):
+        list(shoal.map(add, [1], [2], return_exceptions=True))

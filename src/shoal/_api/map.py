@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import threading
@@ -115,7 +116,12 @@ class _Window:
                     self.running -= 1
                 self.exhausted = True
                 return
-            fut = self.mapped.submit(item)
+            try:
+                fut = self.mapped.submit(item)
+            except BaseException:  # a bad input fails at the call site, as a task call does
+                with self.lock:
+                    self.running -= 1
+                raise
             self.pending.append(fut)
             fut.add_done_callback(self._settled)
 
@@ -172,6 +178,7 @@ class _Mapper:
         if not iterables:
             return
         items = zip(*iterables, strict=False)  # as zip and Flyte: the shortest ends it
+        mapped.task._refuse_from_gang(ctx())
         if ctx().client is None:
             for item in items:
                 try:
@@ -210,6 +217,7 @@ class _Mapper:
         if not iterables:
             return
         items = zip(*iterables, strict=False)  # as zip and Flyte: the shortest ends it
+        mapped.task._refuse_from_gang(ctx())
         if ctx().client is None:
             for item in items:
                 try:
@@ -225,7 +233,9 @@ class _Mapper:
         wake = asyncio.Event()
 
         def settled() -> None:  # on the client's I/O thread
-            loop.call_soon_threadsafe(wake.set)
+            # The loop may be gone: a consumer that stopped iterating and ended its loop.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake.set)
 
         window = _Window(mapped, items, return_exceptions, settled)
         while True:
