@@ -108,3 +108,11 @@ def test_map_refuses_what_is_not_a_task_call() -> None:
         shoal.map(mapping.square, [1], concurrency=-1)
     with pytest.raises(SpecError, match="one iterable per remaining parameter"):
         shoal.map(mapping.add, [1])
+
+
+def test_workers_of_old_env_vars_overrides_do_not_pile_up() -> None:
+    from shoal._engines.local.workers import KEYS_KEPT_PER_ENV
+
+    used, alive = shoal.run(mapping.many_env_overrides, 7).outputs()
+    assert used == 7  # each call ran in a worker started with its own variables
+    assert alive <= KEYS_KEPT_PER_ENV

@@ -160,3 +160,19 @@ def timeout_override() -> str:
 def cache_override(folder: str) -> list[int]:
     cached = counted.override(cache="auto")
     return [cached(4, folder), cached(4, folder), counted(4, folder)]
+
+
+@mapper.task
+def many_env_overrides(k: int) -> list[int]:
+    """Calls with k different env_vars, one after another: [workers used, those still alive]."""
+    import psutil
+
+    pids = {int(read_env.override(env_vars={"MODE": f"m{i}"})().split()[1]) for i in range(k)}
+    engine = psutil.Process().parent()
+    assert engine is not None
+    deadline = time.monotonic() + 10
+    while True:  # the ones told to shut down exit on their own, soon
+        alive = [p for p in engine.children() if p.pid in pids and p.status() != "zombie"]
+        if len(alive) <= 4 or time.monotonic() > deadline:
+            return [len(pids), len(alive)]
+        time.sleep(0.05)

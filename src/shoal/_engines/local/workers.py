@@ -57,6 +57,10 @@ class Worker:
         await procs.kill_tree(self.proc.pid, grace)
 
 
+# Idle workers are kept for this many process environments of one environment at most:
+# `task.override(env_vars=...)` with a new value per call would otherwise leave a worker per call.
+KEYS_KEPT_PER_ENV = 4
+
 # Called with (worker, Submit) when a task on that worker calls another task.
 SubmitHandler = Callable[[Worker, m.Submit], None]
 
@@ -146,6 +150,18 @@ class WorkerSet:
         worker.current = None
         if worker.healthy and worker.proc.returncode is None:
             self._idle.setdefault(worker.env, []).append(worker)
+            self._idle[worker.env] = self._idle.pop(worker.env)  # the most recently used last
+            self._trim(worker.env.split("#")[0])
+
+    def _trim(self, env_name: str) -> None:
+        """End the idle workers of the least recently used process environments of
+        ``env_name`` beyond `KEYS_KEPT_PER_ENV`."""
+        keys = [k for k, idle in self._idle.items() if idle and k.split("#")[0] == env_name]
+        for key in keys[:-KEYS_KEPT_PER_ENV]:
+            for w in self._idle.pop(key):
+                w.healthy = False
+                with contextlib.suppress(EngineError, ConnectionError):
+                    w.send(m.Shutdown())  # it exits on its own; _watch forgets it
 
     def idle_count(self, env: str) -> int:
         return len(self._idle.get(env, []))
