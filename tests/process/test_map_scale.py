@@ -4,6 +4,7 @@ files and the engine's Python heap are the same after the last round as after th
 from __future__ import annotations
 
 import asyncio
+import gc
 import tracemalloc
 from typing import Any
 
@@ -31,6 +32,7 @@ def test_map_of_thousands_of_calls_does_not_grow() -> None:
     call = map_scale.map_rounds.make_call((N, ROUNDS, 32), {}, parent_action=None)
     envs = [e.spec() for e in map_scale.scale_driver.reachable().values()]
     runner = Runner(call, envs=envs, reporter=reporter)
+    gc.collect()
     tracemalloc.start()
     try:
         outcome = asyncio.run(runner.run())
@@ -41,7 +43,8 @@ def test_map_of_thousands_of_calls_does_not_grow() -> None:
     first, last = rounds[0], rounds[-1]
     assert last["workers"] == first["workers"] >= 1
     for key in ("driver_fds", "engine_fds", "workers_fds"):
-        assert last[key] == first[key], (key, [r[key] for r in rounds])
+        # <=: the engine is this test process, where earlier tests' garbage may close fds
+        assert last[key] <= first[key], (key, [r[key] for r in rounds])
     # A leak of one small object a call shows here: 64 bytes x 2,000 calls = 125 KiB.
     assert heap[-1] - heap[0] < 64 * 1024, [h - heap[0] for h in heap]
     # RSS also counts SQLite's page cache of the records (up to 2 MiB a connection), which
