@@ -111,7 +111,8 @@ class WorkerSet:
             await worker.kill()
             self._all.pop(worker_id, None)
             why = "exited" if exited in done else f"did not connect within {timeout:g}s"
-            raise EngineError(f"worker {worker_id} for environment {env!r} {why}; its log:\n"
+            raise EngineError(f"worker {worker_id} for environment {env.split('#')[0]!r} {why}; "
+                              "its log:\n"
                               + procs.log_tail(log_path))
         reader, worker.writer = hello.result()
         worker.tasks.append(asyncio.ensure_future(self._listen(worker, reader)))
