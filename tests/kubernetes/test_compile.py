@@ -316,3 +316,16 @@ def test_no_container_sets_a_variable_twice() -> None:
         for container in _pod_spec(obj)["containers"]:
             names = [e["name"] for e in container.get("env", [])]
             assert len(names) == len(set(names)), (obj["metadata"]["name"], names)
+
+
+# --- task.override ------------------------------------------------------------------------------
+
+def test_an_overridden_call_compiles_with_its_own_resources_and_env_vars() -> None:
+    over = seed_program.prepare.override(resources=shoal.Resources(cpu=3, memory="5Gi"),
+                                         env_vars={"SHARDS_HINT": "8"})
+    base_c, over_c = _container(_compile(seed_program.prepare)[0]), _container(_compile(over)[0])
+    assert over_c["resources"]["requests"]["cpu"] == "3"
+    assert over_c["resources"]["requests"]["memory"] == "5Gi"
+    assert base_c["resources"] != over_c["resources"]
+    assert {"name": "SHARDS_HINT", "value": "8"} in over_c["env"]
+    assert all(e["name"] != "SHARDS_HINT" for e in base_c["env"])

@@ -148,6 +148,14 @@ class TaskTemplate(Generic[F]):
             )
         return self._spec
 
+    def override(self, **changes: Any) -> TaskTemplate[F]:
+        """This task with other settings for its calls: ``retries``, ``timeout``, ``cache``,
+        ``resources``, ``env_vars`` (added to the environment's), ``secrets``,
+        ``pod_template``, ``interruptible``. Checked now, as ``@env.task`` checks them."""
+        from shoal._api.override import override_task
+
+        return override_task(self, **changes)
+
     # -- calling -----------------------------------------------------------------------
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         try:

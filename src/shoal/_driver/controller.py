@@ -63,7 +63,7 @@ class Controller:
         self.home = home
         self.report = reporter or _quiet
         self._counters: dict[str, Iterator[int]] = defaultdict(lambda: itertools.count(1))
-        self._envs: dict[str, str] = {}  # action -> environment name
+        self._envs: dict[str, str] = {}  # action -> environment name, while the action runs
         self._reach: dict[str, frozenset[str]] = {}  # environment -> what it may call
         # The run's environments as its driving process built them (`--override` applied).
         self._topology = {e.name: e.cluster for e in envs if e.cluster is not None}
@@ -95,7 +95,7 @@ class Controller:
 
     # -- entry points --------------------------------------------------------------------
     async def run_root(self, call: CallSpec) -> Any:
-        return await self._execute(call, "a0")
+        return await self._executed(call, "a0")
 
     async def handle(self, call: CallSpec | TraceCall | TraceOutcome) -> Any:
         """Serve what a running task asks (the engine's CallHandler): a call of another task,
@@ -110,8 +110,15 @@ class Controller:
             caller_reach = self._reach.get(caller_env)
             if caller_reach is not None and call.task.env.name not in caller_reach:
                 raise MissingDependencyError(caller_env, call.task.env.name, call.task.name)
-        return await self._execute(self._with_run_topology(call),
-                                   f"{parent}.{next(self._counters[parent])}")
+        return await self._executed(self._with_run_topology(call),
+                                    f"{parent}.{next(self._counters[parent])}")
+
+    async def _executed(self, call: CallSpec, action: str) -> Any:
+        try:
+            return await self._execute(call, action)
+        finally:
+            # Only a running action makes calls: holding what ended would grow with the run.
+            self._envs.pop(action, None)
 
     def _with_run_topology(self, call: CallSpec) -> CallSpec:
         """The call with its gang sized as the run was started: `shoal run --override` changes

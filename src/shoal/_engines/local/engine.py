@@ -20,7 +20,13 @@ from typing import Any
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._engines.local import procs
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
-from shoal._engines.local.plan import ProcessPlan, format_bytes, plan_process, request_for
+from shoal._engines.local.plan import (
+    ProcessPlan,
+    format_bytes,
+    plan_process,
+    request_for,
+    worker_key,
+)
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
@@ -117,7 +123,7 @@ class LocalEngine(Engine):
 
     async def prewarm(self, env: EnvSpec, code_file: str) -> None:
         """Start one worker of ``env`` ahead of need (hides its start-up time)."""
-        if self._workers is None or self._workers.idle_count(env.name):
+        if self._workers is None or self._workers.idle_count(worker_key(env, self.pool.capacity)):
             return
         with contextlib.suppress(EngineError):
             self._workers.give_back(await self._spawn(env, code_file))
@@ -142,17 +148,20 @@ class LocalEngine(Engine):
         worker_id = self._workers.new_id(env.name)
         plan = self.plan(env, code_file, worker_id)
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
-        return await self._workers.spawn(env.name, worker_id, plan.argv, dict(plan.environ), log)
+        return await self._workers.spawn(worker_key(env, self.pool.capacity), worker_id,
+                                         plan.argv, dict(plan.environ), log)
 
     def _admission(self, call: CallSpec) -> tuple[Request, int]:
-        """(request, priority) of a call; computed and warned about once per environment."""
-        env = call.task.env.name
-        if env not in self._admissions:
-            plan = self.plan(call.task.env, call.task.code_file)
+        """(request, priority) of a call; computed and warned about once per environment and
+        resources (``task.override(resources=...)`` changes them for one task's calls)."""
+        env = call.task.env
+        key = f"{env.name}#{env.resources!r}#{env.pod_template!r}"
+        if key not in self._admissions:
+            plan = self.plan(env, call.task.code_file)
             for note in (*plan.clamped, *plan.notes):
-                warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
-            self._admissions[env] = (plan.request, plan.priority)
-        return self._admissions[env]
+                warnings.warn(f"environment {env.name!r}: {note}", stacklevel=2)
+            self._admissions[key] = (plan.request, plan.priority)
+        return self._admissions[key]
 
     # -- clustered calls -------------------------------------------------------------------
     def gang_admission(self, call: CallSpec) -> tuple[Request, int]:
@@ -212,7 +221,7 @@ class LocalEngine(Engine):
         worker: Worker | None = None
         self._running[ref.action] = (reservation, set())
         try:
-            worker = (self._workers.take_idle(call.task.env.name)
+            worker = (self._workers.take_idle(worker_key(call.task.env, self.pool.capacity))
                       or await self._spawn(call.task.env, call.task.code_file))
             order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
                           task=call.task.name, code_file=call.task.code_file,

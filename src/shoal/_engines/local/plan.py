@@ -5,6 +5,7 @@ The engine spawns exactly what this module returns, so what ``--dry-run`` prints
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Mapping
@@ -73,6 +74,15 @@ def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str]
         out["CUDA_VISIBLE_DEVICES"] = ""
         out[contract.GPUS_EMULATED] = "1"
     return out
+
+
+def worker_key(env: EnvSpec, capacity: Request) -> str:
+    """Which warm workers may run a call of ``env``: those whose process environment is the
+    one this call's spec asks for. ``task.override(env_vars=...)`` gives a call of the same
+    environment other variables, and a worker cannot change the variables it started with."""
+    emulated = request_for(env).gpu > capacity.gpu
+    facts = repr((sorted(env.env_vars.items()), sorted(env.secrets), emulated))
+    return f"{env.name}#{hashlib.sha1(facts.encode()).hexdigest()[:12]}"
 
 
 def format_bytes(n: int) -> str:

@@ -1,4 +1,4 @@
-"""Warm worker processes of the local engine, one set per environment.
+"""Warm worker processes of the local engine, one set per environment and process environment.
 
 A worker is started once and then runs call after call (an interpreter start and the user's
 imports cost far more than a call), one call at a time. The engine keeps one Unix socket; each
@@ -30,7 +30,7 @@ class WorkerDied(Exception):
 @dataclass(eq=False)
 class Worker:
     worker_id: str
-    env: str
+    env: str  # its key (`plan.worker_key`): the environment and the variables it started with
     proc: asyncio.subprocess.Process
     log_path: Path
     writer: asyncio.StreamWriter | None = None
@@ -60,6 +60,10 @@ class Worker:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.proc.wait(), 1.0)
 
+
+# Idle workers are kept for this many process environments of one environment at most:
+# `task.override(env_vars=...)` with a new value per call would otherwise leave a worker per call.
+KEYS_KEPT_PER_ENV = 4
 
 # Called with (worker, message) when a task on that worker calls another task (Submit) or a
 # traced function (TraceStart, TraceEnd).
@@ -112,7 +116,8 @@ class WorkerSet:
             await worker.kill()
             self._all.pop(worker_id, None)
             why = "exited" if exited in done else f"did not connect within {timeout:g}s"
-            raise EngineError(f"worker {worker_id} for environment {env!r} {why}; its log:\n"
+            raise EngineError(f"worker {worker_id} for environment {env.split('#')[0]!r} {why}; "
+                              "its log:\n"
                               + procs.log_tail(log_path))
         reader, worker.writer = hello.result()
         worker.tasks.append(asyncio.ensure_future(self._listen(worker, reader)))
@@ -151,6 +156,18 @@ class WorkerSet:
         worker.current = None
         if worker.healthy and worker.proc.returncode is None:
             self._idle.setdefault(worker.env, []).append(worker)
+            self._idle[worker.env] = self._idle.pop(worker.env)  # the most recently used last
+            self._trim(worker.env.split("#")[0])
+
+    def _trim(self, env_name: str) -> None:
+        """End the idle workers of the least recently used process environments of
+        ``env_name`` beyond `KEYS_KEPT_PER_ENV`."""
+        keys = [k for k, idle in self._idle.items() if idle and k.split("#")[0] == env_name]
+        for key in keys[:-KEYS_KEPT_PER_ENV]:
+            for w in self._idle.pop(key):
+                w.healthy = False
+                with contextlib.suppress(EngineError, ConnectionError):
+                    w.send(m.Shutdown())  # it exits on its own; _watch forgets it
 
     def idle_count(self, env: str) -> int:
         return len(self._idle.get(env, []))
