@@ -8,7 +8,7 @@ The workload is ``programs_dispatch.py`` (Shoal) and ``programs_dispatch_flyte.p
 a driver task in one environment fans N calls of a leaf task, in another environment, out with
 ``asyncio.gather``. Three rows, each measured in its own subprocess so nothing is shared:
 - in-process: ``asyncio.run`` of the plain functions (``noop.func``), the floor;
-- shoal local: ``shoal.run(fan_out, n).outputs()``, every call in its environment's process,
+- shoal local: ``shoal.run(fan_out, n).outputs()[0]``, every call in its environment's process,
   fresh ``SHOAL_HOME`` in a temp folder;
 - flyte 2 local: ``flyte.with_runcontext(mode="local").run(fan_out, n)``, which runs every call
   in-process, no isolation. Flyte lives in its own venv, ``benchmarks/.venv-flyte``, made and
@@ -108,7 +108,7 @@ def _child_shoal(ns: list[int], rounds: int) -> dict[str, list[float]]:
 
         import shoal
 
-        return _time_runs(lambda n: shoal.run(prog.fan_out, n).outputs(), ns, rounds)
+        return _time_runs(lambda n: shoal.run(prog.fan_out, n).outputs()[0], ns, rounds)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -99,8 +99,8 @@ def _child_shoal(row: str, n: int) -> dict[str, Any]:
         import shoal
 
         if row == "shoal map":
-            return _measure(lambda k: shoal.run(prog.by_map, k, CONCURRENCY).outputs(), n)
-        return _measure(lambda k: shoal.run(prog.by_gather, k).outputs(), n)
+            return _measure(lambda k: shoal.run(prog.by_map, k, CONCURRENCY).outputs()[0], n)
+        return _measure(lambda k: shoal.run(prog.by_gather, k).outputs()[0], n)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

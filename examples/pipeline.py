@@ -91,4 +91,4 @@ async def main(shards: int = 4) -> dict[str, int]:
 
 if __name__ == "__main__":
     run = shoal.run(main, shards=4)
-    print(run.name, run.outputs())
+    print(run.name, run.outputs()[0])

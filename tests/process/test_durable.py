@@ -41,13 +41,13 @@ def _starts(out: Path, restart: int) -> dict[str, int | None]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[float]:
     out = tmp_path_factory.mktemp("clean")
-    return shoal.run(durable.train, 30, 5, -1, str(out)).outputs()  # type: ignore[no-any-return]
+    return shoal.run(durable.train, 30, 5, -1, str(out)).outputs()[0]  # type: ignore[no-any-return]
 
 
 def test_rank_killed_during_a_save_resumes_bitwise(tmp_path: Path, uninterrupted: list[float],
                                                    shoal_home: Path) -> None:
     run = shoal.run(durable.train, 30, 5, 19, str(tmp_path))
-    params = run.outputs()
+    params = run.outputs()[0]
     assert _starts(tmp_path, 0) == {"loaded": None, "start": 0}
     after = _starts(tmp_path, 1)
     # The save begun at step 19 commits only if every rank's shard landed before the kill.
@@ -60,10 +60,10 @@ def test_rank_killed_during_a_save_resumes_bitwise(tmp_path: Path, uninterrupted
 def test_fsdp2_sharded_save_and_load(tmp_path: Path) -> None:
     first = tmp_path / "first"
     first.mkdir()
-    clean = shoal.run(durable.train, 12, 4, -1, str(first), "fsdp").outputs()
+    clean = shoal.run(durable.train, 12, 4, -1, str(first), "fsdp").outputs()[0]
     second = tmp_path / "second"
     second.mkdir()
-    killed = shoal.run(durable.train, 12, 4, 9, str(second), "fsdp").outputs()
+    killed = shoal.run(durable.train, 12, 4, 9, str(second), "fsdp").outputs()[0]
     assert _starts(second, 1)["loaded"] in (7, 11)
     assert killed == clean
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def test_models_enums_and_frames_between_tasks() -> None:
     cfg = ft.Config(rows=4, columns=[ft.Column(name="a"), ft.Column(name="b", scale=0.5)],
                     tags={"x": 1}, split=ft.Split.EVAL)
-    out = shoal.run(ft.pipeline, cfg, ft.Level.HIGH).outputs()
+    out = shoal.run(ft.pipeline, cfg, ft.Level.HIGH).outputs()[0]
     assert type(out) is ft.Summary
     # a: 0+2+4+6, b: half of it
     assert out == ft.Summary(split=ft.Split.EVAL, level=ft.Level.HIGH, total=18.0,
@@ -31,7 +31,7 @@ def test_models_enums_and_frames_between_tasks() -> None:
 
 def test_value_from_a_task_without_return_annotation_fails_naming_the_fix() -> None:
     with pytest.raises(TaskFailed) as err:
-        shoal.run(ft.calls_forgot).outputs()
+        shoal.run(ft.calls_forgot).outputs()[0]
     text = str(err.value)
     assert "no return annotation" in text and "-> int" in text
 
@@ -39,7 +39,7 @@ def test_value_from_a_task_without_return_annotation_fails_naming_the_fix() -> N
 def test_nccl_gang_runs_on_gloo_where_gpus_are_emulated(shoal_home: Path) -> None:
     with pytest.warns(UserWarning, match="GPUs are emulated on CPU"):
         run = shoal.run(ft.all_reduce_on_nccl)
-        out = run.outputs()
+        out = run.outputs()[0]
     assert out == {"backend": "gloo", "sum": "3.0", "cuda": "False"}
     logs = sorted((shoal_home / "runs" / run.name / "logs" / "gang").glob("*/r0/rank*.log"))
     assert [p.name for p in logs] == ["rank0.log", "rank1.log"]

@@ -36,7 +36,7 @@ def _no_survivors(home: Path, run: str) -> list[int]:
 
 def test_ddp_2x2_returns_rank0_loss(shoal_home: Path) -> None:
     run = shoal.run(gang.train, 40)
-    loss = run.outputs()
+    loss = run.outputs()[0]
     assert isinstance(loss, float) and loss < 0.05
     logs = list((shoal_home / "runs" / run.name / "logs" / "gang").glob("a0.0/r0/rank*.log"))
     assert len(logs) == 4
@@ -48,14 +48,14 @@ def test_ddp_4x1_through_override(shoal_home: Path) -> None:
     gang.ddp_env.override("replicas", 4)
     gang.ddp_env.override("nproc_per_node", 1)
     try:
-        assert shoal.run(gang.train, 20).outputs() < 1.0
+        assert shoal.run(gang.train, 20).outputs()[0] < 1.0
     finally:
         gang.ddp_env.override("nproc_per_node", 2)
         gang.ddp_env.override("replicas", 2)
 
 
 def test_topology_on_every_rank(tmp_path: Path) -> None:
-    out = shoal.run(gang.topology, str(tmp_path)).outputs()
+    out = shoal.run(gang.topology, str(tmp_path)).outputs()[0]
     assert out["rank"] == 0 and out["world_size"] == 2 and out["nnodes"] == 2
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["node_rank"] for r in ranks] == [0, 1]
@@ -66,7 +66,7 @@ def test_topology_on_every_rank(tmp_path: Path) -> None:
 def test_kill9_of_a_rank_restarts_the_group(tmp_path: Path, shoal_home: Path) -> None:
     marker = tmp_path / "killed.pid"
     run = shoal.run(gang.train, 40, 0.05, 10, str(marker))
-    loss = run.outputs()
+    loss = run.outputs()[0]
     assert marker.exists(), "rank 1 never killed itself"
     assert loss < 0.05
     events = _records(shoal_home).events(run.name)
@@ -81,7 +81,7 @@ def test_restarts_exhausted_reports_the_first_failing_rank(shoal_home: Path) -> 
     t0 = time.monotonic()
     run = shoal.run(gang.always_fails, 1)
     with pytest.raises(TaskFailed) as err:
-        run.outputs()
+        run.outputs()[0]
     assert time.monotonic() - t0 < 90, "the survivor waited for the collective timeout"
     info = err.value.info
     assert info.rank == 1 and info.node == 1
@@ -98,7 +98,7 @@ def test_restarts_exhausted_reports_the_first_failing_rank(shoal_home: Path) -> 
 
 def test_wrong_type_on_any_rank_fails_the_task() -> None:
     with pytest.raises(TaskFailed) as err:
-        shoal.run(gang.wrong_type_on_rank1).outputs()
+        shoal.run(gang.wrong_type_on_rank1).outputs()[0]
     assert err.value.info.rank == 1 and "on rank 1" in err.value.info.message
 
 
@@ -107,7 +107,7 @@ def test_an_unanswering_peer_fails_within_the_collective_timeout(tmp_path: Path,
     t0 = time.monotonic()
     run = shoal.run(gang.hang_on_rank1, str(tmp_path))
     with pytest.raises(TaskFailed) as err:
-        run.outputs()
+        run.outputs()[0]
     assert time.monotonic() - t0 < 90
     assert err.value.info.rank == 0  # the rank whose collective timed out
     assert not _no_survivors(shoal_home, run.name), "a stopped rank survived"
@@ -122,7 +122,7 @@ def test_preemption_resumes_without_using_a_restart(tmp_path: Path, shoal_home: 
     from shoal._driver.runner import PREEMPT_REQUEST
 
     _records(shoal_home).add_event(run.name, PREEMPT_REQUEST, "test")
-    assert run.outputs() == 1  # restart_attempt 1, although max_restarts=0
+    assert run.outputs()[0] == 1  # restart_attempt 1, although max_restarts=0
     assert (tmp_path / "sigterm-0").exists(), "ranks did not get SIGTERM before being killed"
     kinds = [e.kind for e in _records(shoal_home).events(run.name)]
     assert "gang_preempted" in kinds and "gang_restart" not in kinds
@@ -131,7 +131,7 @@ def test_preemption_resumes_without_using_a_restart(tmp_path: Path, shoal_home: 
 def test_jax_2x1_cross_process_reduction(shoal_home: Path) -> None:
     pytest.importorskip("jax")
     run = shoal.run(gang.jax_sum)
-    assert run.outputs() == 3.0
+    assert run.outputs()[0] == 3.0
     assert not _no_survivors(shoal_home, run.name)
 
 
@@ -141,7 +141,7 @@ def test_jax_dead_process_stops_the_gang(shoal_home: Path) -> None:
     t0 = time.monotonic()
     run = shoal.run(gang.jax_process1_dies)
     with pytest.raises(TaskFailed) as err:
-        run.outputs()
+        run.outputs()[0]
     assert time.monotonic() - t0 < 45
     assert err.value.info.rank == 1 and "process 1 gives up" in err.value.info.message
     assert not _no_survivors(shoal_home, run.name)

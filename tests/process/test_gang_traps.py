@@ -43,7 +43,7 @@ def test_torchrun_c10d_restart_across_nodes(tmp_path: Path, shoal_home: Path) ->
     """torchrun --max-restarts over two nodes (pytorch/pytorch#135712) recovers a dead rank by
     itself: every worker starts again, and Shoal's own group restart is not used."""
     run = shoal.run(traps.torchrun_restart, str(tmp_path))
-    assert run.outputs() == 2
+    assert run.outputs()[0] == 2
     assert (tmp_path / "killed").exists()
     assert len(list(tmp_path.glob("start-*"))) == 4  # 2 workers, each started twice
     kinds = [e.kind for e in Records(shoal_home / "shoal.db").events(run.name)]
@@ -70,7 +70,7 @@ def test_a_killed_node_takes_all_its_ranks_with_it(tmp_path: Path, launch: str,
     rank1 = launcher.children(recursive=True)
     assert rank1
     launcher.send_signal(signal.SIGKILL)
-    assert run.outputs() == 1  # restarted once, then finished
+    assert run.outputs()[0] == 1  # restarted once, then finished
     assert not any(_alive(p) for p in rank1), f"rank 1 outlived its node ({launch} mode)"
     events = [e.kind for e in Records(shoal_home / "shoal.db").events(run.name)]
     assert "gang_restart" in events
@@ -81,7 +81,7 @@ def test_higher_priority_gang_preempts_a_lower_one(tmp_path: Path,
                                                    shoal_home: Path) -> None:
     monkeypatch.setenv(contract.PRIORITY_CLASSES, "batch=10,urgent=100")
     run = shoal.run(traps.low_then_high, str(tmp_path))
-    assert run.outputs() == [1, 1]  # low resumed at restart 1 (no restart used), high ran
+    assert run.outputs()[0] == [1, 1]  # low resumed at restart 1 (no restart used), high ran
     high_started = float((tmp_path / "high-0").read_text())
     assert (tmp_path / "low-0-r1").stat().st_mtime >= high_started
     kinds = [e.kind for e in Records(shoal_home / "shoal.db").events(run.name)]
@@ -93,5 +93,5 @@ def test_unknown_priority_class_is_a_clear_error(monkeypatch: pytest.MonkeyPatch
     from shoal.errors import SpecError
 
     with pytest.raises(SpecError) as err:
-        shoal.run(traps.high_job, "/tmp").outputs()
+        shoal.run(traps.high_job, "/tmp").outputs()[0]
     assert "'urgent'" in str(err.value) and "SHOAL_PRIORITY_CLASSES=urgent=100" in str(err.value)

@@ -26,7 +26,7 @@ def records(home: Path) -> Records:
 
 def test_plain_call_runs_in_its_environment_process() -> None:
     run = shoal.run(basic.calls_info)
-    out = run.outputs()
+    out = run.outputs()[0]
     assert out.greeting == "hello"  # env_vars of the callee's environment
     assert out.pid != os.getpid()
     assert out.action == "a0.1"
@@ -34,17 +34,17 @@ def test_plain_call_runs_in_its_environment_process() -> None:
 
 
 def test_fan_out_with_gather(shoal_home: Path) -> None:
-    assert shoal.run(basic.fan_out, 20).outputs() == [i * i for i in range(20)]
+    assert shoal.run(basic.fan_out, 20).outputs()[0] == [i * i for i in range(20)]
 
 
 def test_sync_task_calls_sync_task() -> None:
-    assert shoal.run(basic.sync_parent, 5).outputs() == sum(i * i for i in range(5))
+    assert shoal.run(basic.sync_parent, 5).outputs()[0] == sum(i * i for i in range(5))
 
 
 def test_user_error_becomes_task_failed_with_log_tail(shoal_home: Path) -> None:
     run = shoal.run(basic.boom, "bad thing")
     with pytest.raises(TaskFailed) as err:
-        run.outputs()
+        run.outputs()[0]
     info = err.value.info
     assert info.task == "leaf.boom"
     assert "ValueError: bad thing" in info.message
@@ -55,16 +55,16 @@ def test_user_error_becomes_task_failed_with_log_tail(shoal_home: Path) -> None:
 
 def test_child_failure_propagates_and_can_be_caught() -> None:
     with pytest.raises(TaskFailed) as err:
-        shoal.run(basic.calls_boom).outputs()
+        shoal.run(basic.calls_boom).outputs()[0]
     assert "a task it called failed: leaf.boom" in str(err.value)
-    assert shoal.run(basic.catches_boom).outputs().startswith("caught: ValueError: caught")
+    assert shoal.run(basic.catches_boom).outputs()[0].startswith("caught: ValueError: caught")
 
 
 def test_retries_then_success(tmp_path: Path, shoal_home: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     run = shoal.run(basic.flaky, str(markers))
-    assert run.outputs() == 2
+    assert run.outputs()[0] == 2
     attempts = records(shoal_home).list_attempts(run.name, "a0")
     assert [a.state for a in attempts] == ["failed", "failed", "succeeded"]
 
@@ -72,7 +72,7 @@ def test_retries_then_success(tmp_path: Path, shoal_home: Path) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
 def test_crash_reports_signal_and_log(sig: int) -> None:
     with pytest.raises(TaskFailed) as err:
-        shoal.run(basic.die, int(sig)).outputs()
+        shoal.run(basic.die, int(sig)).outputs()[0]
     info = err.value.info
     assert info.kind == "crash"
     assert info.signal == signal.Signals(sig).name
@@ -84,7 +84,7 @@ def test_timeout_kills_the_whole_tree(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PIDFILE", str(pidfile))
     t0 = time.monotonic()
     with pytest.raises(TaskTimeout) as err:
-        shoal.run(basic.slow, 30.0).outputs()
+        shoal.run(basic.slow, 30.0).outputs()[0]
     assert time.monotonic() - t0 < 15
     assert "timeout" in str(err.value)
     child = int(pidfile.read_text())
@@ -103,7 +103,7 @@ def test_timeout_kills_the_whole_tree(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_missing_dependency_fails_at_the_call() -> None:
     """The call itself raises (before anything is submitted); the calling task fails with it."""
     with pytest.raises(TaskFailed) as err:
-        shoal.run(basic.calls_unreachable).outputs()
+        shoal.run(basic.calls_unreachable).outputs()[0]
     assert err.value.info.message.startswith("MissingDependencyError: ")
     assert "add the TaskEnvironment named 'lonely' to depends_on" in str(err.value)
     assert MissingDependencyError.__name__ in err.value.info.traceback
@@ -121,7 +121,7 @@ def test_admission_never_oversubscribes(monkeypatch: pytest.MonkeyPatch) -> None
         return original(kind, capacity=Request(cpu=2, memory=2**34, gpu=0), **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(runner_mod, "make_engine", small_engine)
-    starts = sorted(shoal.run(basic.parallel_hold, 6, 0.5).outputs())
+    starts = sorted(shoal.run(basic.parallel_hold, 6, 0.5).outputs()[0])
     for i in range(len(starts) - 2):
         assert starts[i + 2] - starts[i] >= 0.4, starts
 
@@ -130,13 +130,13 @@ def test_cache_hit_skips_execution(tmp_path: Path, shoal_home: Path) -> None:
     markers = tmp_path / "m"
     markers.mkdir()
     first = shoal.run(basic.use_cache, 1, str(markers))
-    assert first.outputs() == 2
+    assert first.outputs()[0] == 2
     second = shoal.run(basic.use_cache, 1, str(markers))
-    assert second.outputs() == 2
+    assert second.outputs()[0] == 2
     assert len(list(markers.iterdir())) == 1, "the cached task ran twice"
     action = records(shoal_home).get_action(second.name, "a0.1")
     assert action.state == "cached" and action.cache_hit
-    assert shoal.run(basic.use_cache, 2, str(markers)).outputs() == 3
+    assert shoal.run(basic.use_cache, 2, str(markers)).outputs()[0] == 3
     assert len(list(markers.iterdir())) == 2
 
 
@@ -147,8 +147,8 @@ def test_concurrent_runs_share_the_cache_safely(tmp_path: Path, shoal_home: Path
     markers = tmp_path / "c"
     markers.mkdir()
     runs = [shoal.run(basic.use_cache, 7, str(markers)) for _ in range(4)]
-    assert [r.outputs() for r in runs] == [8] * 4
+    assert [r.outputs()[0] for r in runs] == [8] * 4
     entries = list((shoal_home / "store" / "cache" / "cached.expensive").glob("*.json"))
     assert len(entries) == 1
     assert json.loads(entries[0].read_text())["output"] == 8
-    assert shoal.run(basic.use_cache, 7, str(markers)).outputs() == 8
+    assert shoal.run(basic.use_cache, 7, str(markers)).outputs()[0] == 8

@@ -47,7 +47,7 @@ def test_a_flushed_report_is_in_the_store_while_the_task_runs(tmp_path: Path) ->
     assert ">main</label>" in live and ">Metrics</label>" in live
     assert "status</b> running" in live
     (tmp_path / "go").write_text("")
-    assert run.outputs() == 7
+    assert run.outputs()[0] == 7
     final = _report(run.name)
     assert "<h2>Training</h2>" not in final and "<p>done</p>" in final  # replace()d
     assert "final loss 0.125" in final and "status</b> finished" in final
@@ -57,7 +57,7 @@ def test_a_flushed_report_is_in_the_store_while_the_task_runs(tmp_path: Path) ->
 def test_a_failed_tasks_report_is_kept_with_its_outcome(tmp_path: Path) -> None:
     run = shoal.run(reports.fails, 3)
     with pytest.raises(TaskFailed):
-        run.outputs()
+        run.outputs()[0]
     page = _report(run.name)
     assert "step 3 reached" in page and "grad norm exploded" in page
     assert "failed: ValueError: loss is nan" in page
@@ -65,7 +65,7 @@ def test_a_failed_tasks_report_is_kept_with_its_outcome(tmp_path: Path) -> None:
 
 def test_shoal_report_saves_the_html_and_names_actions_that_have_one(tmp_path: Path) -> None:
     run = shoal.run(reports.driver)
-    assert run.outputs() == "ok"
+    assert run.outputs()[0] == "ok"
     p = shoal_cli("report", run.name, cwd=tmp_path)
     assert p.returncode == 2
     assert f"run {run.name} has no report for action a0" in p.stderr
@@ -83,7 +83,7 @@ def test_shoal_report_saves_the_html_and_names_actions_that_have_one(tmp_path: P
 def test_a_run_without_reports_says_how_to_get_one(tmp_path: Path,
                                                    shoal_home: Path) -> None:
     run = shoal.run(reports.unreported)
-    assert run.outputs() == 1
+    assert run.outputs()[0] == 1
     p = shoal_cli("report", run.name, cwd=tmp_path)
     assert p.returncode == 2
     assert "no task of this run kept a report" in p.stderr
@@ -95,7 +95,7 @@ def test_a_run_without_reports_says_how_to_get_one(tmp_path: Path,
 
 def test_a_clustered_task_keeps_rank_0s_report(shoal_home: Path) -> None:
     run = shoal.run(reports.ranks)
-    assert run.outputs() == 0
+    assert run.outputs()[0] == 0
     page = _report(run.name)
     assert "hello from rank 0" in page and "hello from rank 1" not in page
     assert "rank</b> 0 of 2" in page and "this is rank 0&#x27;s report" in page
@@ -113,7 +113,7 @@ def test_reports_on_an_s3_store_are_saved_without_local_records(
     monkeypatch.setenv(contract.STORE, s3_root)
     run = shoal.run(reports.fails, 5)
     with pytest.raises(TaskFailed):
-        run.outputs()
+        run.outputs()[0]
     monkeypatch.setenv(contract.HOME, str(tmp_path / "elsewhere"))  # no records of the run
     p = shoal_cli("report", run.name, "--store", s3_root, cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -210,8 +210,8 @@ def test_run_aio_and_wait_aio(project: Path) -> None:
 # -- with_runcontext, in this process -------------------------------------------------------
 def test_env_vars_reach_every_task_process() -> None:
     run = shoal.with_runcontext(env_vars={"RUN_FLAG": "on"}).run(scripts.both_env, "RUN_FLAG")
-    assert run.outputs() == ["on", "on"]  # the root and the call it makes
-    assert shoal.run(scripts.both_env, "RUN_FLAG").outputs() == ["<unset>", "<unset>"]
+    assert run.outputs()[0] == ["on", "on"]  # the root and the call it makes
+    assert shoal.run(scripts.both_env, "RUN_FLAG").outputs()[0] == ["<unset>", "<unset>"]
 
 
 def test_overwrite_cache_and_disable_run_cache(tmp_path: Path, shoal_home: Path) -> None:
@@ -222,23 +222,23 @@ def test_overwrite_cache_and_disable_run_cache(tmp_path: Path, shoal_home: Path)
         return len(list(markers.iterdir()))
 
     first = shoal.run(scripts.counted, 1, str(markers))
-    assert first.outputs() == 2 and runs() == 1
-    assert shoal.run(scripts.counted, 1, str(markers)).outputs() == 2 and runs() == 1  # hit
+    assert first.outputs()[0] == 2 and runs() == 1
+    assert shoal.run(scripts.counted, 1, str(markers)).outputs()[0] == 2 and runs() == 1  # hit
     again = shoal.with_runcontext(overwrite_cache=True).run(scripts.counted, 1, str(markers))
-    assert again.outputs() == 2 and runs() == 2
+    assert again.outputs()[0] == 2 and runs() == 2
     hit = shoal.run(scripts.counted, 1, str(markers))
-    assert hit.outputs() == 2 and runs() == 2
+    assert hit.outputs()[0] == 2 and runs() == 2
     events = Records(shoal_home / "shoal.db").events(hit.name)
     [cache_hit] = [e for e in events if e.kind == "cache_hit"]
     assert cache_hit.data["from_run"] == again.name  # the entry was rewritten
     off = shoal.with_runcontext(disable_run_cache=True).run(scripts.counted, 5, str(markers))
-    assert off.outputs() == 6 and runs() == 3
-    assert shoal.run(scripts.counted, 5, str(markers)).outputs() == 6 and runs() == 4  # no entry
+    assert off.outputs()[0] == 6 and runs() == 3
+    assert shoal.run(scripts.counted, 5, str(markers)).outputs()[0] == 6 and runs() == 4  # no entry
 
 
 def test_run_names_are_unique() -> None:
     run = shoal.with_runcontext(name="nightly_1").run(scripts.hello, 0)
-    assert run.name == "nightly_1" and run.wait(quiet=True).outputs() == 0
+    assert run.name == "nightly_1" and run.wait(quiet=True).outputs()[0] == 0
     with pytest.raises(SpecError, match="already exists"):
         shoal.with_runcontext(name="nightly_1").run(scripts.hello, 0)
 
@@ -258,11 +258,11 @@ def test_a_timeout_is_flytes_timed_out_phase() -> None:
         run.wait(quiet=True)
     assert (run.phase, run.status) == ("timed_out", "failed")
     with pytest.raises(TaskTimeout):
-        run.outputs()
+        run.outputs()[0]
 
 
 def test_raw_data_path_is_where_the_run_stores(tmp_path: Path, shoal_home: Path) -> None:
     store = (tmp_path / "raw").as_uri()
     run = shoal.with_runcontext(raw_data_path=store).run(scripts.hello, 1)
-    assert run.outputs() == 10
+    assert run.outputs()[0] == 10
     assert Records(shoal_home / "shoal.db").get_run(run.name).store == store

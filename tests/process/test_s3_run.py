@@ -32,7 +32,7 @@ def test_pipeline_on_s3_store_with_cache(s3_root: str, monkeypatch: pytest.Monke
     monkeypatch.setenv(contract.STORE, s3_root)
     pipeline = _load_pipeline()
     first = shoal.run(pipeline.main, shards=2)  # type: ignore[attr-defined]
-    out = first.outputs()
+    out = first.outputs()[0]
     assert out["shards"] == 2 and out["words"] > 10_000
     store = open_store(s3_root)
     keys = store.list(s3_root)
@@ -40,7 +40,7 @@ def test_pipeline_on_s3_store_with_cache(s3_root: str, monkeypatch: pytest.Monke
     assert any("/data/" in k and k.endswith("shard-001.json") for k in keys), keys
     assert not (shoal_home / "store").exists(), "the file:// store was used instead of S3"
     second = shoal.run(pipeline.main, shards=2)  # type: ignore[attr-defined]
-    assert second.outputs() == out
+    assert second.outputs()[0] == out
     from shoal._storage.records import Records
 
     action = Records(shoal_home / "shoal.db").get_action(second.name, "a0.1")

@@ -546,3 +546,12 @@ def test_a_commit_whose_answer_was_lost_is_kept(
     assert cp.save_sync(b"made it") == 0
     monkeypatch.undo()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_sync() == b"made it"
+
+
+def test_a_bytes_load_also_reads_as_flytes_local_path(store_root: str, tmp_path: Path) -> None:
+    """Flyte 2's load() returns a local path; code written for it calls read_bytes()."""
+    cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "w")
+    cp.save_sync(b"7")
+    loaded = cp.load_sync()
+    assert loaded == b"7" and isinstance(loaded, bytes)
+    assert loaded.read_bytes() == b"7" and loaded.read_text() == "7"  # type: ignore[union-attr]

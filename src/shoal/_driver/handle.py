@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shoal._api.task import TaskTemplate
+from shoal._driver.outputs import RunOutputs
 from shoal._driver.run_options import RunOptions
 from shoal._driver.syncaio import SyncAio, SyncAioMethod
 from shoal._runtime import contract
@@ -94,8 +95,8 @@ class Run:
     """A run started by `shoal.run` or `with_runcontext(...).run`: name, url, phase, outputs.
 
     ``wait()`` streams the root task's log lines and raises the run's failure (`TaskFailed`,
-    `RunCancelled`); ``outputs()`` waits quietly and returns the root task's output (the value
-    itself; Flyte wraps it in a tuple).
+    `RunCancelled`); ``outputs()`` waits quietly and returns the root task's outputs as a tuple
+    (`RunOutputs`, Flyte 2's shape): ``run.outputs()[0]`` is a one-output task's value.
     """
 
     def __init__(self, task: TaskTemplate[Any], runner: Any, logs: RootLog) -> None:
@@ -201,15 +202,16 @@ class Run:
 
     wait = SyncAioMethod(_wait, _wait_aio)
 
-    def _output(self) -> Any:
-        return self._task.decode_output(self._outcome.output)
+    def _output(self) -> RunOutputs:
+        value = self._task.decode_output(self._outcome.output)
+        return RunOutputs.of(value, self._task.return_type)
 
-    def _outputs(self) -> Any:
-        """The root task's output; raises the run's failure."""
+    def _outputs(self) -> RunOutputs:
+        """The root task's outputs, as a tuple; raises the run's failure."""
         self._wait(quiet=True)
         return self._output()
 
-    async def _outputs_aio(self) -> Any:
+    async def _outputs_aio(self) -> RunOutputs:
         await self._wait_aio(quiet=True)
         return self._output()
 

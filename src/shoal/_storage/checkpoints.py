@@ -77,6 +77,20 @@ def _step_error(step: int, latest: int, note: str = "") -> SpecError:
     )
 
 
+class LoadedBytes(bytes):
+    """The bytes of a bytes save, as `Checkpoint.load` returns them. Flyte 2's ``load()``
+    returns the local path of a file holding them, so code written for it calls
+    ``read_bytes()`` or ``read_text()`` on the result: both work here, on the bytes."""
+
+    def read_bytes(self) -> bytes:
+        return bytes(self)
+
+    def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.decode(encoding, errors)
+
+    def exists(self) -> bool:
+        return True
+
 class Checkpoint:
     """The versions of one checkpoint at ``uri`` (a store folder), seen from one rank.
 
@@ -427,6 +441,8 @@ class Checkpoint:
         return loaded
 
     # --- loads -------------------------------------------------------------------------------
+    # A bytes save loads as `LoadedBytes`: bytes that also answer the reads Flyte 2 code makes
+    # on the local path its `load()` returns (`read_bytes()`, `read_text()`).
 
     async def load(self, *, step: int | None = None) -> bytes | Path | None:
         return await asyncio.to_thread(self.load_sync, step=step)
@@ -487,7 +503,7 @@ class Checkpoint:
             entry = shard.entries[0]
             data = fetch(self._store, join(vuri, entry.key), entry, None, version.step)
             assert data is not None
-            return data
+            return LoadedBytes(data)
         materialize(self._store, vuri, shard.entries, folder, version.step)
         return folder / shard.entries[0].path if shard.kind == "file" else folder
 

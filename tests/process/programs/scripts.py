@@ -66,7 +66,7 @@ def main(scenario: str, arg: str | None) -> None:
         print(json.dumps({"name": run.name, "url": run.url, "phase": str(run.phase)}))
         run.wait()
         print(json.dumps({"phase": str(run.phase), "status": run.status,
-                          "outputs": run.outputs()}))
+                          "outputs": run.outputs()[0]}))
     elif scenario == "fail":
         run = shoal.run(boom)
         for how in (run.wait, run.outputs):
@@ -89,7 +89,7 @@ def main(scenario: str, arg: str | None) -> None:
         shoal.init_from_config(arg) if arg else shoal.init_from_config()
         run = shoal.run(hello, 1)
         run.wait(quiet=True)
-        print(json.dumps({"name": run.name, "url": run.url, "outputs": run.outputs(),
+        print(json.dumps({"name": run.name, "url": run.url, "outputs": run.outputs()[0],
                           "registry": os.environ.get("SHOAL_IMAGE_REGISTRY")}))
     elif scenario == "aio":
         import asyncio
@@ -97,7 +97,7 @@ def main(scenario: str, arg: str | None) -> None:
         async def go() -> int:
             run = await shoal.with_runcontext(mode="remote").run.aio(hello, 2)
             await run.wait.aio(quiet=True)
-            return int(await run.outputs.aio())
+            return int((await run.outputs.aio())[0])
 
         print(json.dumps({"outputs": asyncio.run(go())}))
     else:

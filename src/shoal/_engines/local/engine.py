@@ -37,6 +37,13 @@ from shoal.errors import EngineError, FailureInfo, ShoalError
 
 # Seconds between SIGTERM and SIGKILL when a call times out or is cancelled.
 KILL_GRACE = 2.0
+# How often a running task's memory is compared with its limit: a task that overshoots by a
+# lot within one interval is caught at the next sample, as a cgroup would have killed it.
+MEMORY_SAMPLE_SECONDS = 0.25
+
+
+class OutOfMemory(Exception):
+    """A task's processes went past its memory limit (internal; becomes kind "oom")."""
 
 
 class LocalEngine(Engine):
@@ -229,7 +236,11 @@ class LocalEngine(Engine):
                           checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage,
                                                                  ref.action))
             try:
-                done = await asyncio.wait_for(worker.order(order), call.task.timeout)
+                done = await asyncio.wait_for(self._within_memory(worker, order, call),
+                                              call.task.timeout)
+            except OutOfMemory as oom:
+                await worker.kill()
+                return self._failed(call, ref, "oom", str(oom), worker, signal="SIGKILL")
             except asyncio.TimeoutError:
                 await worker.kill(KILL_GRACE)
                 return self._failed(call, ref, "timeout",
@@ -253,6 +264,24 @@ class LocalEngine(Engine):
             reservation.release()
             if worker is not None:
                 self._workers.give_back(worker)
+
+    async def _within_memory(self, worker: Worker, order: m.Run, call: CallSpec) -> m.Done:
+        """The worker's answer to ``order``; `OutOfMemory` once its process tree holds more than
+        the environment's memory limit, as a container past its cgroup limit is OOM-killed."""
+        resources = call.task.env.resources
+        limit = resources.memory_limit_bytes if resources is not None else None
+        answer = worker.order(order)
+        if limit is None:
+            return await answer
+        while True:
+            done, _ = await asyncio.wait({answer}, timeout=MEMORY_SAMPLE_SECONDS)
+            if done:
+                return answer.result()
+            used = await asyncio.to_thread(procs.tree_memory, worker.pid)
+            if used > limit:
+                raise OutOfMemory(f"its processes held {used / 2**20:.0f} MiB, over its memory "
+                                  f"limit of {limit / 2**20:.0f} MiB; they were killed "
+                                  "(raise Resources(memory=...) or use less)")
 
     def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
                 exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:

@@ -42,6 +42,27 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def tree_memory(pid: int) -> int:
+    """Bytes of memory the process tree of ``pid`` holds, counted as a cgroup counts them:
+    proportional set size (a page shared by forked children counts once over the tree), or
+    resident size where PSS cannot be read. 0 once the process is gone."""
+    total = 0
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        try:
+            total += int(getattr(proc.memory_full_info(), "pss", 0)
+                         or proc.memory_info().rss)
+        except psutil.AccessDenied:
+            with contextlib.suppress(psutil.Error):
+                total += int(proc.memory_info().rss)
+        except psutil.Error:
+            pass  # ended while being measured
+    return total
+
+
 def signal_tree(pid: int, sig: int) -> None:
     """Send ``sig`` to ``pid``, its process group and every descendant (even re-parented ones
     that left the group are found through the tree first)."""
