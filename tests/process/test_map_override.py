@@ -56,7 +56,7 @@ def test_map_yields_exceptions_in_place_when_asked(folder: Path) -> None:
 def test_map_aio_in_an_async_task(folder: Path) -> None:
     assert shoal.run(mapping.map_aio, 12).outputs()[0] == [i * i for i in range(12)]
     out = shoal.run(mapping.map_aio_failures, 4, 1, str(folder)).outputs()[0]
-    assert out == ["0", "TaskFailed", "2", "3"]  # Flyte's default: return_exceptions=True
+    assert out == ["0", "RuntimeUserError", "2", "3"]  # Flyte's default: return_exceptions=True
 
 
 def test_map_outside_a_run_calls_the_functions_in_order(folder: Path) -> None:

@@ -70,7 +70,7 @@ def test_handle_url_phase_wait_outputs(project: Path) -> None:
 
 def test_a_failed_run_raises_on_wait_and_outputs(project: Path) -> None:
     results, out, _ = script(project, "fail")
-    assert results == [{"raised": "TaskFailed", "task": "script_driver.boom", "kind": "user",
+    assert results == [{"raised": "RuntimeUserError", "task": "script_driver.boom", "kind": "user",
                         "phase": "failed"}] * 2
     assert "about to fail" in out
 
