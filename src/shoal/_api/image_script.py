@@ -53,7 +53,8 @@ def read_script_block(script: Path) -> ScriptBlock:
         data = toml.loads("\n".join(body))
     except toml.TOMLDecodeError as e:
         at = _TOML_AT.search(str(e))
-        line = start + int(at.group(1)) if at else start
+        # tomllib counts lines from the block's first; "at end of document" is its last.
+        line = start + (int(at.group(1)) if at else len(body))
         raise SpecError(f"from_uv_script({script}:{line})", lines[line - 1].strip(),
                         f"is not valid TOML ({e})", "fix the line: the block is TOML "
                         "behind '# ', e.g. # dependencies = [\"torch\"]") from None
