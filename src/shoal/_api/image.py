@@ -462,15 +462,18 @@ def check_wheels_present(layer: PythonWheels) -> None:
                   and w.suffix == ".whl"]
     if any(normalize_name(w.name.split("-")[0]) == want for w in wheels):
         return
-    found = ", ".join(w.name for w in wheels) or "no wheels"
+    if not layer.wheel_dir.is_dir():
+        rule = f"its wheel_dir {layer.wheel_dir} does not exist"
+    else:
+        found = ", ".join(w.name for w in wheels) or "no wheels"
+        rule = f"{layer.wheel_dir} holds {found}, none of this package"
     if want == FLYTE_PACKAGE:
         fix = ("this is code ported from Flyte: Shoal's images already install Shoal, which "
                "stands in for flyte, so drop the PythonWheels(package_name='flyte') layer")
     else:
         fix = (f"build {layer.package_name}'s wheel into {layer.wheel_dir} "
                "(python -m build --wheel --outdir ...), or fix package_name")
-    raise SpecError("PythonWheels(package_name)", layer.package_name,
-                    f"{layer.wheel_dir} holds {found}, none of this package", fix)
+    raise SpecError("PythonWheels(package_name)", layer.package_name, rule, fix)
 
 
 def missing_locally(image: Image) -> list[str]:
