@@ -219,3 +219,27 @@ def test_a_script_without_a_block_or_file_is_refused(tmp_path: Path) -> None:
         Image.from_uv_script(_script(tmp_path, ""), name="job")
     with pytest.raises(SpecError, match="does not exist"):
         Image.from_uv_script(tmp_path / "missing.py", name="job")
+
+
+# --- Flyte's other from_debian_base arguments and with_local_v2 ---------------------------------
+
+
+def test_install_flyte_is_install_shoal_and_with_local_v2_carries_shoal() -> None:
+    bare = Image.from_debian_base("3.11", install_flyte=False)
+    assert not bare.install_shoal and "_shoal_context/shoal" not in bare.dockerfile()
+    assert bare.with_local_v2().install_shoal
+    assert bare.with_local_v2().dockerfile() == Image.from_debian_base("3.11").dockerfile()
+    with pytest.raises(SpecError, match="contradicts install_shoal=False"):
+        Image.from_debian_base("3.11", install_shoal=False, install_flyte=True)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"flyte_version": "2.0.0"}, "from_debian_base(flyte_version)"),
+    ({"registry_secret": "pull"}, "from_debian_base(registry_secret)"),
+    ({"platform": ("linux/amd64", "linux/arm64")}, "from_debian_base(platform)"),
+])
+def test_flyte_arguments_shoal_cannot_honour_are_refused(kwargs: dict[str, object],
+                                                          field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        Image.from_debian_base("3.11", **kwargs)  # type: ignore[arg-type]
+    assert err.value.field == field and err.value.fix

@@ -139,8 +139,27 @@ class Image:
         name: str | None = None,
         registry: str | None = None,
         install_shoal: bool = True,
+        install_flyte: bool | None = None,
+        flyte_version: str | None = None,
+        registry_secret: object = None,
+        platform: str | tuple[str, ...] | None = None,
     ) -> Image:
-        """A slim Debian image with CPython ``python_version`` ("3.11"; default: this one's)."""
+        """A slim Debian image with CPython ``python_version`` ("3.11"; default: this one's).
+
+        ``install_flyte`` is Flyte 2's name for ``install_shoal`` (code ported from Flyte
+        passes it); ``flyte_version``, ``registry_secret`` and ``platform`` are refused with
+        what to do instead.
+        """
+        if install_flyte is not None:
+            if not install_shoal and install_flyte:
+                raise SpecError("install_flyte", install_flyte, "contradicts install_shoal=False",
+                                "pass only one of them")
+            install_shoal = install_flyte
+        if flyte_version is not None:
+            raise SpecError("from_debian_base(flyte_version)", flyte_version,
+                            "Shoal images carry the Shoal that runs here (the same version)",
+                            "drop flyte_version")
+        _refuse_unsupported("from_debian_base", registry_secret, platform)
         if python_version is None:
             version = f"{sys.version_info.major}.{sys.version_info.minor}"
         else:  # "3.11", or (3, 11) as Flyte 2 spells it
@@ -290,15 +309,7 @@ class Image:
         ``python_version`` on an image from ``from_debian_base`` also moves its base to that
         Python. ``extendable=False`` seals the copy: layers added to it later are refused.
         """
-        if registry_secret is not None:
-            raise SpecError("clone(registry_secret)", registry_secret,
-                            "Shoal does not push or pull with a per-image secret",
-                            "log in with `docker login` before `shoal image build --push`; "
-                            "give pods a pull secret with PodTemplate")
-        if platform is not None:
-            raise SpecError("clone(platform)", platform, "Shoal builds for the build machine's "
-                            "platform", "build other platforms with docker buildx from the "
-                            "context `shoal image build --out DIR` writes")
+        _refuse_unsupported("clone", registry_secret, platform)
         changes: dict[str, object] = {}
         if python_version is not None:
             version = check_python_version(python_version)
@@ -323,6 +334,11 @@ class Image:
         if extendable is not None:
             img = dataclasses.replace(img, extendable=extendable)
         return img
+
+    def with_local_v2(self) -> Image:
+        """Flyte 2's "carry the local SDK build": this image with ``install_shoal=True``, which
+        copies in the Shoal that runs here (its source tree when it runs from one)."""
+        return dataclasses.replace(self, install_shoal=True)
 
     def _add(self, layer: Layer) -> Image:
         if not self.extendable:
@@ -446,6 +462,18 @@ class Image:
             elif isinstance(layer, PythonWheels) and layer.package_name != FLYTE_PACKAGE:
                 names.append(layer.package_name)
         return list(dict.fromkeys(names))
+
+
+def _refuse_unsupported(builder: str, registry_secret: object, platform: object) -> None:
+    if registry_secret is not None:
+        raise SpecError(f"{builder}(registry_secret)", registry_secret,
+                        "Shoal does not push or pull with a per-image secret",
+                        "log in with `docker login` before `shoal image build --push`; "
+                        "give pods a pull secret with PodTemplate")
+    if platform is not None:
+        raise SpecError(f"{builder}(platform)", platform, "Shoal builds for the build "
+                        "machine's platform", "build other platforms with docker buildx from "
+                        "the context `shoal image build --out DIR` writes")
 
 
 # A ported file's wheels of Flyte itself: locally Shoal stands in for it, so it is not "missing".
