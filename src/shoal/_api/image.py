@@ -15,8 +15,9 @@ call. Locally a task runs in the current interpreter, so ``missing_locally`` lis
 packages this interpreter lacks, for the local engine to warn about.
 
 The recipe's parts live next to this file: ``image_layers.py`` (one layer per builder call and
-its Dockerfile lines), ``image_context.py`` (the local files copied in and hashed into the tag)
-and ``image_checks.py`` (argument checks and requirement parsing).
+its Dockerfile lines, and ``PythonWheels``, the layer Flyte 2 code adds with ``clone``),
+``image_context.py`` (the local files copied in and hashed into the tag), ``image_checks.py``
+(argument checks and requirement parsing) and ``image_script.py`` (a script's PEP 723 block).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ TAG_LENGTH = 16
 
 @dataclass(frozen=True, kw_only=True)
 class Image:
-    """A container-image recipe. Build it with ``from_debian_base`` or ``from_base``.
+    """A container-image recipe. Build it with ``from_debian_base``, ``from_base`` or
+    ``from_uv_script``; derive others with the ``with_*`` methods and ``clone``.
 
     ``name`` is the repository the image is pushed to (``registry/name:tag``); ``install_shoal``
     adds the Shoal package (``SHOAL_INSTALL_TEMPLATE``) right after the base, which pods need
