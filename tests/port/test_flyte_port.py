@@ -215,3 +215,28 @@ def test_ddp_written_for_gpus_runs_on_emulated_gpus(tmp_path: Path, shoal_home: 
     assert m is not None, ran.tails()
     assert (m[1], m[2], m[3]) == ("2", "1", "True"), ran.tails()
     assert float(m[4]) < 0.1, ran.tails()  # it trained: the first step's loss is about 5
+
+
+def test_a_gang_with_flyte_wheels_in_its_image_restarts_and_trains_on_emulated_gpus(
+        tmp_path: Path, shoal_home: Path) -> None:
+    pytest.importorskip("torch")
+    ran = run_program("ddp_wheels_restart.py", tmp_path, shoal_home, timeout=240)
+    m = re.search(r"world=(\d+) restart=(\d+) in_sync=(\w+) loss=([\d.]+)",
+                  ran.result("outputs"))
+    assert m is not None, ran.tails()
+    assert (m[1], m[2], m[3]) == ("2", "1", "True"), ran.tails()
+    assert float(m[4]) < 0.1, ran.tails()
+    assert "succeeded" in ran.result("phase").lower(), ran.tails()
+    # One warning for the unguarded set_device (rank 0, on the attempt that reached it).
+    # The ranks' logs stream to the program's stdout; the warning is rank 0's, once.
+    assert ran.stdout.count("torch.cuda.set_device(0) does nothing") == 1, ran.tails()
+
+
+def test_code_that_needs_cuda_fails_saying_the_gpus_were_emulated(
+        tmp_path: Path, shoal_home: Path) -> None:
+    pytest.importorskip("torch")
+    ran = run_program("needs_cuda.py", tmp_path, shoal_home)
+    error = ran.result("error")
+    assert "AssertionError: no CUDA device visible" in error, ran.tails()
+    assert "GPUs were emulated on CPU" in error and "--engine kubernetes" in error, ran.tails()
+    assert "failed" in ran.result("phase").lower(), ran.tails()

@@ -1,5 +1,6 @@
 """GPU code on a machine without GPUs: NCCL process groups run on gloo where the engine
-emulates the task's GPUs on CPU (``SHOAL_GPUS_EMULATED``)."""
+emulates the task's GPUs on CPU (``SHOAL_GPUS_EMULATED``), ``torch.cuda.set_device`` does
+nothing and FSDP runs on the CPU device."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_positional_and_keyword_backends_and_cuda_device_ids(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from shoal._runtime import frameworks
 
-    monkeypatch.setattr(frameworks, "_warned", True)  # the warning has its own test
+    monkeypatch.setattr(frameworks, "_warned", {"backend"})  # the warning has its own test
     assert _on_cpu(("nccl", "env://"), {}) == (("gloo", "env://"), {})
     assert _on_cpu((), {"backend": "nccl", "device_id": "cuda:1"}) == ((), {"backend": "gloo"})
     assert _on_cpu((), {"backend": "gloo", "device_id": "cpu"}) == \
@@ -43,7 +44,7 @@ def test_positional_and_keyword_backends_and_cuda_device_ids(
 def test_only_rank_0_warns_and_only_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from shoal._runtime import frameworks
 
-    monkeypatch.setattr(frameworks, "_warned", False)
+    monkeypatch.setattr(frameworks, "_warned", set())
     monkeypatch.setenv(contract.TORCH_RANK, "1")
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -82,3 +83,54 @@ def test_a_real_process_group_on_cuda_nccl_string_runs_on_gloo() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "gloo [1.0, 1.0]"
     assert out.stderr.count("runs on gloo") == 1
+
+
+_FSDP_PROGRAM = """
+import sys, torch, torch.distributed as dist, torch.nn as nn
+from shoal._runtime.frameworks import FSDP_MODULE, _bound_torch_collectives
+_bound_torch_collectives(30.0, emulated=True)
+assert FSDP_MODULE not in sys.modules  # patched on first import, not imported for every rank
+rank = int(sys.argv[1])
+torch.cuda.set_device(rank)
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:{port}", world_size=2, rank=rank)
+from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+torch.manual_seed(0)
+model = FSDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)),
+             device_id=None if rank == 0 else torch.device("cuda", rank))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model(torch.randn(4, 8)).sum().backward()
+opt.step()
+cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, cfg):
+    state = model.state_dict()
+shapes = sorted((k, tuple(v.shape)) for k, v in state.items())
+print("RESULT", rank, shapes if rank == 0 else len(shapes))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_set_device_and_fsdp_of_a_two_rank_gang_run_on_cpu() -> None:
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, contract.TORCH_RANK: str(rank), "CUDA_VISIBLE_DEVICES": ""}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", _FSDP_PROGRAM.format(port=port), str(rank)], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    (out0, err0), (out1, err1) = outs
+    assert "RESULT 0 [('0.bias', (16,)), ('0.weight', (16, 8)), ('2.bias', (1,)), " \
+        "('2.weight', (1, 16))]" in out0, out0 + err0
+    assert "RESULT 1 0" in out1  # rank0_only: the full state dict is rank 0's alone
+    # One warning each, from rank 0 only.
+    assert err0.count("torch.cuda.set_device(0) does nothing") == 1, err0
+    assert err0.count("FSDP(device_id=None) runs on device_id=cpu") == 1, err0
+    assert "shoal:" not in err1, err1

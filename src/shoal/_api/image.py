@@ -15,8 +15,9 @@ call. Locally a task runs in the current interpreter, so ``missing_locally`` lis
 packages this interpreter lacks, for the local engine to warn about.
 
 The recipe's parts live next to this file: ``image_layers.py`` (one layer per builder call and
-its Dockerfile lines), ``image_context.py`` (the local files copied in and hashed into the tag)
-and ``image_checks.py`` (argument checks and requirement parsing).
+its Dockerfile lines, and ``PythonWheels``, the layer Flyte 2 code adds with ``clone``),
+``image_context.py`` (the local files copied in and hashed into the tag), ``image_checks.py``
+(argument checks and requirement parsing) and ``image_script.py`` (a script's PEP 723 block).
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from shoal._api.image_checks import (
     check_dst,
     check_env_vars,
     check_image_ref,
+    check_pip_options,
     check_python_version,
     check_registry,
     check_repository,
     check_requirement,
-    check_url,
     check_workdir,
     local_path,
     normalize_name,
@@ -60,12 +61,14 @@ from shoal._api.image_layers import (
     EnvVars,
     Layer,
     PipPackages,
+    PythonWheels,
     Requirements,
     SourceFile,
     SourceFolder,
     WorkDir,
     context_name,
 )
+from shoal._api.image_script import check_requires_python, pick_python, read_script_block
 from shoal._runtime import contract
 from shoal.errors import SpecError
 
@@ -92,7 +95,8 @@ TAG_LENGTH = 16
 
 @dataclass(frozen=True, kw_only=True)
 class Image:
-    """A container-image recipe. Build it with ``from_debian_base`` or ``from_base``.
+    """A container-image recipe. Build it with ``from_debian_base``, ``from_base`` or
+    ``from_uv_script``; derive others with the ``with_*`` methods and ``clone``.
 
     ``name`` is the repository the image is pushed to (``registry/name:tag``); ``install_shoal``
     adds the Shoal package (``SHOAL_INSTALL_TEMPLATE``) right after the base, which pods need
@@ -106,6 +110,7 @@ class Image:
     install_shoal: bool = True
     workdir: str | None = None  # the base's WORKDIR, set before Shoal is installed
     layers: tuple[Layer, ...] = ()
+    extendable: bool = True  # False: a sealed image, layers refused (clone(extendable=True))
 
     def __post_init__(self) -> None:
         check_image_ref("base_image", self.base_image)
@@ -118,6 +123,8 @@ class Image:
             raise SpecError("install_shoal", self.install_shoal, "must be a bool", "use True")
         if self.workdir is not None:
             check_workdir("workdir", self.workdir)
+        if not isinstance(self.extendable, bool):
+            raise SpecError("extendable", self.extendable, "must be a bool", "use True")
         if not isinstance(self.layers, tuple) or not all(
             isinstance(layer, LAYER_TYPES) for layer in self.layers
         ):
@@ -134,8 +141,27 @@ class Image:
         name: str | None = None,
         registry: str | None = None,
         install_shoal: bool = True,
+        install_flyte: bool | None = None,
+        flyte_version: str | None = None,
+        registry_secret: object = None,
+        platform: str | tuple[str, ...] | None = None,
     ) -> Image:
-        """A slim Debian image with CPython ``python_version`` ("3.11"; default: this one's)."""
+        """A slim Debian image with CPython ``python_version`` ("3.11"; default: this one's).
+
+        ``install_flyte`` is Flyte 2's name for ``install_shoal`` (code ported from Flyte
+        passes it); ``flyte_version``, ``registry_secret`` and ``platform`` are refused with
+        what to do instead.
+        """
+        if install_flyte is not None:
+            if not install_shoal and install_flyte:
+                raise SpecError("install_flyte", install_flyte, "contradicts install_shoal=False",
+                                "pass only one of them")
+            install_shoal = install_flyte
+        if flyte_version is not None:
+            raise SpecError("from_debian_base(flyte_version)", flyte_version,
+                            "Shoal images carry the Shoal that runs here (the same version)",
+                            "drop flyte_version")
+        _refuse_unsupported("from_debian_base", registry_secret, platform)
         if python_version is None:
             version = f"{sys.version_info.major}.{sys.version_info.minor}"
         else:  # "3.11", or (3, 11) as Flyte 2 spells it
@@ -171,6 +197,38 @@ class Image:
             install_shoal=install_shoal,
         )
 
+    @classmethod
+    def from_uv_script(
+        cls,
+        script: str | os.PathLike[str],
+        *,
+        name: str,
+        registry: str | None = None,
+        python_version: str | tuple[int, int] | None = None,
+        index_url: str | None = None,
+        extra_index_urls: str | Sequence[str] | None = None,
+        pre: bool = False,
+    ) -> Image:
+        """A Debian image with the packages of ``script``'s PEP 723 block (``# /// script``).
+
+        ``requires-python`` must allow ``python_version``; without one the image gets this
+        interpreter's Python if the block allows it, else the oldest it allows (as uv picks).
+        A ``flyte`` dependency is not installed: Shoal, which every Shoal image carries, stands
+        in for it in code ported from Flyte. The block is read here, once.
+        """
+        path = local_path("from_uv_script", script)
+        block = read_script_block(path)
+        if python_version is None:
+            python_version = pick_python(block)
+        image = cls.from_debian_base(python_version, name=name, registry=registry)
+        check_requires_python(block, path, image.python_version or "")
+        deps = tuple(d for d in block.dependencies
+                     if normalize_name(requirement_name(d) or "") != FLYTE_PACKAGE)
+        if not deps:
+            return image
+        return image.with_pip_packages(*deps, index_url=index_url,
+                                       extra_index_urls=extra_index_urls, pre=pre)
+
     # --- builder methods: each returns a new Image -----------------------------------------
 
     def with_pip_packages(
@@ -187,18 +245,7 @@ class Image:
                 'pass names such as with_pip_packages("torch", "numpy")',
             )
         checked = tuple(check_requirement(p) for p in packages)
-        if index_url is not None:
-            check_url("with_pip_packages(index_url)", index_url)
-        if isinstance(extra_index_urls, str):
-            extras: tuple[str, ...] = (extra_index_urls,)
-        elif extra_index_urls is None:
-            extras = ()
-        else:
-            extras = tuple(extra_index_urls)
-        for url in extras:
-            check_url("with_pip_packages(extra_index_urls)", url)
-        if not isinstance(pre, bool):
-            raise SpecError("with_pip_packages(pre)", pre, "must be a bool", "use pre=True")
+        extras = check_pip_options("with_pip_packages", index_url, extra_index_urls, pre)
         return self._add(PipPackages(checked, index_url, extras, pre))
 
     def with_apt_packages(self, *packages: str) -> Image:
@@ -247,7 +294,59 @@ class Image:
         path = local_path("with_source_file", src)
         return self._add(SourceFile(path, check_dst("with_source_file", dst)))
 
+    def clone(
+        self,
+        registry: str | None = None,
+        registry_secret: object = None,
+        name: str | None = None,
+        base_image: str | None = None,
+        python_version: str | tuple[int, int] | None = None,
+        addl_layer: Layer | None = None,
+        extendable: bool | None = None,
+        platform: str | tuple[str, ...] | None = None,
+    ) -> Image:
+        """A copy with a new name, registry, base, Python or ``extendable``, plus ``addl_layer``
+        (a layer such as ``PythonWheels``) at the end; arguments left None keep this image's.
+
+        ``python_version`` on an image from ``from_debian_base`` also moves its base to that
+        Python. ``extendable=False`` seals the copy: layers added to it later are refused.
+        """
+        _refuse_unsupported("clone", registry_secret, platform)
+        changes: dict[str, object] = {}
+        if python_version is not None:
+            version = check_python_version(python_version)
+            changes["python_version"] = version
+            if base_image is None and self.python_version is not None and (
+                    self.base_image == DEBIAN_BASE_IMAGE.format(
+                        python_version=self.python_version)):
+                changes["base_image"] = DEBIAN_BASE_IMAGE.format(python_version=version)
+        if base_image is not None:
+            changes["base_image"] = base_image
+        if name is not None:
+            changes["name"] = name
+        if registry is not None:
+            changes["registry"] = registry
+        img = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        if addl_layer is not None:
+            if not isinstance(addl_layer, LAYER_TYPES):
+                raise SpecError("clone(addl_layer)", addl_layer, "must be an image layer",
+                                "pass a layer such as PythonWheels(wheel_dir=..., "
+                                "package_name=...), or use the with_* methods")
+            img = img._add(addl_layer)
+        if extendable is not None:
+            img = dataclasses.replace(img, extendable=extendable)
+        return img
+
+    def with_local_v2(self) -> Image:
+        """Flyte 2's "carry the local SDK build": this image with ``install_shoal=True``, which
+        copies in the Shoal that runs here (its source tree when it runs from one)."""
+        return dataclasses.replace(self, install_shoal=True)
+
     def _add(self, layer: Layer) -> Image:
+        if not self.extendable:
+            raise SpecError("extendable", False, "this image was sealed with "
+                            "clone(extendable=False): no layers can be added to it",
+                            "add layers before sealing it, or clone(extendable=True)")
         return dataclasses.replace(self, layers=(*self.layers, layer))
 
     # --- rendering -------------------------------------------------------------------------
@@ -289,6 +388,8 @@ class Image:
                 out.append((context_name(i, layer), layer.src, "with_source_folder"))
             elif isinstance(layer, SourceFile):
                 out.append((context_name(i, layer), layer.src, "with_source_file"))
+            elif isinstance(layer, PythonWheels):
+                out.append((context_name(i, layer), layer.wheel_dir, "PythonWheels"))
         return out
 
     @property
@@ -299,6 +400,11 @@ class Image:
         feed(digest, self.dockerfile().encode())
         for ctx, path, builder in self._local_copies():
             feed(digest, ctx.encode())
+            if builder == "PythonWheels" and not path.is_dir():
+                # Not built yet (a ported file's dist/ on a laptop): the local engine still needs
+                # a tag; write_build_context refuses the folder.
+                feed(digest, b"no-wheel-folder")
+                continue
             for kind, rel, payload in walk(path, builder):
                 feed(digest, kind.encode())
                 feed(digest, rel.encode())
@@ -324,6 +430,9 @@ class Image:
 
         ``docker build dest`` then builds exactly what ``tag`` hashed (same ignore rules).
         """
+        for layer in self.layers:
+            if isinstance(layer, PythonWheels):
+                check_wheels_present(layer)
         root = Path(dest)
         root.mkdir(parents=True, exist_ok=True)
         (root / "Dockerfile").write_text(self.dockerfile())
@@ -352,7 +461,49 @@ class Image:
                 names += [n for p in layer.packages if (n := requirement_name(p))]
             elif isinstance(layer, Requirements):
                 names += read_requirements(layer.path, "with_requirements")
+            elif isinstance(layer, PythonWheels) and layer.package_name != FLYTE_PACKAGE:
+                names.append(layer.package_name)
         return list(dict.fromkeys(names))
+
+
+def _refuse_unsupported(builder: str, registry_secret: object, platform: object) -> None:
+    if registry_secret is not None:
+        raise SpecError(f"{builder}(registry_secret)", registry_secret,
+                        "Shoal does not push or pull with a per-image secret",
+                        "log in with `docker login` before `shoal image build --push`; "
+                        "give pods a pull secret with PodTemplate")
+    if platform is not None:
+        raise SpecError(f"{builder}(platform)", platform, "Shoal builds for the build "
+                        "machine's platform", "build other platforms with docker buildx from "
+                        "the context `shoal image build --out DIR` writes")
+
+
+# A ported file's wheels of Flyte itself: locally Shoal stands in for it, so it is not "missing".
+FLYTE_PACKAGE = "flyte"
+
+
+def check_wheels_present(layer: PythonWheels) -> None:
+    """Refuse to build a ``PythonWheels`` layer whose folder holds no wheel of its package."""
+    want = normalize_name(layer.package_name)
+    if want == FLYTE_PACKAGE and not layer.wheel_dir.is_dir():
+        wheels = []
+    else:
+        wheels = [w for _, _, w in walk(layer.wheel_dir, "PythonWheels") if isinstance(w, Path)
+                  and w.suffix == ".whl"]
+    if any(normalize_name(w.name.split("-")[0]) == want for w in wheels):
+        return
+    if not layer.wheel_dir.is_dir():
+        rule = f"its wheel_dir {layer.wheel_dir} does not exist"
+    else:
+        found = ", ".join(w.name for w in wheels) or "no wheels"
+        rule = f"{layer.wheel_dir} holds {found}, none of this package"
+    if want == FLYTE_PACKAGE:
+        fix = ("this is code ported from Flyte: Shoal's images already install Shoal, which "
+               "stands in for flyte, so drop the PythonWheels(package_name='flyte') layer")
+    else:
+        fix = (f"build {layer.package_name}'s wheel into {layer.wheel_dir} "
+               "(python -m build --wheel --outdir ...), or fix package_name")
+    raise SpecError("PythonWheels(package_name)", layer.package_name, rule, fix)
 
 
 def missing_locally(image: Image) -> list[str]:

@@ -23,11 +23,13 @@ __all__ = [
     "check_dst",
     "check_env_vars",
     "check_image_ref",
+    "check_pip_options",
     "check_python_version",
     "check_registry",
     "check_repository",
     "check_requirement",
     "check_url",
+    "check_wheel_package",
     "check_workdir",
     "local_path",
     "normalize_name",
@@ -140,6 +142,35 @@ def _requirement_fix(value: str) -> str:
         return "pass each package as its own argument: with_pip_packages(" + ", ".join(
             repr(t) for t in tokens) + ")"
     return 'use a name with optional version specifiers, e.g. "numpy>=1.24,<3"'
+
+
+def check_pip_options(field: str, index_url: object, extra_index_urls: object,
+                      pre: object) -> tuple[str, ...]:
+    """Check pip's index options; return ``extra_index_urls`` as a tuple."""
+    if index_url is not None:
+        check_url(f"{field}(index_url)", index_url)
+    if isinstance(extra_index_urls, str):
+        extras: tuple[object, ...] = (extra_index_urls,)
+    elif extra_index_urls is None:
+        extras = ()
+    elif isinstance(extra_index_urls, Sequence):
+        extras = tuple(extra_index_urls)
+    else:
+        raise SpecError(f"{field}(extra_index_urls)", extra_index_urls,
+                        "must be a URL or a list of URLs", 'use ["https://pypi.org/simple"]')
+    urls = tuple(check_url(f"{field}(extra_index_urls)", u) for u in extras)
+    if not isinstance(pre, bool):
+        raise SpecError(f"{field}(pre)", pre, "must be a bool", "use pre=True")
+    return urls
+
+
+def check_wheel_package(value: object) -> str:
+    if isinstance(value, str) and re.match(rf"^{_NAME}$", value):
+        return value
+    guess = re.split(r"[^A-Za-z0-9._-]", str(value).strip())[0] if isinstance(value, str) else ""
+    raise SpecError("PythonWheels(package_name)", value, "must be a distribution name "
+                    "(the name of the wheels, without version)",
+                    f"use package_name={guess or 'my_package'!r}")
 
 
 def check_apt(value: object) -> str:

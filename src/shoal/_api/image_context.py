@@ -44,8 +44,12 @@ def feed_file(digest: _Digest, path: Path | str) -> None:
 def walk(path: Path, field: str) -> Iterator[tuple[str, str, Path | str]]:
     """(kind, relative posix path, file path or link target) for ``path``, in sorted order.
 
-    kind is "F" (file), "D" (folder) or "L" (symlink, not followed inside a folder).
+    kind is "F" (file), "D" (folder) or "L" (symlink, not followed inside a folder). For
+    ``PythonWheels`` only the folder's top-level ``*.whl`` files are walked.
     """
+    if field == "PythonWheels":
+        yield from _wheels(path)
+        return
     if field in ("with_source_folder", "shoal"):
         if not path.is_dir():
             rule = "is not a folder" if path.exists() else "does not exist"
@@ -75,3 +79,14 @@ def walk(path: Path, field: str) -> Iterator[tuple[str, str, Path | str]]:
                 yield "F", rel, full
         # Symlinked folders are recorded as links above and not descended into.
         dirs[:] = [d for d in dirs if not (base / d).is_symlink()]
+
+
+def _wheels(path: Path) -> Iterator[tuple[str, str, Path | str]]:
+    if not path.is_dir():
+        rule = "is not a folder" if path.exists() else "does not exist"
+        raise SpecError("PythonWheels(wheel_dir)", str(path), rule,
+                        "build the wheels into it first (python -m build --wheel, or uv build)")
+    yield "D", "", path
+    for wheel in sorted(path.glob("*.whl")):
+        if wheel.is_file():
+            yield "F", wheel.name, wheel

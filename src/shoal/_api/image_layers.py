@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
+from shoal._api.image_checks import check_pip_options, check_wheel_package, local_path
+
 __all__ = [
     "CONTEXT_DIR",
     "LAYER_TYPES",
@@ -22,6 +24,7 @@ __all__ = [
     "EnvVars",
     "Layer",
     "PipPackages",
+    "PythonWheels",
     "Requirements",
     "SourceFile",
     "SourceFolder",
@@ -123,12 +126,51 @@ class SourceFile:
         return [f"COPY {json.dumps([ctx, target])}"]
 
 
+@dataclass(frozen=True, kw_only=True)
+class PythonWheels:
+    """Install ``package_name`` from the wheels (``*.whl``) in the local folder ``wheel_dir``.
+
+    Flyte 2's layer of the same name, added with ``Image.clone(addl_layer=...)``. The wheels are
+    copied into the build context and hashed into the tag. Two pip steps, as Flyte's builder
+    does: the first resolves the package's dependencies from the index (the folder as an extra
+    source), the second forces the local wheel over whatever the first picked. The folder is
+    read only when the tag is computed or the image built: a missing folder gives a tag (of
+    "no wheels") but ``write_build_context`` refuses it, naming the folder.
+    """
+
+    wheel_dir: Path
+    package_name: str
+    pre: bool = False
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "wheel_dir", local_path("PythonWheels(wheel_dir)",
+                                                          self.wheel_dir))
+        check_wheel_package(self.package_name)
+        object.__setattr__(self, "extra_index_urls", check_pip_options(
+            "PythonWheels", self.index_url, self.extra_index_urls, self.pre))
+
+    def render(self, ctx: str) -> list[str]:
+        links = f"--find-links {shlex.quote('/tmp/shoal/' + ctx)}"
+        index = [f"--index-url {shlex.quote(self.index_url)}"] if self.index_url else []
+        index += [f"--extra-index-url {shlex.quote(u)}" for u in self.extra_index_urls]
+        pre = ["--pre"] if self.pre else []
+        return [
+            f"COPY {json.dumps([ctx, '/tmp/shoal/' + ctx + '/'])}",
+            " ".join(["RUN", PIP_INSTALL, *index, *pre, links, self.package_name]),
+            " ".join(["RUN", PIP_INSTALL, *pre, "--no-index", "--no-deps", "--force-reinstall",
+                      links, self.package_name]),
+        ]
+
+
 Layer: TypeAlias = (
     "PipPackages | AptPackages | Requirements | EnvVars | Commands | WorkDir | SourceFolder"
-    " | SourceFile"
+    " | SourceFile | PythonWheels"
 )
 LAYER_TYPES = (
     PipPackages, AptPackages, Requirements, EnvVars, Commands, WorkDir, SourceFolder, SourceFile,
+    PythonWheels,
 )
 
 
@@ -137,6 +179,8 @@ def context_name(index: int, layer: Layer) -> str:
         return f"{CONTEXT_DIR}/{index}/{layer.path.name}"
     if isinstance(layer, SourceFolder | SourceFile):
         return f"{CONTEXT_DIR}/{index}/{layer.src.name}"
+    if isinstance(layer, PythonWheels):
+        return f"{CONTEXT_DIR}/{index}/wheels"
     return ""
 
 

@@ -57,6 +57,8 @@ NPROC_PER_NODE = "SHOAL_NPROC_PER_NODE"
 MASTER_ADDR = "SHOAL_MASTER_ADDR"
 MASTER_PORT = "SHOAL_MASTER_PORT"
 RESTART_ATTEMPT = "SHOAL_RESTART_ATTEMPT"  # whole-group restarts so far
+# The same count under the name JobSet gives it, which code written for Flyte 2 reads.
+JOBSET_RESTART_ATTEMPT = "JOBSET_RESTART_ATTEMPT"
 CHECKPOINT_URI = "SHOAL_CHECKPOINT_URI"
 TASK = "SHOAL_TASK"  # the task every rank runs ("env.fn")
 RUNTIME = "SHOAL_RUNTIME"  # "torch" | "jax"
@@ -266,7 +268,8 @@ class NodeEnv:
 
 
 def torch_rank_env(node: NodeEnv, local_rank: int) -> dict[str, str]:
-    """Exactly what torchrun gives a worker process (static rendezvous), for one local rank."""
+    """What torchrun gives a worker process (static rendezvous), for one local rank, and the
+    gang's restart count as JobSet names it (``JOBSET_RESTART_ATTEMPT``, read by Flyte 2 code)."""
     rank = node.node_rank * node.nproc_per_node + local_rank
     world = node.nnodes * node.nproc_per_node
     return {
@@ -285,6 +288,7 @@ def torch_rank_env(node: NodeEnv, local_rank: int) -> dict[str, str]:
         "TORCHELASTIC_MAX_RESTARTS": str(node.torch_max_restarts),
         "TORCHELASTIC_RUN_ID": rendezvous_id(node),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        JOBSET_RESTART_ATTEMPT: str(node.restart_attempt),
     }
 
 

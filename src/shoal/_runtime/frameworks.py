@@ -5,7 +5,11 @@
   passes to ``init_process_group`` wins. Where the engine emulates the task's GPUs on CPU
   (``contract.GPUS_EMULATED``), an NCCL backend (``"nccl"``, ``"cuda:nccl,cpu:gloo"``) becomes
   gloo and a CUDA ``device_id`` is dropped, with one warning from rank 0: GPU code that guards
-  device placement with ``torch.cuda.is_available()`` then runs unchanged on a laptop.
+  device placement with ``torch.cuda.is_available()`` then runs unchanged on a laptop. There
+  ``torch.cuda.set_device(i)`` (which GPU code calls unguarded, before ``init_process_group``)
+  is a no-op, since the process sees no CUDA device to pick; and FSDP, which refuses a CPU
+  module unless told ``device_id=cpu``, is given that device (patched when the user's code
+  first imports FSDP, so ranks that do not use it never pay for its import).
 - JAX: ``jax.distributed.initialize`` with the coordinator on node 0, CPU collectives through
   gloo, and a heartbeat timeout tied to the collective timeout.
 Both frameworks are imported only here, and only for the runtime that needs them.
@@ -13,11 +17,17 @@ Both frameworks are imported only here, and only for the runtime that needs them
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
+import sys
 import warnings
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from shoal._runtime import contract
@@ -43,17 +53,16 @@ def _is_cuda_device(device: object) -> bool:
     return isinstance(kind, str) and kind.split(":")[0] == "cuda"
 
 
-_warned = False
+_warned: set[str] = set()
 
 
-def _warn_once(backend: object) -> None:
-    global _warned
-    if _warned or os.environ.get(contract.TORCH_RANK, "0") != "0":
+def _warn_once(what: str, doing: str) -> None:
+    if what in _warned or os.environ.get(contract.TORCH_RANK, "0") != "0":
         return
-    _warned = True
+    _warned.add(what)
     warnings.warn(f"shoal: this task's GPUs are emulated on CPU (this machine has fewer than it "
-                  f"asks for): init_process_group(backend={str(backend)!r}) runs on gloo, and "
-                  "torch.cuda.is_available() is False on every rank", stacklevel=4)
+                  f"asks for): {doing}, and torch.cuda.is_available() is False on every rank",
+                  stacklevel=4)
 
 
 def _on_cpu(args: tuple[Any, ...],
@@ -61,7 +70,7 @@ def _on_cpu(args: tuple[Any, ...],
     backend = args[0] if args else kwargs.get("backend")
     swapped = cpu_backend(backend)
     if swapped is not backend:
-        _warn_once(backend)
+        _warn_once("backend", f"init_process_group(backend={str(backend)!r}) runs on gloo")
         if args:
             args = (swapped, *args[1:])
         else:
@@ -90,6 +99,77 @@ def _bound_torch_collectives(seconds: float, *, emulated: bool = False) -> None:
     init_process_group.__shoal_bounded__ = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
     c10d.init_process_group = init_process_group
+    if emulated:
+        _emulate_cuda_devices()
+
+
+def _emulate_cuda_devices() -> None:
+    import torch
+
+    def set_device(device: object) -> None:
+        _warn_once("set_device", f"torch.cuda.set_device({device!r}) does nothing")
+
+    torch.cuda.set_device = set_device
+    if FSDP_MODULE in sys.modules:
+        _patch_fsdp(sys.modules[FSDP_MODULE])
+    else:
+        sys.meta_path.insert(0, _FsdpFinder())
+
+
+FSDP_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+
+
+class _FsdpFinder(importlib.abc.MetaPathFinder):
+    """Patches FSDP right after its module is first imported, then steps aside."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != FSDP_MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            _patch_fsdp(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _patch_fsdp(module: ModuleType) -> None:
+    import torch
+
+    cls = module.FullyShardedDataParallel
+    original = cls.__init__
+    if getattr(original, "__shoal_cpu__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        device = kwargs.get("device_id")
+        if device is None or _is_cuda_device(device) or isinstance(device, int):
+            _warn_once("fsdp", f"FSDP(device_id={device!r}) runs on device_id=cpu")
+            kwargs["device_id"] = torch.device("cpu")
+        original(self, *args, **kwargs)
+
+    __init__.__shoal_cpu__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+    original_set = cls.set_state_dict_type
+
+    # Offloading a state dict "to CPU" from tensors already there hands back freed storage in
+    # torch's FSDP; on CPU there is nothing to offload, so the offload is turned off.
+    def set_state_dict_type(module: Any, state_dict_type: Any, state_dict_config: Any = None,
+                            *args: Any, **kwargs: Any) -> Any:
+        if getattr(state_dict_config, "offload_to_cpu", False):
+            state_dict_config = dataclasses.replace(state_dict_config, offload_to_cpu=False)
+        return original_set(module, state_dict_type, state_dict_config, *args, **kwargs)
+
+    cls.set_state_dict_type = staticmethod(set_state_dict_type)
 
 
 def _init_jax(node: NodeEnv) -> None:

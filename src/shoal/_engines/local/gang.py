@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import socket
 import sys
@@ -80,6 +81,14 @@ class Gang:
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
     log_dir: Path = Path()
     io: str = ""
+
+
+# A rank that needs CUDA where the engine emulates its GPUs on CPU can never pass here.
+_CUDA_WORDS = re.compile(r"\bcuda\b|\bgpus?\b|\bnccl\b", re.IGNORECASE)
+EMULATED_GPU_HINT = (" (this task's GPUs were emulated on CPU: this machine has fewer than it "
+                     "asks for, so torch.cuda.is_available() is False in its ranks; run it "
+                     "where it gets real GPUs, e.g. --engine kubernetes, or guard its CUDA "
+                     "calls with torch.cuda.is_available())")
 
 
 class GangRunner:
@@ -234,10 +243,13 @@ class GangRunner:
                                log_tail="\n".join(t for t in tails if t))
         rank = first.rank
         tail = procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
+        message = f"rank {rank} failed first (restart {restart}): {first.message}"
+        if self.engine.gpus_emulated(self.call.task.env) and _CUDA_WORDS.search(first.message):
+            message += EMULATED_GPU_HINT
         return FailureInfo(
             task=task, action=ref.action, attempt=ref.attempt,
             kind="user" if first.raised else "crash",
-            message=f"rank {rank} failed first (restart {restart}): {first.message}",
+            message=message,
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
