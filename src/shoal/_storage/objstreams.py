@@ -30,7 +30,9 @@ __all__ = ["MIN_PART", "ChunkedUpload", "RangedReader", "open_ranged"]
 
 # S3 refuses multipart parts under 5 MiB (all but the last).
 MIN_PART = 5 * 1024 * 1024
-_UPLOAD_CONCURRENCY = 4
+# Parts in flight at once. Each costs about two part-sized buffers (ours and obstore's copy),
+# so 2 keeps a stream's memory near 6 parts while still overlapping two requests.
+_UPLOAD_CONCURRENCY = 2
 _END = object()
 _ABORT = object()
 
@@ -136,7 +138,8 @@ class ChunkedUpload:
     def feed(self, data: memoryview) -> int:
         self._buffer += data
         while len(self._buffer) >= self._part:
-            part = bytes(self._buffer[: self._part])
+            with memoryview(self._buffer) as view:  # one copy, not a slice and a copy
+                part = bytes(view[: self._part])
             del self._buffer[: self._part]
             self._send(part)
         return len(data)
