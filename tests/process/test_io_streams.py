@@ -21,3 +21,8 @@ def test_streamed_files_pass_between_tasks(backend: str, request: pytest.Fixture
     out = shoal.run(prog.pipeline, 5000).outputs()[0]
     assert out == {"total": sum(range(5000)), "part-0": 10000, "part-1": 20001,
                    "part-2": 30002}  # size * 10 + the last byte
+
+
+def test_named_remote_is_stable_across_retries() -> None:
+    out = shoal.run(prog.retried_writer, "kept").outputs()[0]
+    assert out == "kept (read by attempt 1)"

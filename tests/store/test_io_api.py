@@ -202,3 +202,8 @@ def test_streaming_a_large_file_keeps_memory_bounded(shoal_env: str, tmp_path: P
     assert out.returncode == 0, out.stderr[-2000:]
     grew = int(out.stdout.strip())
     assert grew < mib // 2, f"peak RSS grew by {grew} MiB streaming {mib} MiB"
+
+
+def test_named_remote_needs_a_task(shoal_env: str) -> None:
+    with pytest.raises(SpecError, match="new_remote"):
+        File.named_remote("x.csv")

@@ -50,6 +50,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from shoal._api import io_streams
+from shoal._api.context import ctx
 from shoal._runtime import contract
 from shoal._storage.store import (
     SCHEMES,
@@ -149,6 +150,21 @@ class File:
         ``hash_method``: a precomputed cache key for what will be written (else no hash).
         """
         return cls(_new_remote_uri(file_name), hash=_cache_key("File", "hash_method", hash_method))
+
+    @classmethod
+    def named_remote(cls, name: str) -> File:
+        """A reference to ``name`` in this task call's own prefix: the same path on every
+        attempt (a retry finds what an earlier attempt wrote), another one in every call."""
+        here = ctx()
+        if not here or here.run_name is None:
+            raise SpecError(field="File.named_remote", value=name,
+                            rule="needs a running task (the path is derived from its call)",
+                            fix="call it inside a task, or use File.new_remote() outside one")
+        if not name or "/" in name or name in (".", ".."):
+            raise SpecError(field="File.named_remote", value=name,
+                            rule="must be a plain file name", fix="e.g. 'data.csv'")
+        store = open_store()
+        return cls(join(store.root, "written", here.run_name, here.action or "", name))
 
     @classmethod
     def from_existing_remote(cls, remote_path: str, file_cache_key: str | None = None) -> File:

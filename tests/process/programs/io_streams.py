@@ -47,3 +47,15 @@ def consume(p: Produced) -> dict[str, int]:
 @env.task
 async def pipeline(n: int) -> dict[str, int]:
     return await consume.aio(await produce.aio(n))
+
+
+@env.task(retries=1)
+def retried_writer(note: str) -> str:
+    """Attempt 0 writes its named file and fails; attempt 1 finds it at the same path."""
+    partial = File.named_remote("partial.txt")
+    if flyte.ctx().attempt == 0:
+        with partial.open_sync("w") as fh:
+            fh.write(note)
+        raise RuntimeError("the first attempt fails after writing")
+    with partial.open_sync("r") as fh:
+        return f"{fh.read()} (read by attempt {flyte.ctx().attempt})"
