@@ -16,6 +16,7 @@ from typing import Literal
 import pytest
 
 from shoal._api.io import Dir, File
+from shoal._storage import codecs
 from shoal._storage.store import join, open_store
 from shoal.errors import ObjectNotFound, SpecError
 
@@ -160,11 +161,17 @@ def test_dir_new_remote_filled_by_streams(shoal_env: str) -> None:
     assert d2.hash == "v1" and len(d2.listing_sync()) == 2
 
 
-def test_format_parameters_are_accepted(shoal_env: str, tmp_path: Path) -> None:
+def test_format_parameters_and_labels(shoal_env: str, tmp_path: Path) -> None:
     assert File["csv"] is File and File[Literal["csv"]] is File and Dir["parquet"] is Dir
     src = tmp_path / "t.csv"
     src.write_text("a\n")
-    assert isinstance(File[Literal["csv"]].from_local_sync(src), File)
+    f = File[Literal["csv"]].from_local_sync(src)
+    assert isinstance(f, File) and f.format == ""
+    labelled = File(f.path, format="csv")
+    # A task value: the label travels with the reference (hint File["csv"] is plain File).
+    literal = codecs.encode(labelled, File[Literal["csv"]], blobs=None, field="out")
+    assert codecs.decode(literal, File, blobs=None, field="out") == labelled
+    assert literal["format"] == "csv" and Dir(f.path, format="csv").format == "csv"
 
 
 _BOUNDED = """

@@ -126,12 +126,14 @@ def _new_remote_uri(name: str | None) -> str:
 
 @dataclass(frozen=True)
 class File:
-    """A file in the object store. ``hash`` is the sha256 of its bytes, when known."""
+    """A file in the object store. ``hash`` is the sha256 of its bytes, when known (or the
+    user's cache key); ``format`` is a free label such as ``"csv"`` (Flyte's), not checked."""
 
     path: str
     _: KW_ONLY
     name: str = ""
     hash: str | None = None
+    format: str = ""
 
     def __post_init__(self) -> None:
         _check_path("File", self.path)
@@ -245,12 +247,14 @@ class File:
 
 @dataclass(frozen=True)
 class Dir:
-    """A folder in the object store. ``hash`` is the sha256 of its manifest, when known."""
+    """A folder in the object store. ``hash`` is the sha256 of its manifest, when known (or the
+    user's cache key); ``format`` labels its files' format, as File's."""
 
     path: str
     _: KW_ONLY
     name: str = ""
     hash: str | None = None
+    format: str = ""
 
     def __post_init__(self) -> None:
         _check_path("Dir", self.path)
