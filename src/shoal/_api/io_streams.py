@@ -72,7 +72,12 @@ def open_sync(uri: str, mode: str, block_size: int | None, compression: str | No
 
 
 class AsyncFile:
-    """A file object whose I/O methods are coroutines (run in a worker thread)."""
+    """A file object whose I/O methods are coroutines (run in a worker thread).
+
+    Libraries that write to a file object themselves (``df.to_csv(fh)``) want a blocking one:
+    give them ``fh.sync``, or use ``File.open_sync``. (Flyte's own docs show ``df.to_csv(fh)``
+    on its async file, whose unawaited writes are lost.)
+    """
 
     def __init__(self, fh: IO[Any]) -> None:
         self._fh = fh
