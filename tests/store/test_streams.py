@@ -13,7 +13,7 @@ import pytest
 
 from shoal._storage.objstreams import MIN_PART
 from shoal._storage.store import Store, join
-from shoal.errors import ObjectNotFound
+from shoal.errors import ObjectNotFound, StoreError
 
 CHUNK = 64 * 1024
 
@@ -75,3 +75,17 @@ def test_a_failed_write_leaves_the_old_object(store: Store, size: int) -> None:
 def test_reading_a_missing_object(store: Store) -> None:
     with pytest.raises(ObjectNotFound):
         store.open_read(join(store.root, "nope"))
+
+
+def test_a_reader_never_mixes_two_versions(store: Store) -> None:
+    uri = join(store.root, "v")
+    old, new = b"a" * (3 * CHUNK), b"b" * (3 * CHUNK)
+    store.put_bytes(uri, old)
+    with store.open_read(uri, chunk_size=CHUNK) as r:
+        assert r.read(CHUNK) == old[:CHUNK]
+        store.put_bytes(uri, new)
+        if store.local_path(uri) is not None:  # file://: the open file is the old version
+            assert r.read() == old[CHUNK:]
+        else:  # S3: the ranged GET pinned to the old ETag fails
+            with pytest.raises(StoreError):
+                r.read()
