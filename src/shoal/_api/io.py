@@ -19,7 +19,12 @@ all download the same folder fetch it once. The store's own file is never handed
 for a file:// store: a user editing a download would otherwise edit the store.
 
 Streaming: ``File.open``/``open_sync`` read a store object a block at a time and write one
-(``File.new_remote()`` names a fresh object to write) without a local copy (io_streams.py).
+without a local copy (io_streams.py). Objects to write are named by ``File.new_remote()``
+(``<store>/written/<random>/<name>``, fresh per call), ``File.named_remote(name)``
+(``<store>/written/<run>/<action>/<name>``, the same on every attempt of one call) or
+``Dir.new_remote()`` (a fresh prefix). They are not content-addressed: their ``hash`` is None
+unless a cache key is given, so their downloads are not reused and a cache key over them
+follows their path.
 
 Differences from Flyte 2, on purpose:
 - ``Dir.walk(recursive=False)`` lists the top-level files only, as its docstring says (Flyte's
