@@ -214,3 +214,13 @@ def test_streaming_a_large_file_keeps_memory_bounded(shoal_env: str, tmp_path: P
 def test_named_remote_needs_a_task(shoal_env: str) -> None:
     with pytest.raises(SpecError, match="new_remote"):
         File.named_remote("x.csv")
+
+
+def test_dir_from_local_with_batch_size_and_cache_key(shoal_env: str, tmp_path: Path) -> None:
+    src = _tree(tmp_path / "ds")
+    plain = Dir.from_local_sync(src)
+    keyed = asyncio.run(Dir.from_local(src, dir_cache_key="ds-v1", batch_size=2))
+    assert keyed.path == plain.path and keyed.hash == "ds-v1"  # same content, same place
+    assert [f.path for f in keyed.walk_sync()] == [f.path for f in plain.walk_sync()]
+    with pytest.raises(SpecError, match="batch_size"):
+        Dir.from_local_sync(src, batch_size=0)
