@@ -22,8 +22,15 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-from shoal._storage.store import TMP_PREFIX, Store, atomic_local_file, local_root, temp_path
+from shoal._storage.store import (
+    TMP_PREFIX,
+    Store,
+    atomic_local_file,
+    local_root,
+    temp_path,
+)
 from shoal.errors import ObjectNotFound, ShoalError, StoreError
 
 __all__ = ["LocalStore"]
@@ -93,6 +100,17 @@ class LocalStore(Store):
         with open(self._file(key), "rb") as r, atomic_local_file(dest) as w:
             shutil.copyfileobj(r, w, _COPY_CHUNK)
 
+    def _open_read(self, key: str, uri: str, chunk_size: int) -> BinaryIO:
+        # The store's own file, opened read-only: the open inode stays the version it was,
+        # even if a writer replaces the object meanwhile.
+        path = self._file(key)
+        if path.is_dir():
+            raise IsADirectoryError(str(path))
+        return open(path, "rb", buffering=chunk_size)
+
+    def _open_write(self, key: str, uri: str, chunk_size: int) -> _LocalUpload:
+        return _LocalUpload(self._file(key), chunk_size)
+
     def _exists(self, key: str) -> bool:
         return self._file(key).is_file()
 
@@ -134,3 +152,29 @@ class LocalStore(Store):
 
     def _local_path(self, key: str) -> Path | None:
         return self._file(key)
+
+
+class _LocalUpload:
+    """A temporary file next to the object, renamed over it on commit (as ``_put_file``)."""
+
+    def __init__(self, dest: Path, chunk_size: int) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self._dest = dest
+        self._tmp = temp_path(dest.parent)
+        # Closed by commit or abort, which the store calls exactly once.
+        self.stream: BinaryIO = open(self._tmp, "xb", buffering=chunk_size)  # noqa: SIM115
+
+    def commit(self) -> None:
+        try:
+            self.stream.flush()
+            os.fsync(self.stream.fileno())
+            self.stream.close()
+            os.replace(self._tmp, self._dest)
+        except BaseException:
+            self.abort()
+            raise
+        fsync_dir(self._dest.parent)
+
+    def abort(self) -> None:
+        self.stream.close()
+        self._tmp.unlink(missing_ok=True)

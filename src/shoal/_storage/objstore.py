@@ -12,6 +12,7 @@ Large transfers are cut into parts of ``CHUNK`` bytes, ``parallelism`` at a time
 multipart upload, downloads as ranged GETs pinned to one ETag (so an object replaced mid-download
 fails instead of mixing versions). Each request then stays far under the client timeout,
 which would otherwise cut a multi-GB single GET (obstore's docs warn of exactly this).
+``open_read``/``open_write`` stream one object the same way (objstreams.py).
 
 After ``fork()`` without ``exec``, a child of a process that has already done obstore I/O
 hangs on its first request, even through a store it builds itself (obstore 0.12.1, measured;
@@ -30,10 +31,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from shoal._runtime import contract
-from shoal._storage.store import Store, atomic_local_file, split_scheme
+from shoal._storage.store import Store, Upload, atomic_local_file, split_scheme
 from shoal.errors import ObjectNotFound, ShoalError, StoreError
 
 if TYPE_CHECKING:
@@ -161,6 +162,16 @@ class ObjectStore(Store):
             with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
                 for future in [pool.submit(fetch, s) for s in range(0, size, CHUNK)]:
                     future.result()
+
+    def _open_read(self, key: str, uri: str, chunk_size: int) -> BinaryIO:
+        from shoal._storage.objstreams import open_ranged
+
+        return open_ranged(self._store, key, lambda: self._translate("get", uri), chunk_size)
+
+    def _open_write(self, key: str, uri: str, chunk_size: int) -> Upload:
+        from shoal._storage.objstreams import ChunkedUpload
+
+        return ChunkedUpload(self._store, key, lambda: self._translate("put", uri), chunk_size)
 
     def _exists(self, key: str) -> bool:
         import obstore

@@ -12,7 +12,10 @@ so ``join(root, "a b.txt")`` names the file ``a b.txt``.
 Guarantees every backend gives:
 - writes are atomic: a reader sees the whole old object, the whole new one, or none;
 - ``list`` is recursive and segment-based (``data/ab`` lists ``data/ab/x``, not ``data/abc``);
-- ``put_if_absent`` creates at most once among concurrent writers (see each backend for how).
+- ``put_if_absent`` creates at most once among concurrent writers (see each backend for how);
+- ``open_read`` streams an object in chunks (seekable, memory bounded by the chunk size) and
+  ``open_write`` streams one in: the object appears whole when the writer closes cleanly, and
+  not at all when the ``with`` block raises.
 """
 
 from __future__ import annotations
@@ -27,16 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 from urllib.parse import unquote, urlparse
 
 from shoal._runtime import contract
 from shoal.errors import NotFoundError, SpecError
 
 __all__ = [
+    "DEFAULT_STREAM_CHUNK",
     "SCHEMES",
     "TMP_PREFIX",
     "Store",
+    "Upload",
     "atomic_local_file",
     "get_dir",
     "join",
@@ -83,6 +88,23 @@ def _check_key(key: str, uri: str) -> None:
             )
 
 
+# The default read/write chunk of open_read/open_write: large enough that a remote store's
+# per-request latency is amortised, small enough to hold a few in memory.
+DEFAULT_STREAM_CHUNK = 8 * 1024 * 1024
+
+
+class Upload(Protocol):
+    """An object being written by ``open_write``: ``stream`` takes the bytes, then exactly one
+    of ``commit`` (publish the object) or ``abort`` (drop it)."""
+
+    @property
+    def stream(self) -> BinaryIO: ...
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
 class Store(ABC):
     """An object store rooted at ``root``; see the module docstring for the guarantees."""
 
@@ -125,6 +147,34 @@ class Store(ABC):
         key = self._key(uri)
         with self._translate("get", uri):
             self._get_file(key, Path(local))
+
+    def open_read(self, uri: str, chunk_size: int | None = None) -> BinaryIO:
+        """A seekable binary reader of the object at ``uri``; ``ObjectNotFound`` if none.
+
+        Reads fetch at most ``chunk_size`` bytes at a time (default: the backend's), so
+        reading a part of a large object never fetches the whole.
+        """
+        key = self._key(uri)
+        with self._translate("get", uri):
+            return self._open_read(key, uri, chunk_size or DEFAULT_STREAM_CHUNK)
+
+    @contextmanager
+    def open_write(self, uri: str, chunk_size: int | None = None) -> Iterator[BinaryIO]:
+        """A binary writer to ``uri``; the object appears (atomically) when the block ends.
+
+        Memory is bounded by a few chunks whatever the object's size. An exception in the
+        block aborts the upload and leaves any old object in place.
+        """
+        key = self._key(uri)
+        with self._translate("put", uri):
+            upload = self._open_write(key, uri, chunk_size or DEFAULT_STREAM_CHUNK)
+        try:
+            yield upload.stream
+        except BaseException:
+            upload.abort()
+            raise
+        with self._translate("put", uri):
+            upload.commit()
 
     def exists(self, uri: str) -> bool:
         key = self._key(uri)
@@ -193,6 +243,12 @@ class Store(ABC):
 
     @abstractmethod
     def _get_file(self, key: str, dest: Path) -> None: ...
+
+    @abstractmethod
+    def _open_read(self, key: str, uri: str, chunk_size: int) -> BinaryIO: ...
+
+    @abstractmethod
+    def _open_write(self, key: str, uri: str, chunk_size: int) -> Upload: ...
 
     @abstractmethod
     def _exists(self, key: str) -> bool: ...
@@ -319,12 +375,19 @@ def walk_local(local_dir: str | Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def put_dir(store: Store, local_dir: str | Path, uri: str) -> list[str]:
-    """Upload every file under ``local_dir`` to ``uri/<relpath>``; the URIs written, sorted."""
+def put_dir(
+    store: Store, local_dir: str | Path, uri: str, parallelism: int | None = None
+) -> list[str]:
+    """Upload every file under ``local_dir`` to ``uri/<relpath>``; the URIs written, sorted.
+
+    ``parallelism``: uploads at once (default: the store's).
+    """
     files = walk_local(local_dir)
     targets = [join(uri, rel) for rel, _ in files]
     _run_all(
-        store, [partial(store.put_file, p, t) for (_, p), t in zip(files, targets, strict=True)]
+        store,
+        [partial(store.put_file, p, t) for (_, p), t in zip(files, targets, strict=True)],
+        parallelism,
     )
     return sorted(targets)
 
@@ -337,12 +400,15 @@ def get_dir(store: Store, uri: str, local_dir: str | Path) -> list[Path]:
     return sorted(dest for _, dest in pairs)
 
 
-def _run_all(store: Store, jobs: list[Callable[[], None]]) -> None:
-    if store.parallelism <= 1 or len(jobs) <= 1:
+def _run_all(
+    store: Store, jobs: list[Callable[[], None]], parallelism: int | None = None
+) -> None:
+    workers = store.parallelism if parallelism is None else parallelism
+    if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             job()
         return
-    with ThreadPoolExecutor(max_workers=min(store.parallelism, len(jobs))) as pool:
+    with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
         # Collect every result so the first failure is raised here, once the pool drained.
         for future in [pool.submit(job) for job in jobs]:
             future.result()

@@ -1,5 +1,7 @@
 """`from flyte.io import File, Dir`: tasks return files and folders as references and read them
-on the other side; the script uploads a local file and runs a task on it in local mode."""
+on the other side (downloaded, or streamed with `open`); a task writes a new remote file with
+`File.new_remote()` and `open("wb")`; the script uploads a local file and runs a task on it in
+local mode."""
 
 import tempfile
 from pathlib import Path
@@ -40,10 +42,39 @@ async def sum_tree(tree: Dir) -> int:
 
 
 @env.task
+async def stream_squares(n: int) -> File:
+    out = File.new_remote("squares.csv")
+    async with out.open("wb") as fh:
+        await fh.write(b"square\n")
+        for i in range(n):
+            await fh.write(f"{i * i}\n".encode())
+    return out
+
+
+@env.task
+async def sum_column(table: File) -> int:
+    async with table.open("rb") as fh:
+        await fh.readline()  # the header
+        return sum(int(row) for row in await fh.readlines())
+
+
+@env.task
+async def top_level_sizes(tree: Dir) -> int:
+    names = [f.name async for f in tree.walk(recursive=False)]
+    listed = await tree.list_files()
+    first = await tree.get_file("part-0.txt")
+    assert first is not None and [f.name for f in listed] == names
+    with first.open_sync("rb") as fh:
+        return len(names) * 100 + int(fh.read())
+
+
+@env.task
 async def pipeline(lines: list[str]) -> list[int]:
     notes = await write_notes(lines)
     tree = await make_tree(4)
-    return [await count_lines(notes), await sum_tree(tree)]
+    squares = await stream_squares(10)
+    return [await count_lines(notes), await sum_tree(tree), await sum_column(squares),
+            await top_level_sizes(tree)]
 
 
 if __name__ == "__main__":
