@@ -18,8 +18,10 @@ from dataclasses import replace
 from typing import Any
 
 from shoal._api.cache import to_cache
-from shoal._api.environment import _ENV_VAR, _check_env_vars
-from shoal._api.task import TaskTemplate, _timeout_seconds
+from shoal._api.environment import _check_env_vars
+from shoal._api.secret import secret_specs
+from shoal._api.task import TaskTemplate
+from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._spec.call import TaskSpec, frozen_map
 from shoal.errors import SpecError
 
@@ -80,13 +82,11 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
     given = {k: v for k, v in changes.items() if v is not None}
     new = _copy(task)
     if "retries" in given:
-        retries = given["retries"]
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise SpecError(f"task {task.name!r}: retries", retries, "must be an int >= 0",
-                            "e.g. retries=3")
-        new.retries = retries
+        new.retries, new.backoff = retry_settings(f"task {task.name!r}: retries",
+                                                  given["retries"])
     if "timeout" in given:
-        new.timeout = _timeout_seconds(f"task {task.name!r}: timeout", given["timeout"])
+        new.timeout, new.max_queued_time = timeout_settings(f"task {task.name!r}: timeout",
+                                                            given["timeout"])
     if "cache" in given:
         new.cache_override = to_cache(given["cache"], field_name="task.cache")
     env_changes = dict(getattr(task, "_env_changes", {}))
@@ -127,14 +127,7 @@ def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
         added = _check_env_vars(f"{kind}({env.name!r}).env_vars", given["env_vars"])
         out["env_vars"] = {**earlier.get("env_vars", {}), **added}
     if "secrets" in given:
-        secrets = given["secrets"]
-        secrets = (secrets,) if isinstance(secrets, str) else tuple(secrets)
-        for s in secrets:
-            if not isinstance(s, str) or not _ENV_VAR.match(s):
-                raise SpecError(f"{kind}({env.name!r}).secrets", s,
-                                "must name an environment variable",
-                                'e.g. secrets=["WANDB_API_KEY"]')
-        out["secrets"] = secrets
+        out["secrets"] = secret_specs(f"{kind}({env.name!r}).secrets", given["secrets"])
     if "pod_template" in given:
         if not isinstance(given["pod_template"], PodTemplate):
             raise SpecError(f"{kind}({env.name!r}).pod_template", given["pod_template"],

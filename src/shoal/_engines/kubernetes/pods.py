@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,13 +97,21 @@ def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
     forced = {"PYTHONUNBUFFERED": "1"}
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.env_vars.items()
                                  if k not in forced]
-    secrets = [s for s in env.secrets if s not in env.env_vars and s not in forced]
+    for s in env.secrets:
+        if s.mount is not None:
+            raise SpecError(f"TaskEnvironment({env.name!r}).secrets", s.key,
+                            "Secret(mount=...) is not compiled for Kubernetes yet",
+                            "give it as a variable: shoal.Secret(key, as_env_var=\"NAME\")")
+    secrets = [s for s in env.secrets
+               if s.env_var is not None and s.env_var not in env.env_vars
+               and s.env_var not in forced]
     if secrets and config.secret_name is None:
-        raise SpecError(f"TaskEnvironment({env.name!r}).secrets", list(env.secrets),
+        raise SpecError(f"TaskEnvironment({env.name!r}).secrets", [s.key for s in env.secrets],
                         "on Kubernetes secrets come from a Secret, and KubeConfig.secret_name "
-                        "names none", "create a Secret with one key per variable and set "
+                        "names none", "create a Secret with one key per secret key and set "
                         "KubeConfig(secret_name=...)")
-    out += [{"name": s, "valueFrom": {"secretKeyRef": {"name": config.secret_name, "key": s}}}
+    out += [{"name": s.env_var,
+             "valueFrom": {"secretKeyRef": {"name": config.secret_name, "key": s.key}}}
             for s in secrets]
     for name, value in values.items():
         if name in field_refs:
@@ -198,6 +207,9 @@ def _primary_name(env: EnvSpec) -> str:
     return str(pt.primary_container_name) if pt is not None else PRIMARY
 
 
+_WARNED_REUSE: set[str] = set()  # environments warned that reuse does not apply here
+
+
 def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
                  values: Mapping[str, str], field_refs: Mapping[str, str] | None = None,
                  labels: Mapping[str, str], grace_period: float = 30.0,
@@ -208,6 +220,10 @@ def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
     except where Shoal's must: the image, command and contract of the task's container,
     ``restartPolicy: Never``, and ``hostname``/``subdomain`` in a JobSet)."""
     where = f"TaskEnvironment({env.name!r}).pod_template.pod_spec"
+    if env.reuse is not None and env.name not in _WARNED_REUSE:
+        _WARNED_REUSE.add(env.name)
+        warnings.warn(f"environment {env.name!r}: ReusePolicy does not apply on Kubernetes "
+                      "(each call of a plain task is its own Job and pod)", stacklevel=2)
     pt = env.pod_template
     user: dict[str, Any] = (pt.pod_spec or {}) if pt is not None else {}
     if user.get("restartPolicy", "Never") != "Never":

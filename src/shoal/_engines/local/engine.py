@@ -28,6 +28,7 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
+from shoal._engines.local.secrets import SecretMissing, secret_environ
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
 from shoal._runtime import messages as m
@@ -133,7 +134,7 @@ class LocalEngine(Engine):
         if self._workers is None or self._workers.idle_count(worker_key(env, self.pool.capacity)):
             return
         with contextlib.suppress(EngineError):
-            self._workers.give_back(await self._spawn(env, code_file))
+            self._workers.give_back(await self._spawn(env, code_file), env.reuse)
 
     async def _close(self) -> None:
         for _, children in list(self._running.values()):
@@ -156,7 +157,14 @@ class LocalEngine(Engine):
         plan = self.plan(env, code_file, worker_id)
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
         return await self._workers.spawn(worker_key(env, self.pool.capacity), worker_id,
-                                         plan.argv, dict(plan.environ), log)
+                                         plan.argv, {**plan.environ, **self.secret_env(env)},
+                                         log)
+
+    def secret_env(self, env: EnvSpec) -> dict[str, str]:
+        """The variables giving ``env``'s processes their secrets; `SecretMissing` if one is
+        found nowhere (see `secrets`)."""
+        assert self._socket_dir is not None  # started
+        return secret_environ(env, os.environ, self.home, Path(self._socket_dir) / "secrets")
 
     def _admission(self, call: CallSpec) -> tuple[Request, int]:
         """(request, priority) of a call; computed and warned about once per environment and
@@ -221,10 +229,25 @@ class LocalEngine(Engine):
 
     async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
         assert self._workers is not None  # checked by run_attempt's guard
+        try:
+            self.secret_env(call.task.env)
+        except SecretMissing as e:
+            # A retry cannot find it either: fail now, as a NonRecoverableError.
+            return AttemptOutcome(failure=FailureInfo(
+                task=call.task.name, action=ref.action, attempt=ref.attempt, kind="user",
+                message=str(e), error_type="NonRecoverableError"))
         if call.task.env.cluster is not None:
             return await self._run_gang(call, ref)
         request, priority = self._admission(call)
-        reservation = await self.pool.acquire(request, priority=priority, label=ref.action)
+        try:
+            reservation = await asyncio.wait_for(
+                self.pool.acquire(request, priority=priority, label=ref.action),
+                call.task.max_queued_time)
+        except asyncio.TimeoutError:
+            return AttemptOutcome(failure=FailureInfo(
+                task=call.task.name, action=ref.action, attempt=ref.attempt,
+                kind="queued_timeout", message=f"waited longer than its max_queued_time of "
+                f"{call.task.max_queued_time:g}s to be admitted (the local pool was full)"))
         worker: Worker | None = None
         self._running[ref.action] = (reservation, set())
         try:
@@ -263,7 +286,7 @@ class LocalEngine(Engine):
                 t.cancel()
             reservation.release()
             if worker is not None:
-                self._workers.give_back(worker)
+                self._workers.give_back(worker, call.task.env.reuse)
 
     async def _within_memory(self, worker: Worker, order: m.Run, call: CallSpec) -> m.Done:
         """The worker's answer to ``order``; `OutOfMemory` once its process tree holds more than

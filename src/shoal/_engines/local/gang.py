@@ -187,6 +187,7 @@ class GangRunner:
             )
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
+            environ.update(self.engine.secret_env(env))
             environ.update(node.to_env())
             fds: tuple[int, ...] = ()
             if self.engine.lifeline is not None:
