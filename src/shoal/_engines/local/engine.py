@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,6 +57,7 @@ class LocalEngine(Engine):
                  lineage: str | None = None) -> None:
         super().__init__()
         self.run = run
+        self.started_at = time.time()  # the run's start, as tasks see it (ctx().run_start_time)
         self.lineage = lineage or run  # the first run of a resume chain: owns the checkpoints
         self.home = home or contract.home()
         self.store = store or contract.store_uri()
@@ -257,7 +259,8 @@ class LocalEngine(Engine):
                           task=call.task.name, code_file=call.task.code_file,
                           inputs=dict(call.inputs), log_path=str(ref.log_path),
                           checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage,
-                                                                 ref.action))
+                                                                 ref.action),
+                          run_start=self.started_at)
             try:
                 done = await asyncio.wait_for(self._within_memory(worker, order, call),
                                               call.task.timeout)
