@@ -329,3 +329,21 @@ def test_an_overridden_call_compiles_with_its_own_resources_and_env_vars() -> No
     assert base_c["resources"] != over_c["resources"]
     assert {"name": "SHARDS_HINT", "value": "8"} in over_c["env"]
     assert all(e["name"] != "SHARDS_HINT" for e in base_c["env"])
+
+
+def test_a_flyte_secret_is_its_key_given_as_its_variable() -> None:
+    task = _env_task(secrets=[shoal.Secret("openai-key", as_env_var="OPENAI_API_KEY"),
+                              "hf-token"])
+    env = _container(_compile(task, dataclasses.replace(CONFIG, secret_name="s"))[0])["env"]
+    assert {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "s", "key": "openai-key"}}} in env
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "s", "key": "hf-token"}}} in env
+
+
+def test_a_mounted_secret_and_reuse_are_not_silently_dropped() -> None:
+    task = _env_task(secrets=shoal.Secret("db", mount="/etc/flyte/secrets"))
+    with pytest.raises(SpecError, match=r"mount=.*as_env_var"):
+        _compile(task, dataclasses.replace(CONFIG, secret_name="s"))
+    with pytest.warns(UserWarning, match="ReusePolicy does not apply on Kubernetes"):
+        _compile(_env_task(reusable=shoal.ReusePolicy(replicas=2)))
