@@ -118,6 +118,8 @@ class ClusteredTaskEnvironment(TaskEnvironment):
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
+        self._given.update(replicas=replicas, nproc_per_node=nproc_per_node, runtime=runtime,
+                           failure_policy=failure_policy)
         self.runtime = TorchRun() if runtime is None else runtime
         if not isinstance(self.runtime, TorchRun | JaxRun):
             raise SpecError(f"ClusteredTaskEnvironment({name!r}).runtime", runtime,

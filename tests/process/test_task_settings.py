@@ -63,3 +63,7 @@ def test_max_queued_time_fails_a_call_not_admitted_in_time() -> None:
     held, second = shoal.run(ts.queued_too_long).outputs()[0]
     assert held == "held"
     assert second.startswith("queued_timeout: waited longer than its max_queued_time of 0.3s")
+
+
+def test_override_reusable_off_runs_each_call_in_a_fresh_process() -> None:
+    assert shoal.run(ts.reuse_off_starts_fresh_workers).outputs()[0] == [True, True]

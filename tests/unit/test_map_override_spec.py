@@ -70,8 +70,9 @@ def test_env_vars_override_gets_other_workers() -> None:
     ({"secrets": ["bad/slash"]}, "must be a secret key or a shoal.Secret"),
     ({"pod_template": "x"}, "must be shoal.PodTemplate"),
     ({"interruptible": "yes"}, "must be a bool"),
-    ({"short_name": "other"}, "cannot be overridden"),
-    ({"reusable": "off"}, "cannot be overridden"),
+    ({"name": "other"}, "cannot be overridden"),
+    ({"short_name": ""}, "must be a non-empty string"),
+    ({"reusable": "sometimes"}, 'must be "off" or shoal.ReusePolicy'),
     ({"max_inline_io_bytes": 10}, "is not a setting Shoal can override"),
 ])
 def test_override_refuses_bad_values_as_the_decorator_does(changes: dict[str, object],

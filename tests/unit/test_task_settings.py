@@ -148,3 +148,32 @@ def test_override_takes_the_new_forms() -> None:
     spec = over.spec()
     assert (spec.retries, spec.backoff, spec.timeout) == (2, BackoffSpec(1.0), 9.0)
     assert [s.env_var for s in spec.env.secrets] == ["X_Y"]
+
+
+def test_override_short_name_and_reusable() -> None:
+    t = _task()
+    spec = t.override(short_name="shown", reusable="off").spec()
+    assert spec.name == t.name and spec.display_name == "shown"
+    assert spec.env.reuse == ReuseSpec(max_workers=0, idle_ttl=1.0)  # a fresh process per call
+    policy = shoal.ReusePolicy(replicas=3, idle_ttl=60)
+    assert t.override(reusable=policy).spec().env.reuse == ReuseSpec(3, 60.0)
+
+
+def test_clone_with_keeps_all_but_the_changes() -> None:
+    base = shoal.TaskEnvironment("clone-base", env_vars={"A": "1"}, secrets="TOKEN",
+                                 reusable=shoal.ReusePolicy(replicas=2, idle_ttl=60))
+    clone = base.clone_with("clone-two", reusable=None, depends_on=[base])
+    assert clone.name == "clone-two" and dict(clone.env_vars) == {"A": "1"}
+    assert clone.reusable is None and clone.depends_on == (base,) and clone.tasks == {}
+    assert [s.env_var for s in clone.spec().secrets] == ["TOKEN"]
+    with pytest.raises(SpecError, match="is not a setting of TaskEnvironment"):
+        base.clone_with("clone-three", replicas=2)
+
+
+def test_clone_with_a_clustered_environment_keeps_its_shape() -> None:
+    from shoal.clustered import ClusteredTaskEnvironment
+
+    gang = ClusteredTaskEnvironment("gang-base", replicas=2, nproc_per_node=2)
+    clone = gang.clone_with("gang-wide", replicas=4)
+    assert isinstance(clone, ClusteredTaskEnvironment)
+    assert (clone.replicas, clone.nproc_per_node) == (4, 2)

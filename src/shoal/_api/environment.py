@@ -104,6 +104,12 @@ class TaskEnvironment:
 
         kind = type(self).__name__
         self.name = check_name(f"{kind}.name", name)
+        # What `clone_with` starts from: the arguments as given, before they were checked.
+        self._given: dict[str, Any] = dict(
+            image=image, resources=resources, env_vars=env_vars, secrets=secrets, cache=cache,
+            depends_on=depends_on, pod_template=pod_template, description=description,
+            interruptible=interruptible, reusable=reusable, plugin_config=plugin_config,
+            queue=queue)
         if image is not None and not isinstance(image, Image | str):
             raise SpecError(
                 f"{kind}({name!r}).image", image, "must be a shoal.Image or an image URI string",
@@ -157,6 +163,17 @@ class TaskEnvironment:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+    def clone_with(self, name: str, **changes: Any) -> TaskEnvironment:
+        """A new environment named ``name`` with this one's settings except ``changes``
+        (Flyte 2's ``clone_with``: ``reusable=None`` turns reuse off). Its tasks are its own:
+        none of this environment's are copied."""
+        unknown = sorted(set(changes) - set(self._given))
+        if unknown:
+            raise SpecError(f"{self!r}.clone_with({unknown[0]}=...)", changes[unknown[0]],
+                            f"is not a setting of {type(self).__name__}",
+                            "change one of: " + ", ".join(sorted(self._given)))
+        return type(self)(name, **{**self._given, **changes})
 
     # -- the dependency graph ----------------------------------------------------------
     def reachable(self) -> dict[str, TaskEnvironment]:

@@ -22,17 +22,14 @@ from shoal._api.environment import _check_env_vars
 from shoal._api.secret import secret_specs
 from shoal._api.task import TaskTemplate
 from shoal._api.task_options import retry_settings, timeout_settings
-from shoal._spec.call import TaskSpec, frozen_map
+from shoal._spec.call import ReuseSpec, TaskSpec, frozen_map
 from shoal.errors import SpecError
 
 # Flyte 2 names override() accepts that have no meaning here, each with what to do instead.
 _REFUSED = {
-    "short_name": "the task's name is how its worker finds it and part of its cache key; "
-                  "define another task (or pass name= to @env.task)",
     "name": "the task's name is how its worker finds it and part of its cache key; "
             "define another task (or pass name= to @env.task)",
     "image": "an image belongs to the environment; define another TaskEnvironment",
-    "reusable": "the local engine keeps warm workers per environment itself; leave it out",
     "queue": 'set the Kueue queue with pod_template=shoal.PodTemplate(labels='
              '{"kueue.x-k8s.io/queue-name": "team-a"})',
     "replicas": "a gang's shape belongs to its ClusteredTaskEnvironment: use "
@@ -41,7 +38,10 @@ _REFUSED = {
                       "`shoal run --override ENV.nproc_per_node=N` or define another "
                       "environment",
 }
-_ENV_FIELDS = ("resources", "env_vars", "secrets", "pod_template", "interruptible")
+_ENV_FIELDS = ("resources", "env_vars", "secrets", "pod_template", "interruptible", "reusable")
+# reusable="off": each call in a fresh worker process that exits after it (Flyte: a fresh
+# container instead of a reusable one).
+_FRESH_WORKER = ReuseSpec(max_workers=0, idle_ttl=1.0)
 
 
 class _Overridden(TaskTemplate[Any]):
@@ -75,10 +75,10 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
         if key in _REFUSED:
             raise SpecError(f"{where}({key}=...)", value, "cannot be overridden",
                             _REFUSED[key])
-        if key not in ("retries", "timeout", "cache", *_ENV_FIELDS):
+        if key not in ("retries", "timeout", "cache", "short_name", *_ENV_FIELDS):
             raise SpecError(f"{where}({key}=...)", value, "is not a setting Shoal can override",
-                            "override one of: retries, timeout, cache, resources, env_vars, "
-                            "secrets, pod_template, interruptible")
+                            "override one of: retries, timeout, cache, short_name, resources, "
+                            "env_vars, secrets, pod_template, interruptible, reusable")
     given = {k: v for k, v in changes.items() if v is not None}
     new = _copy(task)
     if "retries" in given:
@@ -87,6 +87,12 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
     if "timeout" in given:
         new.timeout, new.max_queued_time = timeout_settings(f"task {task.name!r}: timeout",
                                                             given["timeout"])
+    if "short_name" in given:
+        short = given["short_name"]
+        if not isinstance(short, str) or not short:
+            raise SpecError(f"{where}(short_name=...)", short, "must be a non-empty string",
+                            'e.g. short_name="train-large"')
+        new.settings = replace(new.settings, short_name=short)  # shown, not how it is found
     if "cache" in given:
         new.cache_override = to_cache(given["cache"], field_name="task.cache")
     env_changes = dict(getattr(task, "_env_changes", {}))
@@ -134,6 +140,15 @@ def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
                             "must be shoal.PodTemplate(...)",
                             'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})')
         out["pod_template"] = given["pod_template"]
+    if "reusable" in given:
+        from shoal._api.reuse import ReusePolicy
+
+        value = given["reusable"]
+        if value != "off" and not isinstance(value, ReusePolicy):
+            raise SpecError(f"{task.name}.override(reusable=...)", value,
+                            'must be "off" or shoal.ReusePolicy(...)',
+                            'use reusable="off" to run the calls in fresh processes')
+        out["reuse"] = _FRESH_WORKER if value == "off" else value.spec()
     if "interruptible" in given:
         if not isinstance(given["interruptible"], bool):
             raise SpecError(f"{kind}({env.name!r}).interruptible", given["interruptible"],

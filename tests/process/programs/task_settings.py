@@ -116,3 +116,13 @@ async def queued_too_long() -> list[str]:
     except shoal.errors.TaskFailed as e:
         second = f"{e.info.kind}: {e.info.message}"
     return [await first, second]
+
+
+@reuse_driver.task
+async def reuse_off_starts_fresh_workers() -> list[bool]:
+    """[two calls ran in different processes, both gone after]"""
+    fresh = pid.override(reusable="off")
+    a = await fresh(0.0)
+    b = await fresh(0.0)
+    await asyncio.sleep(0.3)
+    return [a != b, not _alive(a) and not _alive(b)]

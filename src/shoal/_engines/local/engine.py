@@ -253,8 +253,10 @@ class LocalEngine(Engine):
         worker: Worker | None = None
         self._running[ref.action] = (reservation, set())
         try:
-            worker = (self._workers.take_idle(worker_key(call.task.env, self.pool.capacity))
-                      or await self._spawn(call.task.env, call.task.code_file))
+            fresh = call.task.env.reuse is not None and call.task.env.reuse.max_workers == 0
+            worker = (None if fresh  # task.override(reusable="off")
+                      else self._workers.take_idle(worker_key(call.task.env, self.pool.capacity)))
+            worker = worker or await self._spawn(call.task.env, call.task.code_file)
             order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
                           task=call.task.name, code_file=call.task.code_file,
                           inputs=dict(call.inputs), log_path=str(ref.log_path),
