@@ -341,9 +341,25 @@ def test_a_flyte_secret_is_its_key_given_as_its_variable() -> None:
         "name": "s", "key": "hf-token"}}} in env
 
 
-def test_a_mounted_secret_and_reuse_are_not_silently_dropped() -> None:
-    task = _env_task(secrets=shoal.Secret("db", mount="/etc/flyte/secrets"))
-    with pytest.raises(SpecError, match=r"mount=.*as_env_var"):
-        _compile(task, dataclasses.replace(CONFIG, secret_name="s"))
+def test_a_mounted_secret_is_a_file_of_a_secret_volume() -> None:
+    task = _env_task(secrets=[shoal.Secret("DB-Pass", group="prod", mount="/etc/flyte/secrets"),
+                              shoal.Secret("tls", mount="/etc/flyte/secrets")])
+    job = _compile(task, dataclasses.replace(CONFIG, secret_name="s"))[0]
+    assert {"name": "shoal-secrets", "secret": {"secretName": "s", "defaultMode": 0o400,
+            "items": [{"key": "DB-Pass", "path": "prod/db-pass"},
+                      {"key": "tls", "path": "tls"}]}} in _pod_spec(job)["volumes"]
+    main = _container(job)
+    assert {"name": "shoal-secrets", "mountPath": "/etc/flyte/secrets",
+            "readOnly": True} in main["volumeMounts"]
+    assert {"name": contract.SECRETS_DIR, "value": "/etc/flyte/secrets"} in main["env"]
+    two = _env_task(secrets=[shoal.Secret("a", mount="/x"), shoal.Secret("b", mount="/y")])
+    with pytest.raises(SpecError, match="share one mount path"):
+        _compile(two, dataclasses.replace(CONFIG, secret_name="s"))
+    with pytest.raises(SpecError, match="valid key of a Kubernetes Secret"):
+        _compile(_env_task(secrets=shoal.Secret("a:b")),
+                 dataclasses.replace(CONFIG, secret_name="s"))
+
+
+def test_reuse_is_not_silently_dropped() -> None:
     with pytest.warns(UserWarning, match="ReusePolicy does not apply on Kubernetes"):
         _compile(_env_task(reusable=shoal.ReusePolicy(replicas=2)))

@@ -39,9 +39,11 @@ class ReusePolicy:
             raise SpecError("ReusePolicy.concurrency", self.concurrency, "must be an int >= 1",
                             "e.g. concurrency=1")
         if self.concurrency > 1:
+            calls = self.max_workers() * self.concurrency
             raise SpecError("ReusePolicy.concurrency", self.concurrency,
                             "above 1 is not supported: a Shoal worker runs one call at a time",
-                            "raise replicas= instead (one call per warm worker)")
+                            f"use concurrency=1 and replicas={calls}"
+                            " (one call per warm worker, each in its own process)")
         if self.scope not in ("global", "run"):
             raise SpecError("ReusePolicy.scope", self.scope, 'must be "global" or "run"',
                             'use scope="run" (locally workers never outlive their run)')

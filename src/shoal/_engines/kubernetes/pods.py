@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
+from shoal._engines.kubernetes.secrets import secret_env_entries, secret_volume
 from shoal._engines.kubernetes.validate import KUEUE_LABELS
 from shoal._runtime import contract
 from shoal._spec.call import EnvSpec
@@ -97,22 +98,7 @@ def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
     forced = {"PYTHONUNBUFFERED": "1"}
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.env_vars.items()
                                  if k not in forced]
-    for s in env.secrets:
-        if s.mount is not None:
-            raise SpecError(f"TaskEnvironment({env.name!r}).secrets", s.key,
-                            "Secret(mount=...) is not compiled for Kubernetes yet",
-                            "give it as a variable: shoal.Secret(key, as_env_var=\"NAME\")")
-    secrets = [s for s in env.secrets
-               if s.env_var is not None and s.env_var not in env.env_vars
-               and s.env_var not in forced]
-    if secrets and config.secret_name is None:
-        raise SpecError(f"TaskEnvironment({env.name!r}).secrets", [s.key for s in env.secrets],
-                        "on Kubernetes secrets come from a Secret, and KubeConfig.secret_name "
-                        "names none", "create a Secret with one key per secret key and set "
-                        "KubeConfig(secret_name=...)")
-    out += [{"name": s.env_var,
-             "valueFrom": {"secretKeyRef": {"name": config.secret_name, "key": s.key}}}
-            for s in secrets]
+    out += secret_env_entries(env, config, taken={*env.env_vars, *forced})
     for name, value in values.items():
         if name in field_refs:
             out.append({"name": name,
@@ -139,12 +125,18 @@ def _container(env: EnvSpec, config: KubeConfig, command: list[str],
     mounts = [{"name": WORK_VOLUME, "mountPath": config.home}]
     if r is not None and (r.shm_quantity is not None or r.shm_auto):
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    secret = secret_volume(env, config)
+    if secret is not None:
+        mounts.append(secret[1])
     c["volumeMounts"] = mounts
     return c
 
 
-def _volumes(env: EnvSpec) -> list[dict[str, Any]]:
+def _volumes(env: EnvSpec, config: KubeConfig) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}]
+    secret = secret_volume(env, config)
+    if secret is not None:
+        volumes.append(secret[0])
     r = env.resources
     if r is not None and (r.shm_quantity is not None or r.shm_auto):
         shm: dict[str, Any] = {"medium": "Memory"}
@@ -241,7 +233,7 @@ def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
         containers.insert(0, main)
     else:
         containers[containers.index(mine)] = _merge_container(main, mine, where)
-    volumes = _volumes(env)
+    volumes = _volumes(env, config)
     taken = {v["name"] for v in volumes}
     for v in user.get("volumes", []):
         if v.get("name") in taken:
