@@ -67,3 +67,15 @@ def test_max_queued_time_fails_a_call_not_admitted_in_time() -> None:
 
 def test_override_reusable_off_runs_each_call_in_a_fresh_process() -> None:
     assert shoal.run(ts.reuse_off_starts_fresh_workers).outputs()[0] == [True, True]
+
+
+def test_runs_shows_the_tasks_name_docs_and_links(capsys: pytest.CaptureFixture[str]) -> None:
+    from shoal.cli.main import main
+
+    run = shoal.run(ts.described)
+    run.wait()
+    capsys.readouterr()
+    assert main(["runs", run.name]) == 0
+    out = capsys.readouterr().out
+    assert "  name:  Say hello\n  about: Greets.\n  about:\n  about: A second paragraph." in out
+    assert "  link:  https://example.com/dash" in out

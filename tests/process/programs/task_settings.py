@@ -126,3 +126,11 @@ async def reuse_off_starts_fresh_workers() -> list[bool]:
     b = await fresh(0.0)
     await asyncio.sleep(0.3)
     return [a != b, not _alive(a) and not _alive(b)]
+
+
+@plain.task(short_name="Say hello", links=("https://example.com/dash",), entrypoint=True)
+def described() -> str:
+    """Greets.
+
+    A second paragraph."""
+    return "hi"
