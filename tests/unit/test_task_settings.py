@@ -73,7 +73,9 @@ def test_timeout_forms() -> None:
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"queue": "gpu"}, "kueue.x-k8s.io/queue-name"),
+    ({"queue": 3}, "non-empty string"),
+    ({"queue": "b", "pod_template": shoal.PodTemplate(
+        labels={"kueue.x-k8s.io/queue-name": "a"})}, "differs from the pod template"),
     ({"triggers": (object(),)}, "no scheduler.*cron"),
     ({"task_resolver": object()}, "custom resolver cannot apply"),
     ({"produces_artifacts": True}, "artifacts"),
@@ -91,7 +93,7 @@ def test_task_parameters_refused_or_checked(kw: dict[str, object], message: str)
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"queue": "gpu"}, "kueue.x-k8s.io/queue-name"),
+    ({"queue": ""}, "non-empty string"),
     ({"plugin_config": object()}, "ClusteredTaskEnvironment"),
     ({"reusable": True}, "shoal.ReusePolicy"),
     ({"secrets": [3]}, "secret key or a shoal.Secret"),
@@ -177,3 +179,14 @@ def test_clone_with_a_clustered_environment_keeps_its_shape() -> None:
     clone = gang.clone_with("gang-wide", replicas=4)
     assert isinstance(clone, ClusteredTaskEnvironment)
     assert (clone.replicas, clone.nproc_per_node) == (4, 2)
+
+
+def test_queue_is_the_kueue_queue_label() -> None:
+    queued = shoal.TaskEnvironment("queued", queue="bulk-a", pod_template=shoal.PodTemplate(
+        labels={"team": "x"}, pod_spec={"nodeSelector": {"a": "b"}}))
+    assert queued.pod_template.labels == {"team": "x", "kueue.x-k8s.io/queue-name": "bulk-a"}
+    assert queued.pod_template.pod_spec == {"nodeSelector": {"a": "b"}}
+    t = _task(queue="serial-1")
+    assert t.spec().env.pod_template.queue_name == "serial-1"
+    assert env.pod_template is None  # the environment keeps its own
+    assert t.override(queue="other").spec().env.pod_template.queue_name == "other"

@@ -65,12 +65,24 @@ def _check_env_vars(field: str, value: object) -> dict[str, str]:
     return out
 
 
-def refuse_queue(field: str, queue: object) -> None:
-    if queue is not None:
-        raise SpecError(field, queue, "is not a Shoal setting (Flyte's queues are its "
-                        "cluster's)", 'select a Kueue queue (and the local engine\'s queue) '
-                        'with pod_template=shoal.PodTemplate(labels={"kueue.x-k8s.io/'
-                        f'queue-name": {str(queue)!r}}})')
+def with_queue(field: str, queue: object, pod_template: Any, *, replace: bool = False) -> Any:
+    """``pod_template`` with Flyte's ``queue=`` as its Kueue queue label: the LocalQueue that
+    admits the task on Kubernetes, the local queue it is admitted from locally. ``replace``:
+    the queue replaces the template's (an override), instead of conflicting with it."""
+    from shoal._api.pod_template import KUEUE_QUEUE_NAME_LABEL, PodTemplate
+
+    if queue is None:
+        return pod_template
+    if not isinstance(queue, str) or not queue:
+        raise SpecError(field, queue, "must be a non-empty string", 'e.g. queue="team-a"')
+    pt = pod_template
+    if pt is not None and pt.queue_name not in (None, queue) and not replace:
+        raise SpecError(field, queue, f"differs from the pod template's queue label "
+                        f"({pt.queue_name!r}): both name the queue", "give one of them")
+    return PodTemplate(labels={**(pt.labels if pt else {}), KUEUE_QUEUE_NAME_LABEL: queue},
+                       annotations=pt.annotations if pt else None,
+                       pod_spec=pt.pod_spec if pt else None,
+                       primary_container_name=pt.primary_container_name if pt else "primary")
 
 
 class TaskEnvironment:
@@ -142,7 +154,7 @@ class TaskEnvironment:
                 f"{kind}({name!r}).pod_template", pod_template, "must be shoal.PodTemplate(...)",
                 'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})',
             )
-        self.pod_template = pod_template
+        self.pod_template = with_queue(f"{kind}({name!r}).queue", queue, pod_template)
         self.description = description
         if not isinstance(interruptible, bool):
             raise SpecError(f"{kind}({name!r}).interruptible", interruptible, "must be a bool",
@@ -157,7 +169,6 @@ class TaskEnvironment:
                             "Flyte plugins (Ray, Spark, Dask, ...) do not run on Shoal",
                             "use shoal.clustered.ClusteredTaskEnvironment for multi-node "
                             "torch/JAX, or start the framework inside a task")
-        refuse_queue(f"{kind}({name!r}).queue", queue)
         self.tasks: dict[str, TaskTemplate[Any]] = {}
         _REGISTRY[self.name] = self
 

@@ -30,15 +30,14 @@ _REFUSED = {
     "name": "the task's name is how its worker finds it and part of its cache key; "
             "define another task (or pass name= to @env.task)",
     "image": "an image belongs to the environment; define another TaskEnvironment",
-    "queue": 'set the Kueue queue with pod_template=shoal.PodTemplate(labels='
-             '{"kueue.x-k8s.io/queue-name": "team-a"})',
     "replicas": "a gang's shape belongs to its ClusteredTaskEnvironment: use "
                 "`shoal run --override ENV.replicas=N` or define another environment",
     "nproc_per_node": "a gang's shape belongs to its ClusteredTaskEnvironment: use "
                       "`shoal run --override ENV.nproc_per_node=N` or define another "
                       "environment",
 }
-_ENV_FIELDS = ("resources", "env_vars", "secrets", "pod_template", "interruptible", "reusable")
+_ENV_FIELDS = ("resources", "env_vars", "secrets", "pod_template", "interruptible", "reusable",
+               "queue")
 # reusable="off": each call in a fresh worker process that exits after it (Flyte: a fresh
 # container instead of a reusable one).
 _FRESH_WORKER = ReuseSpec(max_workers=0, idle_ttl=1.0)
@@ -78,7 +77,7 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
         if key not in ("retries", "timeout", "cache", "short_name", *_ENV_FIELDS):
             raise SpecError(f"{where}({key}=...)", value, "is not a setting Shoal can override",
                             "override one of: retries, timeout, cache, short_name, resources, "
-                            "env_vars, secrets, pod_template, interruptible, reusable")
+                            "env_vars, secrets, pod_template, interruptible, reusable, queue")
     given = {k: v for k, v in changes.items() if v is not None}
     new = _copy(task)
     if "retries" in given:
@@ -140,6 +139,12 @@ def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
                             "must be shoal.PodTemplate(...)",
                             'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})')
         out["pod_template"] = given["pod_template"]
+    if "queue" in given:
+        from shoal._api.environment import with_queue
+
+        base = out.get("pod_template", task.spec().env.pod_template)
+        out["pod_template"] = with_queue(f"{task.name}.override(queue=...)", given["queue"],
+                                         base, replace=True)
     if "reusable" in given:
         from shoal._api.reuse import ReusePolicy
 

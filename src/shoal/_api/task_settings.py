@@ -10,7 +10,9 @@ Each is honoured with Flyte's meaning where Shoal can, or refused with what to d
 - ``entrypoint``: a hint that the task is meant to be run directly; recorded.
 - ``max_inline_io_bytes``: accepted; Shoal has no inline limit (large values move through the
   store), so no size is refused.
-- ``queue``, ``triggers``, ``task_resolver``, ``produces_artifacts``: refused.
+- ``queue``: the Kueue queue label of the task's pod template (the LocalQueue on Kubernetes,
+  the local queue locally), as ``TaskEnvironment(queue=)`` and ``task.override(queue=)``.
+- ``triggers``, ``task_resolver``, ``produces_artifacts``: refused.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shoal._api.environment import refuse_queue
+from shoal._api.environment import with_queue
 from shoal.errors import SpecError
 
 if TYPE_CHECKING:
@@ -83,7 +85,10 @@ class TaskSettings:
                                                 or max_inline_io_bytes <= 0):
             raise SpecError(f"{where}(max_inline_io_bytes=...)", max_inline_io_bytes,
                             "must be a positive int", "leave it out: Shoal has no inline limit")
-        refuse_queue(f"{where}(queue=...)", queue)
+        if queue is not None:
+            pod_template = with_queue(f"{where}(queue=...)", queue,
+                                      pod_template if pod_template is not None
+                                      else env.pod_template)
         if triggers not in ((), None, []):
             raise SpecError(f"{where}(triggers=...)", triggers,
                             "Shoal has no scheduler, so triggers (Cron, FixedRate) cannot fire",
