@@ -1,11 +1,11 @@
 """`Secret`: a named secret a task needs (Flyte 2's ``flyte.Secret``), and ``secrets=`` parsing.
 
-Where a secret's value comes from is the engine's business. Locally (see
-``shoal._engines.local.secrets``): the engine's own environment variable ``as_env_var``, else a
-file ``$SHOAL_HOME/secrets/<group>/<key>`` (``secrets/<key>`` without a group). On Kubernetes:
-the key ``key`` of a Kubernetes Secret (``KubeConfig.secret_name``, or the secret's ``group``).
-A plain string in ``secrets=`` is a key whose variable is that string upper-cased, ``-`` as
-``_`` (``"WANDB_API_KEY"`` stays ``WANDB_API_KEY``), as in Flyte.
+Where a secret's value comes from is the engine's business. Locally
+(``shoal._engines.local.secrets``): the engine's own environment variable ``as_env_var``, then
+the key upper-cased, then the file ``$SHOAL_HOME/secrets/<group>/<key>`` (``secrets/<key>``
+without a group). On Kubernetes (``shoal._engines.kubernetes.secrets``): the key ``key`` of the
+Secret ``KubeConfig.secret_name``. A plain string in ``secrets=`` is a key whose variable is that
+string upper-cased, ``-`` as ``_`` (``"WANDB_API_KEY"`` stays ``WANDB_API_KEY``), as in Flyte.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ def default_env_var(key: str, group: str | None) -> str:
 
 @dataclass(frozen=True)
 class Secret:
-    """A secret given to a task as the variable ``as_env_var`` (default: the key upper-cased,
-    ``-`` as ``_``, prefixed with the group when there is one), or, with ``mount=``, as a
-    private file ``<mount>/<group>/<key lower-cased>`` whose path is also in the variable
-    ``as_env_var`` when that is given. Locally ``mount`` is a per-run folder, not the path
-    named (Flyte's ``/etc/flyte/secrets`` needs root): read the path from the variable, or
-    from `shoal.ctx()`-independent code via ``SHOAL_SECRETS_DIR``."""
+    """A secret given to a task as the variable ``as_env_var`` (default, without ``mount``:
+    the key upper-cased, ``-`` as ``_``, prefixed with the group when there is one), and/or,
+    with ``mount=``, as a private file ``<folder>/<group>/<key lower-cased>`` (Flyte's layout).
+    On Kubernetes the folder is ``mount``; locally it is a per-run folder (Flyte's
+    ``/etc/flyte/secrets`` would need root), and on both ``$SHOAL_SECRETS_DIR`` names it."""
 
     key: str
     group: str | None = None

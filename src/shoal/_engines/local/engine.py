@@ -166,7 +166,9 @@ class LocalEngine(Engine):
         """The variables giving ``env``'s processes their secrets; `SecretMissing` if one is
         found nowhere (see `secrets`)."""
         assert self._socket_dir is not None  # started
-        return secret_environ(env, os.environ, self.home, Path(self._socket_dir) / "secrets")
+        # One folder per environment: a task sees only its own environment's mounted secrets.
+        return secret_environ(env, os.environ, self.home,
+                              Path(self._socket_dir) / "secrets" / env.name)
 
     def _admission(self, call: CallSpec) -> tuple[Request, int]:
         """(request, priority) of a call; computed and warned about once per environment and
