@@ -7,9 +7,11 @@ import os
 import stat
 import time
 from datetime import timedelta
+from typing import Any
 
 import shoal
 from shoal._runtime import contract
+from shoal.clustered import ClusteredTaskEnvironment
 
 plain = shoal.TaskEnvironment(name="plain", resources=shoal.Resources(cpu=0.1))
 
@@ -93,7 +95,9 @@ async def replicas_bound_warm_workers() -> list[int]:
 
 # Asks for more than any pool has: clamped to the whole pool, so two calls cannot overlap.
 hog = shoal.TaskEnvironment(name="hog", resources=shoal.Resources(cpu=10_000))
-queue_driver = shoal.TaskEnvironment(name="queue-driver", depends_on=[hog])
+hog_gang = ClusteredTaskEnvironment(name="hog-gang", replicas=1, nproc_per_node=1,
+                                    resources=shoal.Resources(cpu=10_000))
+queue_driver = shoal.TaskEnvironment(name="queue-driver", depends_on=[hog, hog_gang])
 
 
 @hog.task
@@ -107,15 +111,25 @@ async def impatient() -> str:
     return "admitted"
 
 
+@hog_gang.task(timeout=shoal.Timeout(max_queued_time=0.3))
+def impatient_gang() -> str:
+    return "admitted"
+
+
+async def _failure(call: Any) -> str:
+    try:
+        return str(await call)
+    except shoal.errors.TaskFailed as e:
+        return f"{e.info.kind}: {e.info.message}"
+
+
 @queue_driver.task
 async def queued_too_long() -> list[str]:
     first = asyncio.ensure_future(hold(2.0))
     await asyncio.sleep(0.5)  # `hold` holds the whole pool now
-    try:
-        second = await impatient()
-    except shoal.errors.TaskFailed as e:
-        second = f"{e.info.kind}: {e.info.message}"
-    return [await first, second]
+    plain_call = await _failure(impatient())
+    gang_call = await _failure(impatient_gang.aio())
+    return [await first, plain_call, gang_call]
 
 
 @reuse_driver.task

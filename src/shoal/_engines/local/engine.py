@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,24 @@ class LocalEngine(Engine):
                                          plan.argv, {**plan.environ, **self.secret_env(env)},
                                          log)
 
+    async def admit_within(self, call: CallSpec, request: Request, *, priority: int,
+                           label: str, on_preempt: Callable[[], None] | None = None,
+                           ) -> Reservation | None:
+        """The pool's reservation for ``request``; None when the call's
+        ``Timeout(max_queued_time=)`` passed first."""
+        try:
+            return await asyncio.wait_for(
+                self.pool.acquire(request, priority=priority, label=label,
+                                  on_preempt=on_preempt), call.task.max_queued_time)
+        except asyncio.TimeoutError:
+            return None
+
+    def queued_too_long(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        return AttemptOutcome(failure=FailureInfo(
+            task=call.task.name, action=ref.action, attempt=ref.attempt, kind="queued_timeout",
+            message=f"waited longer than its max_queued_time of {call.task.max_queued_time:g}s "
+                    "to be admitted (the local pool was full)"))
+
     def secret_env(self, env: EnvSpec) -> dict[str, str]:
         """The variables giving ``env``'s processes their secrets; `SecretMissing` if one is
         found nowhere (see `secrets`)."""
@@ -243,15 +261,10 @@ class LocalEngine(Engine):
         if call.task.env.cluster is not None:
             return await self._run_gang(call, ref)
         request, priority = self._admission(call)
-        try:
-            reservation = await asyncio.wait_for(
-                self.pool.acquire(request, priority=priority, label=ref.action),
-                call.task.max_queued_time)
-        except asyncio.TimeoutError:
-            return AttemptOutcome(failure=FailureInfo(
-                task=call.task.name, action=ref.action, attempt=ref.attempt,
-                kind="queued_timeout", message=f"waited longer than its max_queued_time of "
-                f"{call.task.max_queued_time:g}s to be admitted (the local pool was full)"))
+        reservation = await self.admit_within(call, request, priority=priority,
+                                              label=ref.action)
+        if reservation is None:
+            return self.queued_too_long(call, ref)
         worker: Worker | None = None
         self._running[ref.action] = (reservation, set())
         try:
