@@ -363,3 +363,14 @@ def test_a_mounted_secret_is_a_file_of_a_secret_volume() -> None:
 def test_reuse_is_not_silently_dropped() -> None:
     with pytest.warns(UserWarning, match="ReusePolicy does not apply on Kubernetes"):
         _compile(_env_task(reusable=shoal.ReusePolicy(replicas=2)))
+
+
+def test_max_queued_time_is_refused_on_kubernetes() -> None:
+    env = shoal.TaskEnvironment(name="queued-k8s")
+
+    @env.task(timeout=shoal.Timeout(max_runtime=60, max_queued_time=30))
+    def work() -> int:
+        return 1
+
+    with pytest.raises(SpecError, match="local engine only"):
+        _compile(work)
