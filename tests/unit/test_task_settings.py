@@ -190,3 +190,10 @@ def test_queue_is_the_kueue_queue_label() -> None:
     assert t.spec().env.pod_template.queue_name == "serial-1"
     assert env.pod_template is None  # the environment keeps its own
     assert t.override(queue="other").spec().env.pod_template.queue_name == "other"
+
+
+def test_a_clustered_environment_refuses_reuse() -> None:
+    from shoal.clustered import ClusteredTaskEnvironment
+
+    with pytest.raises(SpecError, match="never reused"):
+        ClusteredTaskEnvironment("gang-reused", replicas=2, reusable=shoal.ReusePolicy())
