@@ -90,6 +90,9 @@ class TaskEnvironment:
 
     ``depends_on`` lists the environments whose tasks this environment's tasks call; a call
     into any other environment fails with `MissingDependencyError`, locally as on a cluster.
+    ``secrets``: keys and `shoal.Secret` values (see `shoal._api.secret`). ``reusable``: a
+    `shoal.ReusePolicy` bounding the local engine's warm workers. ``queue``: the Kueue queue
+    label of the pod template. ``plugin_config`` (Flyte's Ray/Spark/Dask plugins) is refused.
     """
 
     def __init__(

@@ -9,7 +9,10 @@ messages of ``@env.task`` and ``TaskEnvironment``.
 
 Differences from Flyte 2, on purpose: a keyword that is not given keeps the task's value, so
 ``retries=0`` turns retries off (Flyte reads a falsy value as "keep"); ``env_vars`` are added to
-the environment's (Flyte replaces them, which drops the environment's own variables).
+the environment's (Flyte replaces them, which drops the environment's own variables);
+``resources``, ``env_vars`` and ``secrets`` may be overridden on a reusable environment's task
+without ``reusable="off"`` (Flyte requires it: its replicas are shared containers; here a call
+with other settings gets a worker of its own).
 """
 
 from __future__ import annotations

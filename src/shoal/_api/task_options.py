@@ -39,16 +39,15 @@ class Backoff:
     cap: _dt.timedelta | float | None = None
 
     def __post_init__(self) -> None:
-        base = seconds("Backoff.base", self.base)
+        seconds("Backoff.base", self.base)
         if isinstance(self.factor, bool) or not isinstance(self.factor, int | float) \
                 or not math.isfinite(self.factor) or self.factor < 1.0:
             raise SpecError("Backoff.factor", self.factor, "must be a finite number >= 1",
                             "use 1.0 for a constant pause, 2.0 to double it each retry")
-        cap = seconds("Backoff.cap", self.cap)
+        seconds("Backoff.cap", self.cap)
         if self.factor > 1.0 and self.cap is None:
             raise SpecError("Backoff.cap", None, "is required when factor > 1 (the pause "
                             "would grow without bound)", "e.g. cap=timedelta(minutes=5)")
-        del base, cap
 
     def spec(self) -> BackoffSpec:
         return BackoffSpec(base=seconds("Backoff.base", self.base) or 0.0,
