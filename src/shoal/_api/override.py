@@ -12,7 +12,7 @@ Differences from Flyte 2, on purpose: a keyword that is not given keeps the task
 the environment's (Flyte replaces them, which drops the environment's own variables);
 ``resources``, ``env_vars`` and ``secrets`` may be overridden on a reusable environment's task
 without ``reusable="off"`` (Flyte requires it: its replicas are shared containers; here a call
-with other settings gets a worker of its own).
+with other env_vars or secrets runs in a worker started with them).
 """
 
 from __future__ import annotations
