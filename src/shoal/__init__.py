@@ -17,7 +17,10 @@ from shoal._api.io import Dir, File
 from shoal._api.map import map
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
+from shoal._api.reuse import ReusePolicy
+from shoal._api.secret import Secret
 from shoal._api.task import TaskTemplate
+from shoal._api.task_options import Backoff, RetryStrategy, Timeout
 from shoal._api.trace import trace
 from shoal._driver.handle import Run, run
 from shoal._driver.initialize import init, init_from_config
@@ -30,6 +33,7 @@ __all__ = [
     "GPU",
     "HABANA_GAUDI",
     "TPU",
+    "Backoff",
     "Cache",
     "Device",
     "Dir",
@@ -38,10 +42,14 @@ __all__ = [
     "Neuron",
     "PodTemplate",
     "Resources",
+    "RetryStrategy",
+    "ReusePolicy",
     "Run",
+    "Secret",
     "TaskContext",
     "TaskEnvironment",
     "TaskTemplate",
+    "Timeout",
     "__version__",
     "ctx",
     "errors",

@@ -118,6 +118,12 @@ class ClusteredTaskEnvironment(TaskEnvironment):
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
+        self._given.update(replicas=replicas, nproc_per_node=nproc_per_node, runtime=runtime,
+                           failure_policy=failure_policy)
+        if self.reusable is not None:
+            raise SpecError(f"ClusteredTaskEnvironment({name!r}).reusable", self.reusable,
+                            "a gang's nodes and ranks are started for each call, never reused",
+                            "leave reusable out (a plain TaskEnvironment may keep warm workers)")
         self.runtime = TorchRun() if runtime is None else runtime
         if not isinstance(self.runtime, TorchRun | JaxRun):
             raise SpecError(f"ClusteredTaskEnvironment({name!r}).runtime", runtime,

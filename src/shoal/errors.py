@@ -127,7 +127,9 @@ class FailureInfo:
     task: str
     action: str
     attempt: int
-    kind: str  # "user" (the task raised), "crash" (process died), "oom", "timeout", "system"
+    # "user" (the task raised), "crash" (process died), "oom", "timeout", "queued_timeout"
+    # (not admitted within its max_queued_time), "system"
+    kind: str
     message: str
     exit_code: int | None = None
     signal: str | None = None

@@ -329,3 +329,48 @@ def test_an_overridden_call_compiles_with_its_own_resources_and_env_vars() -> No
     assert base_c["resources"] != over_c["resources"]
     assert {"name": "SHARDS_HINT", "value": "8"} in over_c["env"]
     assert all(e["name"] != "SHARDS_HINT" for e in base_c["env"])
+
+
+def test_a_flyte_secret_is_its_key_given_as_its_variable() -> None:
+    task = _env_task(secrets=[shoal.Secret("openai-key", as_env_var="OPENAI_API_KEY"),
+                              "hf-token"])
+    env = _container(_compile(task, dataclasses.replace(CONFIG, secret_name="s"))[0])["env"]
+    assert {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "s", "key": "openai-key"}}} in env
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "s", "key": "hf-token"}}} in env
+
+
+def test_a_mounted_secret_is_a_file_of_a_secret_volume() -> None:
+    task = _env_task(secrets=[shoal.Secret("DB-Pass", group="prod", mount="/etc/flyte/secrets"),
+                              shoal.Secret("tls", mount="/etc/flyte/secrets")])
+    job = _compile(task, dataclasses.replace(CONFIG, secret_name="s"))[0]
+    assert {"name": "shoal-secrets", "secret": {"secretName": "s", "defaultMode": 0o400,
+            "items": [{"key": "DB-Pass", "path": "prod/db-pass"},
+                      {"key": "tls", "path": "tls"}]}} in _pod_spec(job)["volumes"]
+    main = _container(job)
+    assert {"name": "shoal-secrets", "mountPath": "/etc/flyte/secrets",
+            "readOnly": True} in main["volumeMounts"]
+    assert {"name": contract.SECRETS_DIR, "value": "/etc/flyte/secrets"} in main["env"]
+    two = _env_task(secrets=[shoal.Secret("a", mount="/x"), shoal.Secret("b", mount="/y")])
+    with pytest.raises(SpecError, match="share one mount path"):
+        _compile(two, dataclasses.replace(CONFIG, secret_name="s"))
+    with pytest.raises(SpecError, match="valid key of a Kubernetes Secret"):
+        _compile(_env_task(secrets=shoal.Secret("a:b")),
+                 dataclasses.replace(CONFIG, secret_name="s"))
+
+
+def test_reuse_is_not_silently_dropped() -> None:
+    with pytest.warns(UserWarning, match="ReusePolicy does not apply on Kubernetes"):
+        _compile(_env_task(reusable=shoal.ReusePolicy(replicas=2)))
+
+
+def test_max_queued_time_is_refused_on_kubernetes() -> None:
+    env = shoal.TaskEnvironment(name="queued-k8s")
+
+    @env.task(timeout=shoal.Timeout(max_runtime=60, max_queued_time=30))
+    def work() -> int:
+        return 1
+
+    with pytest.raises(SpecError, match="local engine only"):
+        _compile(work)

@@ -19,6 +19,7 @@ PUBLIC = {
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
     "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init",
     "init_from_config", "io", "map", "report", "run", "trace", "with_runcontext",
+    "Backoff", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
 }
 
 

@@ -37,7 +37,7 @@ def test_override_changes_only_the_new_tasks_calls() -> None:
     assert (spec.retries, spec.timeout, spec.cache.behavior) == (3, 60.0, "auto")
     assert dict(spec.env.env_vars) == {"A": "1", "B": "2"}  # added to the environment's
     assert spec.env.resources == shoal.Resources(cpu=2, memory="1Gi")
-    assert spec.env.secrets == ("TOKEN",)
+    assert [s.env_var for s in spec.env.secrets] == ["TOKEN"]
     assert (base.retries, base.timeout, base.cache.behavior) == (0, None, "disable")
     assert dict(base.env.env_vars) == {"A": "1"}
     assert spec.name == base.name and over.env is env  # the same task, found by the same name
@@ -62,16 +62,17 @@ def test_env_vars_override_gets_other_workers() -> None:
 @pytest.mark.parametrize(("changes", "message"), [
     ({"retries": -1}, "retries=-1: must be an int >= 0"),
     ({"retries": True}, "must be an int >= 0"),
-    ({"timeout": 0}, "must be a positive number of seconds"),
+    ({"timeout": -5}, "must be a number of seconds >= 0"),
     ({"cache": "sometimes"}, 'must be "auto", "disable", "override"'),
     ({"env_vars": {"1BAD": "x"}}, "must be an environment variable name"),
     ({"env_vars": {"RANK": "0"}}, "is set by Shoal for every task process"),
     ({"resources": {"cpu": 2}}, "must be shoal.Resources"),
-    ({"secrets": ["no-dash"]}, "must name an environment variable"),
+    ({"secrets": ["bad/slash"]}, "must be a secret key or a shoal.Secret"),
     ({"pod_template": "x"}, "must be shoal.PodTemplate"),
     ({"interruptible": "yes"}, "must be a bool"),
-    ({"short_name": "other"}, "cannot be overridden"),
-    ({"reusable": "off"}, "cannot be overridden"),
+    ({"name": "other"}, "cannot be overridden"),
+    ({"short_name": ""}, "must be a non-empty string"),
+    ({"reusable": "sometimes"}, 'must be "off" or shoal.ReusePolicy'),
     ({"max_inline_io_bytes": 10}, "is not a setting Shoal can override"),
 ])
 def test_override_refuses_bad_values_as_the_decorator_does(changes: dict[str, object],

@@ -109,7 +109,7 @@ def test_retries_and_timeout_validated() -> None:
         env.task(retries=-1)(lambda: 1)
     with pytest.raises(SpecError, match="timeout"):
 
-        @env.task(timeout=0)
+        @env.task(timeout=-5)  # 0 means no bound, as in Flyte
         def f() -> int:
             return 1
 

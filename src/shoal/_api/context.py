@@ -7,6 +7,7 @@ The worker that runs a task sets the context; user code only reads it. Outside a
 from __future__ import annotations
 
 import contextvars
+import datetime as _dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class TaskContext:
     master_port: int | None = None
     restart_attempt: int | None = None
     checkpoint: Any = None
+    run_start_time: _dt.datetime | None = None  # when this run's engine started (UTC)
     in_gang: bool = False  # a rank of a clustered task (it cannot call other tasks yet)
     # How this process reaches the controller running the run; None outside a run.
     client: ControllerClient | None = None

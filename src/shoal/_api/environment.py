@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from shoal._api.cache import Cache, CacheRequest, to_cache
 from shoal._api.names import check_name
+from shoal._api.secret import secret_specs
 from shoal._runtime import contract
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
 from shoal.errors import SpecError
@@ -64,11 +65,34 @@ def _check_env_vars(field: str, value: object) -> dict[str, str]:
     return out
 
 
+def with_queue(field: str, queue: object, pod_template: Any, *, replace: bool = False) -> Any:
+    """``pod_template`` with Flyte's ``queue=`` as its Kueue queue label: the LocalQueue that
+    admits the task on Kubernetes, the local queue it is admitted from locally. ``replace``:
+    the queue replaces the template's (an override), instead of conflicting with it."""
+    from shoal._api.pod_template import KUEUE_QUEUE_NAME_LABEL, PodTemplate
+
+    if queue is None:
+        return pod_template
+    if not isinstance(queue, str) or not queue:
+        raise SpecError(field, queue, "must be a non-empty string", 'e.g. queue="team-a"')
+    pt = pod_template
+    if pt is not None and pt.queue_name not in (None, queue) and not replace:
+        raise SpecError(field, queue, f"differs from the pod template's queue label "
+                        f"({pt.queue_name!r}): both name the queue", "give one of them")
+    return PodTemplate(labels={**(pt.labels if pt else {}), KUEUE_QUEUE_NAME_LABEL: queue},
+                       annotations=pt.annotations if pt else None,
+                       pod_spec=pt.pod_spec if pt else None,
+                       primary_container_name=pt.primary_container_name if pt else "primary")
+
+
 class TaskEnvironment:
     """A group of tasks that share an image, resources, environment variables and dependencies.
 
     ``depends_on`` lists the environments whose tasks this environment's tasks call; a call
     into any other environment fails with `MissingDependencyError`, locally as on a cluster.
+    ``secrets``: keys and `shoal.Secret` values (see `shoal._api.secret`). ``reusable``: a
+    `shoal.ReusePolicy` bounding the local engine's warm workers. ``queue``: the Kueue queue
+    label of the pod template. ``plugin_config`` (Flyte's Ray/Spark/Dask plugins) is refused.
     """
 
     def __init__(
@@ -78,19 +102,29 @@ class TaskEnvironment:
         image: Any = None,
         resources: Any = None,
         env_vars: Mapping[str, str] | None = None,
-        secrets: str | Iterable[str] | None = None,
+        secrets: Any = None,
         cache: CacheRequest = "disable",
         depends_on: Iterable[TaskEnvironment] = (),
         pod_template: Any = None,
         description: str | None = None,
         interruptible: bool = False,
+        reusable: Any = None,
+        plugin_config: Any = None,
+        queue: str | None = None,
     ) -> None:
         from shoal._api.image import Image
         from shoal._api.pod_template import PodTemplate
         from shoal._api.resources import Resources
+        from shoal._api.reuse import ReusePolicy
 
         kind = type(self).__name__
         self.name = check_name(f"{kind}.name", name)
+        # What `clone_with` starts from: the arguments as given, before they were checked.
+        self._given: dict[str, Any] = dict(
+            image=image, resources=resources, env_vars=env_vars, secrets=secrets, cache=cache,
+            depends_on=depends_on, pod_template=pod_template, description=description,
+            interruptible=interruptible, reusable=reusable, plugin_config=plugin_config,
+            queue=queue)
         if image is not None and not isinstance(image, Image | str):
             raise SpecError(
                 f"{kind}({name!r}).image", image, "must be a shoal.Image or an image URI string",
@@ -106,15 +140,7 @@ class TaskEnvironment:
         self.env_vars: Mapping[str, str] = frozen_map(
             _check_env_vars(f"{kind}({name!r}).env_vars", env_vars)
         )
-        if isinstance(secrets, str):
-            secrets = (secrets,)
-        self.secrets = tuple(secrets or ())
-        for s in self.secrets:
-            if not isinstance(s, str) or not _ENV_VAR.match(s):
-                raise SpecError(
-                    f"{kind}({name!r}).secrets", s, "must name an environment variable",
-                    'e.g. secrets=["WANDB_API_KEY"]',
-                )
+        self.secrets = secret_specs(f"{kind}({name!r}).secrets", secrets)
         self.cache: Cache = to_cache(cache, field_name=f"{kind}({name!r}).cache")
         deps = tuple(depends_on or ())
         for dep in deps:
@@ -131,17 +157,37 @@ class TaskEnvironment:
                 f"{kind}({name!r}).pod_template", pod_template, "must be shoal.PodTemplate(...)",
                 'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})',
             )
-        self.pod_template = pod_template
+        self.pod_template = with_queue(f"{kind}({name!r}).queue", queue, pod_template)
         self.description = description
         if not isinstance(interruptible, bool):
             raise SpecError(f"{kind}({name!r}).interruptible", interruptible, "must be a bool",
                             "use True or False")
         self.interruptible = interruptible
+        if reusable is not None and not isinstance(reusable, ReusePolicy):
+            raise SpecError(f"{kind}({name!r}).reusable", reusable, "must be shoal.ReusePolicy",
+                            "e.g. reusable=shoal.ReusePolicy(replicas=2, idle_ttl=300)")
+        self.reusable = reusable
+        if plugin_config is not None:
+            raise SpecError(f"{kind}({name!r}).plugin_config", plugin_config,
+                            "Flyte plugins (Ray, Spark, Dask, ...) do not run on Shoal",
+                            "use shoal.clustered.ClusteredTaskEnvironment for multi-node "
+                            "torch/JAX, or start the framework inside a task")
         self.tasks: dict[str, TaskTemplate[Any]] = {}
         _REGISTRY[self.name] = self
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+    def clone_with(self, name: str, **changes: Any) -> TaskEnvironment:
+        """A new environment named ``name`` with this one's settings except ``changes``
+        (Flyte 2's ``clone_with``: ``reusable=None`` turns reuse off). Its tasks are its own:
+        none of this environment's are copied."""
+        unknown = sorted(set(changes) - set(self._given))
+        if unknown:
+            raise SpecError(f"{self!r}.clone_with({unknown[0]}=...)", changes[unknown[0]],
+                            f"is not a setting of {type(self).__name__}",
+                            "change one of: " + ", ".join(sorted(self._given)))
+        return type(self)(name, **{**self._given, **changes})
 
     # -- the dependency graph ----------------------------------------------------------
     def reachable(self) -> dict[str, TaskEnvironment]:
@@ -171,6 +217,7 @@ class TaskEnvironment:
             reachable=frozenset(self.reachable()),
             pod_template=self.pod_template,
             interruptible=self.interruptible,
+            reuse=self.reusable.spec() if self.reusable is not None else None,
             cluster=self._cluster_spec(),
             image_tag=(self.image if isinstance(self.image, str)
                        else self.image.uri() if self.image is not None else ""),
@@ -193,12 +240,22 @@ class TaskEnvironment:
         _func: None = None,
         *,
         name: str | None = None,
-        retries: int = 0,
-        timeout: float | int | Any = None,
+        short_name: str | None = None,
+        retries: Any = 0,
+        timeout: Any = None,
         cache: CacheRequest = None,
         allow_pickle: bool = False,
-        short_name: str | None = None,
         report: bool = False,
+        docs: Any = None,
+        pod_template: Any = None,
+        interruptible: bool | None = None,
+        links: Any = (),
+        entrypoint: bool = False,
+        max_inline_io_bytes: int | None = None,
+        queue: str | None = None,
+        triggers: Any = (),
+        task_resolver: Any = None,
+        produces_artifacts: bool = False,
     ) -> Callable[[F], TaskTemplate[F]]: ...
 
     def task(
@@ -206,31 +263,50 @@ class TaskEnvironment:
         _func: F | None = None,
         *,
         name: str | None = None,
-        retries: int = 0,
-        timeout: float | int | Any = None,
+        short_name: str | None = None,
+        retries: Any = 0,
+        timeout: Any = None,
         cache: CacheRequest = None,
         allow_pickle: bool = False,
-        short_name: str | None = None,
         report: bool = False,
+        docs: Any = None,
+        pod_template: Any = None,
+        interruptible: bool | None = None,
+        links: Any = (),
+        entrypoint: bool = False,
+        max_inline_io_bytes: int | None = None,
+        queue: str | None = None,
+        triggers: Any = (),
+        task_resolver: Any = None,
+        produces_artifacts: bool = False,
     ) -> TaskTemplate[F] | Callable[[F], TaskTemplate[F]]:
         """Make a function a task of this environment: ``@env.task`` or ``@env.task(retries=2)``.
 
-        ``cache=None`` takes the environment's cache setting. Type hints are required on every
-        parameter and on the return value; they say how values move between processes.
-        ``report=True`` keeps an HTML report written with `shoal.report` in the run's store.
+        ``cache=None`` takes the environment's cache setting. Type hints on parameters say how
+        values move between processes. ``report=True`` keeps an HTML report written with
+        `shoal.report` in the run's store. The other settings are Flyte 2's; see
+        `shoal._api.task_settings` for what each means here and which are refused.
         """
         from shoal._api.task import TaskTemplate
+        from shoal._api.task_settings import TaskSettings
+
+        settings = TaskSettings.check(
+            self, short_name=short_name, docs=docs, pod_template=pod_template,
+            interruptible=interruptible, links=links, entrypoint=entrypoint,
+            max_inline_io_bytes=max_inline_io_bytes, queue=queue, triggers=triggers,
+            task_resolver=task_resolver, produces_artifacts=produces_artifacts)
 
         def wrap(func: F) -> TaskTemplate[F]:
             t: TaskTemplate[F] = TaskTemplate(
                 self,
                 func,
-                name=name or short_name,
+                name=name,
                 retries=retries,
                 timeout=timeout,
                 cache=None if cache is None else to_cache(cache, field_name="task.cache"),
                 allow_pickle=allow_pickle,
                 report=report,
+                settings=settings,
             )
             self.tasks[t.short_name] = t
             return t

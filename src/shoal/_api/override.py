@@ -9,7 +9,10 @@ messages of ``@env.task`` and ``TaskEnvironment``.
 
 Differences from Flyte 2, on purpose: a keyword that is not given keeps the task's value, so
 ``retries=0`` turns retries off (Flyte reads a falsy value as "keep"); ``env_vars`` are added to
-the environment's (Flyte replaces them, which drops the environment's own variables).
+the environment's (Flyte replaces them, which drops the environment's own variables);
+``resources``, ``env_vars`` and ``secrets`` may be overridden on a reusable environment's task
+without ``reusable="off"`` (Flyte requires it: its replicas are shared containers; here a call
+with other env_vars or secrets runs in a worker started with them).
 """
 
 from __future__ import annotations
@@ -18,28 +21,29 @@ from dataclasses import replace
 from typing import Any
 
 from shoal._api.cache import to_cache
-from shoal._api.environment import _ENV_VAR, _check_env_vars
-from shoal._api.task import TaskTemplate, _timeout_seconds
-from shoal._spec.call import TaskSpec, frozen_map
+from shoal._api.environment import _check_env_vars
+from shoal._api.secret import secret_specs
+from shoal._api.task import TaskTemplate
+from shoal._api.task_options import retry_settings, timeout_settings
+from shoal._spec.call import ReuseSpec, TaskSpec, frozen_map
 from shoal.errors import SpecError
 
 # Flyte 2 names override() accepts that have no meaning here, each with what to do instead.
 _REFUSED = {
-    "short_name": "the task's name is how its worker finds it and part of its cache key; "
-                  "define another task (or pass name= to @env.task)",
     "name": "the task's name is how its worker finds it and part of its cache key; "
             "define another task (or pass name= to @env.task)",
     "image": "an image belongs to the environment; define another TaskEnvironment",
-    "reusable": "the local engine keeps warm workers per environment itself; leave it out",
-    "queue": 'set the Kueue queue with pod_template=shoal.PodTemplate(labels='
-             '{"kueue.x-k8s.io/queue-name": "team-a"})',
     "replicas": "a gang's shape belongs to its ClusteredTaskEnvironment: use "
                 "`shoal run --override ENV.replicas=N` or define another environment",
     "nproc_per_node": "a gang's shape belongs to its ClusteredTaskEnvironment: use "
                       "`shoal run --override ENV.nproc_per_node=N` or define another "
                       "environment",
 }
-_ENV_FIELDS = ("resources", "env_vars", "secrets", "pod_template", "interruptible")
+_ENV_FIELDS = ("resources", "env_vars", "secrets", "pod_template", "interruptible", "reusable",
+               "queue")
+# reusable="off": each call in a fresh worker process that exits after it (Flyte: a fresh
+# container instead of a reusable one).
+_FRESH_WORKER = ReuseSpec(max_workers=0, idle_ttl=1.0)
 
 
 class _Overridden(TaskTemplate[Any]):
@@ -73,20 +77,24 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
         if key in _REFUSED:
             raise SpecError(f"{where}({key}=...)", value, "cannot be overridden",
                             _REFUSED[key])
-        if key not in ("retries", "timeout", "cache", *_ENV_FIELDS):
+        if key not in ("retries", "timeout", "cache", "short_name", *_ENV_FIELDS):
             raise SpecError(f"{where}({key}=...)", value, "is not a setting Shoal can override",
-                            "override one of: retries, timeout, cache, resources, env_vars, "
-                            "secrets, pod_template, interruptible")
+                            "override one of: retries, timeout, cache, short_name, resources, "
+                            "env_vars, secrets, pod_template, interruptible, reusable, queue")
     given = {k: v for k, v in changes.items() if v is not None}
     new = _copy(task)
     if "retries" in given:
-        retries = given["retries"]
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise SpecError(f"task {task.name!r}: retries", retries, "must be an int >= 0",
-                            "e.g. retries=3")
-        new.retries = retries
+        new.retries, new.backoff = retry_settings(f"task {task.name!r}: retries",
+                                                  given["retries"])
     if "timeout" in given:
-        new.timeout = _timeout_seconds(f"task {task.name!r}: timeout", given["timeout"])
+        new.timeout, new.max_queued_time = timeout_settings(f"task {task.name!r}: timeout",
+                                                            given["timeout"])
+    if "short_name" in given:
+        short = given["short_name"]
+        if not isinstance(short, str) or not short:
+            raise SpecError(f"{where}(short_name=...)", short, "must be a non-empty string",
+                            'e.g. short_name="train-large"')
+        new.settings = replace(new.settings, short_name=short)  # shown, not how it is found
     if "cache" in given:
         new.cache_override = to_cache(given["cache"], field_name="task.cache")
     env_changes = dict(getattr(task, "_env_changes", {}))
@@ -127,20 +135,28 @@ def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
         added = _check_env_vars(f"{kind}({env.name!r}).env_vars", given["env_vars"])
         out["env_vars"] = {**earlier.get("env_vars", {}), **added}
     if "secrets" in given:
-        secrets = given["secrets"]
-        secrets = (secrets,) if isinstance(secrets, str) else tuple(secrets)
-        for s in secrets:
-            if not isinstance(s, str) or not _ENV_VAR.match(s):
-                raise SpecError(f"{kind}({env.name!r}).secrets", s,
-                                "must name an environment variable",
-                                'e.g. secrets=["WANDB_API_KEY"]')
-        out["secrets"] = secrets
+        out["secrets"] = secret_specs(f"{kind}({env.name!r}).secrets", given["secrets"])
     if "pod_template" in given:
         if not isinstance(given["pod_template"], PodTemplate):
             raise SpecError(f"{kind}({env.name!r}).pod_template", given["pod_template"],
                             "must be shoal.PodTemplate(...)",
                             'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})')
         out["pod_template"] = given["pod_template"]
+    if "queue" in given:
+        from shoal._api.environment import with_queue
+
+        base = out.get("pod_template", task.spec().env.pod_template)
+        out["pod_template"] = with_queue(f"{task.name}.override(queue=...)", given["queue"],
+                                         base, replace=True)
+    if "reusable" in given:
+        from shoal._api.reuse import ReusePolicy
+
+        value = given["reusable"]
+        if value != "off" and not isinstance(value, ReusePolicy):
+            raise SpecError(f"{task.name}.override(reusable=...)", value,
+                            'must be "off" or shoal.ReusePolicy(...)',
+                            'use reusable="off" to run the calls in fresh processes')
+        out["reuse"] = _FRESH_WORKER if value == "off" else value.spec()
     if "interruptible" in given:
         if not isinstance(given["interruptible"], bool):
             raise SpecError(f"{kind}({env.name!r}).interruptible", given["interruptible"],

@@ -8,7 +8,7 @@ caller, so a bad value fails at the call site, and the output is decoded here to
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
+import dataclasses
 import functools
 import inspect
 import typing
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from shoal._api.cache import Cache
 from shoal._api.context import ctx
 from shoal._api.group import current_group
+from shoal._api.task_options import retry_settings, timeout_settings
+from shoal._api.task_settings import TaskSettings
 from shoal._spec.call import CallSpec, TaskSpec
 from shoal._spec.code import code_hash
 from shoal.errors import MissingDependencyError, SpecError
@@ -26,17 +28,6 @@ if TYPE_CHECKING:
     from shoal._api.environment import TaskEnvironment
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _timeout_seconds(field: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, _dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise SpecError(field, value, "must be a positive number of seconds or a timedelta",
-                        "e.g. timeout=600 or timeout=timedelta(hours=2)")
-    return float(value)
 
 
 class TaskTemplate(Generic[F]):
@@ -53,6 +44,7 @@ class TaskTemplate(Generic[F]):
         cache: Cache | None,
         allow_pickle: bool,
         report: bool = False,
+        settings: TaskSettings | None = None,
     ) -> None:
         from shoal._storage import codecs
 
@@ -63,11 +55,10 @@ class TaskTemplate(Generic[F]):
         self.short_name = name or func.__name__
         self.name = f"{env.name}.{self.short_name}"
         functools.update_wrapper(self, func)  # type: ignore[arg-type]
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise SpecError(f"task {self.name!r}: retries", retries, "must be an int >= 0",
-                            "e.g. retries=3")
-        self.retries = retries
-        self.timeout = _timeout_seconds(f"task {self.name!r}: timeout", timeout)
+        self.retries, self.backoff = retry_settings(f"task {self.name!r}: retries", retries)
+        self.timeout, self.max_queued_time = timeout_settings(f"task {self.name!r}: timeout",
+                                                              timeout)
+        self.settings = settings or TaskSettings()
         self.cache_override = cache
         self.allow_pickle = bool(allow_pickle)
         if not isinstance(report, bool):
@@ -133,9 +124,11 @@ class TaskTemplate(Generic[F]):
             cache = self.env.cache_spec(self.cache_override)
             # the key takes the version instead of the code: walking the code would be wasted
             keyed_on_code = cache.behavior != "disable" and cache.version is None
+            env = self.env.spec()
+            changes = self.settings.env_changes()
             self._spec = TaskSpec(
                 name=self.name,
-                env=self.env.spec(),
+                env=dataclasses.replace(env, **changes) if changes else env,
                 code_file=inspect.getfile(self.func),
                 code_hash=code_hash(self.func) if keyed_on_code else "",
                 signature=f"({rendered}) -> {self.return_type!r}",
@@ -145,6 +138,12 @@ class TaskTemplate(Generic[F]):
                 allow_pickle=self.allow_pickle,
                 is_async=self.is_async,
                 report=self.report,
+                backoff=self.backoff,
+                max_queued_time=self.max_queued_time,
+                display_name=self.settings.short_name,
+                docs=self.settings.docs_for(self.func),
+                links=self.settings.links,
+                entrypoint=self.settings.entrypoint,
             )
         return self._spec
 

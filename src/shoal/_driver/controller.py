@@ -244,7 +244,8 @@ class Controller:
             if failure.error_type == "NonRecoverableError":
                 break  # the task said a retry cannot help (Flyte 2's rule)
             if attempt < task.retries:
-                delay = min(self.backoff * 2**attempt, MAX_BACKOFF)
+                delay = (task.backoff.delay(attempt) if task.backoff is not None
+                         else min(self.backoff * 2**attempt, MAX_BACKOFF))
                 rec.add_event(self.run, "retry", f"{task.name} attempt {attempt} failed "
                               f"({failure.message}); retrying in {delay:.1f}s",
                               action_id=action)

@@ -86,6 +86,13 @@ class Runner:
                                 engine_pid=os.getpid(), engine_host=socket.gethostname(),
                                 resumed_from=self.resumes[0] if self.resumes else None)
         self._registered = True
+        task = self.call.task
+        if task.display_name or task.docs or task.links or task.entrypoint:
+            about = {"display_name": task.display_name, "docs": task.docs,
+                     "links": list(task.links), "entrypoint": task.entrypoint}
+            self.records.add_event(self.name, "task_info", f"{task.display_name or task.name}"
+                                   f": {task.docs.splitlines()[0] if task.docs else ''}",
+                                   data=about)
         if self.options != RunOptions():
             self.records.add_event(self.name, "run_context", "run context: " + ", ".join(
                 f"{k}={v}" for k, v in self.options.record().items() if v),

@@ -74,6 +74,7 @@ class Run:
     inputs: dict[str, Any]
     log_path: str
     checkpoint_uri: str = ""
+    run_start: float = 0.0  # epoch seconds; 0 when unknown
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ once), runs one call at a time, and writes each call's stdout/stderr to that cal
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import os
 import sys
 import traceback
@@ -106,7 +107,10 @@ class Worker:
         checkpoint = _checkpoint(order) if order.checkpoint_uri else None
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
                               env=task.env.name, attempt=order.attempt, client=self.client,
-                              checkpoint=checkpoint)
+                              checkpoint=checkpoint,
+                              run_start_time=_dt.datetime.fromtimestamp(order.run_start,
+                                                                         _dt.timezone.utc)
+                              if order.run_start else None)
         report = report_scope(task, store=self.wenv.store, run=order.run, action=order.action,
                               attempt=order.attempt)
         try:

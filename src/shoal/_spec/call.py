@@ -37,6 +37,38 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True)
+class SecretSpec:
+    """One secret a task needs: found by ``key`` (in ``group``), given to the task as the
+    variable ``env_var`` and/or as a file under ``mount`` (see `shoal.Secret`)."""
+
+    key: str
+    group: str | None = None
+    env_var: str | None = None
+    mount: str | None = None
+
+
+@dataclass(frozen=True)
+class ReuseSpec:
+    """How long and how many warm workers of an environment are kept (`shoal.ReusePolicy`)."""
+
+    max_workers: int
+    idle_ttl: float  # seconds an idle worker lives before it exits
+
+
+@dataclass(frozen=True)
+class BackoffSpec:
+    """The pause before retry n (0-based): ``min(base * factor**n, cap)`` seconds."""
+
+    base: float
+    factor: float = 1.0
+    cap: float | None = None
+
+    def delay(self, n: int) -> float:
+        d = self.base * self.factor ** n
+        return d if self.cap is None else min(d, self.cap)
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """One environment: where and with what its tasks run."""
 
@@ -44,7 +76,7 @@ class EnvSpec:
     resources: Any = None  # shoal._api.resources.Resources | None (a frozen value)
     image: Any = None  # shoal._api.image.Image | str | None
     env_vars: Mapping[str, str] = field(default_factory=dict)
-    secrets: tuple[str, ...] = ()
+    secrets: tuple[SecretSpec, ...] = ()
     depends_on: tuple[str, ...] = ()  # direct dependencies, by name
     reachable: frozenset[str] = frozenset()  # itself and everything reachable via depends_on
     pod_template: Any = None  # shoal._api.pod_template.PodTemplate | None
@@ -52,6 +84,7 @@ class EnvSpec:
     cluster: ClusterSpec | None = None
     image_tag: str = ""  # content hash of the image (or its URI), computed once
     image_packages: tuple[str, ...] = ()  # pip distributions the image declares
+    reuse: ReuseSpec | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -82,10 +115,16 @@ class TaskSpec:
     signature: str  # rendered parameter and return types (part of the cache key)
     retries: int = 0
     timeout: float | None = None  # seconds
+    max_queued_time: float | None = None  # seconds an attempt may wait for admission
     cache: CacheSpec = CacheSpec()
     allow_pickle: bool = False
     is_async: bool = False
     report: bool = False  # the call keeps an HTML report (`shoal.report`) with its attempt
+    backoff: BackoffSpec | None = None  # None: the engine's default exponential backoff
+    display_name: str = ""  # Flyte's short_name: shown, never used to find the task
+    docs: str = ""
+    links: tuple[str, ...] = ()
+    entrypoint: bool = False  # a hint that this task is meant to be run directly
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,15 @@ def _tree(records: Records, name: str, *, io: bool) -> int:
     resumed = f", resumes {run.resumed_from}" if run.resumed_from else ""
     print(f"run {run.name}  {run.task}  {run.state}  "
           f"{_duration(run.started_at, run.ended_at)}{resumed}")
+    # what @env.task(short_name=, docs=, links=) said about the run's task
+    about = next((e.data for e in records.events(run.name) if e.kind == "task_info"), None)
+    if isinstance(about, dict):
+        if about.get("display_name"):
+            print(f"  name:  {about['display_name']}")
+        for line in str(about.get("docs") or "").splitlines():
+            print(f"  about: {line}" if line else "  about:")
+        for link in about.get("links") or ():
+            print(f"  link:  {link}")
     for line in render_tree(records.list_actions(run.name), records.list_attempts(run.name),
                             io=io):
         print(line)

@@ -47,6 +47,7 @@ from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._storage.store import join
+from shoal.errors import SpecError
 
 __all__ = ["REPLICATED_JOB", "compile_call", "compile_driver", "compile_rbac", "to_yaml"]
 
@@ -121,6 +122,11 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
     checkpoint lives under it, so a resumed run finds it.
     """
     env = call.task.env
+    if call.task.max_queued_time is not None:
+        raise SpecError(f"task {call.task.name!r}: timeout.max_queued_time",
+                        call.task.max_queued_time, "is honoured by the local engine only (Kueue "
+                        "has no per-workload admission deadline)",
+                        "leave it out on Kubernetes, or bound the run with max_runtime=")
     labels, annotations = _identity(env, run, action, attempt, call.task.name)
     own, pod_labels = split_labels(env, config, default_queue=True)
     deadline = None if call.task.timeout is None else max(1, math.ceil(call.task.timeout))

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 import posixpath
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
+from shoal._engines.kubernetes.secrets import secret_env_entries, secret_volume
 from shoal._engines.kubernetes.validate import KUEUE_LABELS
 from shoal._runtime import contract
 from shoal._spec.call import EnvSpec
@@ -96,14 +98,7 @@ def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
     forced = {"PYTHONUNBUFFERED": "1"}
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.env_vars.items()
                                  if k not in forced]
-    secrets = [s for s in env.secrets if s not in env.env_vars and s not in forced]
-    if secrets and config.secret_name is None:
-        raise SpecError(f"TaskEnvironment({env.name!r}).secrets", list(env.secrets),
-                        "on Kubernetes secrets come from a Secret, and KubeConfig.secret_name "
-                        "names none", "create a Secret with one key per variable and set "
-                        "KubeConfig(secret_name=...)")
-    out += [{"name": s, "valueFrom": {"secretKeyRef": {"name": config.secret_name, "key": s}}}
-            for s in secrets]
+    out += secret_env_entries(env, config, taken={*env.env_vars, *forced})
     for name, value in values.items():
         if name in field_refs:
             out.append({"name": name,
@@ -130,12 +125,18 @@ def _container(env: EnvSpec, config: KubeConfig, command: list[str],
     mounts = [{"name": WORK_VOLUME, "mountPath": config.home}]
     if r is not None and (r.shm_quantity is not None or r.shm_auto):
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    secret = secret_volume(env, config)
+    if secret is not None:
+        mounts.append(secret[1])
     c["volumeMounts"] = mounts
     return c
 
 
-def _volumes(env: EnvSpec) -> list[dict[str, Any]]:
+def _volumes(env: EnvSpec, config: KubeConfig) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}]
+    secret = secret_volume(env, config)
+    if secret is not None:
+        volumes.append(secret[0])
     r = env.resources
     if r is not None and (r.shm_quantity is not None or r.shm_auto):
         shm: dict[str, Any] = {"medium": "Memory"}
@@ -198,6 +199,9 @@ def _primary_name(env: EnvSpec) -> str:
     return str(pt.primary_container_name) if pt is not None else PRIMARY
 
 
+_WARNED_REUSE: set[str] = set()  # environments warned that reuse does not apply here
+
+
 def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
                  values: Mapping[str, str], field_refs: Mapping[str, str] | None = None,
                  labels: Mapping[str, str], grace_period: float = 30.0,
@@ -208,6 +212,10 @@ def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
     except where Shoal's must: the image, command and contract of the task's container,
     ``restartPolicy: Never``, and ``hostname``/``subdomain`` in a JobSet)."""
     where = f"TaskEnvironment({env.name!r}).pod_template.pod_spec"
+    if env.reuse is not None and env.name not in _WARNED_REUSE:
+        _WARNED_REUSE.add(env.name)
+        warnings.warn(f"environment {env.name!r}: ReusePolicy does not apply on Kubernetes "
+                      "(each call of a plain task is its own Job and pod)", stacklevel=2)
     pt = env.pod_template
     user: dict[str, Any] = (pt.pod_spec or {}) if pt is not None else {}
     if user.get("restartPolicy", "Never") != "Never":
@@ -225,7 +233,7 @@ def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
         containers.insert(0, main)
     else:
         containers[containers.index(mine)] = _merge_container(main, mine, where)
-    volumes = _volumes(env)
+    volumes = _volumes(env, config)
     taken = {v["name"] for v in volumes}
     for v in user.get("volumes", []):
         if v.get("name") in taken:

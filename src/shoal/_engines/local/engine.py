@@ -12,8 +12,9 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
+from shoal._engines.local.secrets import SecretMissing, secret_environ
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
 from shoal._runtime import messages as m
@@ -55,6 +57,7 @@ class LocalEngine(Engine):
                  lineage: str | None = None) -> None:
         super().__init__()
         self.run = run
+        self.started_at = time.time()  # the run's start, as tasks see it (ctx().run_start_time)
         self.lineage = lineage or run  # the first run of a resume chain: owns the checkpoints
         self.home = home or contract.home()
         self.store = store or contract.store_uri()
@@ -133,7 +136,7 @@ class LocalEngine(Engine):
         if self._workers is None or self._workers.idle_count(worker_key(env, self.pool.capacity)):
             return
         with contextlib.suppress(EngineError):
-            self._workers.give_back(await self._spawn(env, code_file))
+            self._workers.give_back(await self._spawn(env, code_file), env.reuse)
 
     async def _close(self) -> None:
         for _, children in list(self._running.values()):
@@ -156,7 +159,34 @@ class LocalEngine(Engine):
         plan = self.plan(env, code_file, worker_id)
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
         return await self._workers.spawn(worker_key(env, self.pool.capacity), worker_id,
-                                         plan.argv, dict(plan.environ), log)
+                                         plan.argv, {**plan.environ, **self.secret_env(env)},
+                                         log)
+
+    async def admit_within(self, call: CallSpec, request: Request, *, priority: int,
+                           label: str, on_preempt: Callable[[], None] | None = None,
+                           ) -> Reservation | None:
+        """The pool's reservation for ``request``; None when the call's
+        ``Timeout(max_queued_time=)`` passed first."""
+        try:
+            return await asyncio.wait_for(
+                self.pool.acquire(request, priority=priority, label=label,
+                                  on_preempt=on_preempt), call.task.max_queued_time)
+        except asyncio.TimeoutError:
+            return None
+
+    def queued_too_long(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        return AttemptOutcome(failure=FailureInfo(
+            task=call.task.name, action=ref.action, attempt=ref.attempt, kind="queued_timeout",
+            message=f"waited longer than its max_queued_time of {call.task.max_queued_time:g}s "
+                    "to be admitted (the local pool was full)"))
+
+    def secret_env(self, env: EnvSpec) -> dict[str, str]:
+        """The variables giving ``env``'s processes their secrets; `SecretMissing` if one is
+        found nowhere (see `secrets`)."""
+        assert self._socket_dir is not None  # started
+        # One folder per environment: a task sees only its own environment's mounted secrets.
+        return secret_environ(env, os.environ, self.home,
+                              Path(self._socket_dir) / "secrets" / env.name)
 
     def _admission(self, call: CallSpec) -> tuple[Request, int]:
         """(request, priority) of a call; computed and warned about once per environment and
@@ -221,20 +251,33 @@ class LocalEngine(Engine):
 
     async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
         assert self._workers is not None  # checked by run_attempt's guard
+        try:
+            self.secret_env(call.task.env)
+        except SecretMissing as e:
+            # A retry cannot find it either: fail now, as a NonRecoverableError.
+            return AttemptOutcome(failure=FailureInfo(
+                task=call.task.name, action=ref.action, attempt=ref.attempt, kind="user",
+                message=str(e), error_type="NonRecoverableError"))
         if call.task.env.cluster is not None:
             return await self._run_gang(call, ref)
         request, priority = self._admission(call)
-        reservation = await self.pool.acquire(request, priority=priority, label=ref.action)
+        reservation = await self.admit_within(call, request, priority=priority,
+                                              label=ref.action)
+        if reservation is None:
+            return self.queued_too_long(call, ref)
         worker: Worker | None = None
         self._running[ref.action] = (reservation, set())
         try:
-            worker = (self._workers.take_idle(worker_key(call.task.env, self.pool.capacity))
-                      or await self._spawn(call.task.env, call.task.code_file))
+            fresh = call.task.env.reuse is not None and call.task.env.reuse.max_workers == 0
+            worker = (None if fresh  # task.override(reusable="off")
+                      else self._workers.take_idle(worker_key(call.task.env, self.pool.capacity)))
+            worker = worker or await self._spawn(call.task.env, call.task.code_file)
             order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
                           task=call.task.name, code_file=call.task.code_file,
                           inputs=dict(call.inputs), log_path=str(ref.log_path),
                           checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage,
-                                                                 ref.action))
+                                                                 ref.action),
+                          run_start=self.started_at)
             try:
                 done = await asyncio.wait_for(self._within_memory(worker, order, call),
                                               call.task.timeout)
@@ -263,7 +306,7 @@ class LocalEngine(Engine):
                 t.cancel()
             reservation.release()
             if worker is not None:
-                self._workers.give_back(worker)
+                self._workers.give_back(worker, call.task.env.reuse)
 
     async def _within_memory(self, worker: Worker, order: m.Run, call: CallSpec) -> m.Done:
         """The worker's answer to ``order``; `OutOfMemory` once its process tree holds more than

@@ -114,9 +114,17 @@ class GangRunner:
         restart = 0
         while True:
             self.preempted.clear()
-            reservation = await self.engine.pool.acquire(
-                request, priority=priority, label=f"{self.ref.action} gang",
-                on_preempt=self.preempted.set)
+            if restart == 0:  # max_queued_time bounds the attempt's wait, not a readmission
+                first = await self.engine.admit_within(
+                    self.call, request, priority=priority, label=f"{self.ref.action} gang",
+                    on_preempt=self.preempted.set)
+                if first is None:
+                    return self.engine.queued_too_long(self.call, self.ref)
+                reservation = first
+            else:
+                reservation = await self.engine.pool.acquire(
+                    request, priority=priority, label=f"{self.ref.action} gang",
+                    on_preempt=self.preempted.set)
             self.engine.notify("gang_admitted", self.ref.action,
                                {"task": self.call.task.name, "restart": restart})
             try:
@@ -196,6 +204,7 @@ class GangRunner:
             )
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
+            environ.update(self.engine.secret_env(env))
             environ.update(node.to_env())
             fds: tuple[int, ...] = ()
             if self.engine.lifeline is not None:

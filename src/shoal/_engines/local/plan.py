@@ -62,10 +62,8 @@ def priority_for(env: EnvSpec, priorities: Mapping[str, int]) -> tuple[str, int]
 def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str],
                    gpus_emulated: bool = False) -> dict[str, str]:
     """The full environment of a process of ``env`` (a worker, or a gang's node launcher)."""
+    # Secrets are added when a process starts (`secrets.secret_environ`): a plan is printed.
     out = dict(base)
-    for name in env.secrets:  # secrets come from the engine's own environment locally
-        if name in base:
-            out[name] = base[name]
     out.update(env.env_vars)
     if wenv is not None:
         out.update(wenv.to_env())
@@ -81,7 +79,7 @@ def worker_key(env: EnvSpec, capacity: Request) -> str:
     one this call's spec asks for. ``task.override(env_vars=...)`` gives a call of the same
     environment other variables, and a worker cannot change the variables it started with."""
     emulated = request_for(env).gpu > capacity.gpu
-    facts = repr((sorted(env.env_vars.items()), sorted(env.secrets), emulated))
+    facts = repr((sorted(env.env_vars.items()), sorted(map(repr, env.secrets)), emulated))
     return f"{env.name}#{hashlib.sha1(facts.encode()).hexdigest()[:12]}"
 
 

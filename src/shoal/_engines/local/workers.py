@@ -18,6 +18,7 @@ from typing import Any
 
 from shoal._engines.local import procs
 from shoal._runtime import messages as m
+from shoal._spec.call import ReuseSpec
 from shoal.errors import EngineError
 
 
@@ -37,6 +38,7 @@ class Worker:
     current: asyncio.Future[m.Done] | None = None
     healthy: bool = True
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    idle_timer: asyncio.TimerHandle | None = None  # ends it after its ReusePolicy.idle_ttl
 
     @property
     def pid(self) -> int:
@@ -148,16 +150,44 @@ class WorkerSet:
         idle = self._idle.get(env, [])
         while idle:
             w = idle.pop()
+            if w.idle_timer is not None:
+                w.idle_timer.cancel()
+                w.idle_timer = None
             if w.healthy and w.proc.returncode is None:
                 return w
         return None
 
-    def give_back(self, worker: Worker) -> None:
+    def give_back(self, worker: Worker, reuse: ReuseSpec | None = None) -> None:
+        """Keep ``worker`` warm for the next call of its environment, within ``reuse``: at most
+        ``max_workers`` live workers of the environment, each ended ``idle_ttl`` s after its
+        last call."""
         worker.current = None
-        if worker.healthy and worker.proc.returncode is None:
-            self._idle.setdefault(worker.env, []).append(worker)
-            self._idle[worker.env] = self._idle.pop(worker.env)  # the most recently used last
-            self._trim(worker.env.split("#")[0])
+        if not (worker.healthy and worker.proc.returncode is None):
+            return
+        env_name = worker.env.split("#")[0]
+        if reuse is not None:
+            live = sum(1 for w in self._all.values()
+                       if w.healthy and w.env.split("#")[0] == env_name)
+            if live > reuse.max_workers:
+                self._end(worker)
+                return
+            worker.idle_timer = asyncio.get_running_loop().call_later(
+                reuse.idle_ttl, self._expire, worker)
+        self._idle.setdefault(worker.env, []).append(worker)
+        self._idle[worker.env] = self._idle.pop(worker.env)  # the most recently used last
+        self._trim(env_name)
+
+    def _expire(self, worker: Worker) -> None:
+        worker.idle_timer = None
+        idle = self._idle.get(worker.env, [])
+        if worker in idle:
+            idle.remove(worker)
+            self._end(worker)
+
+    def _end(self, worker: Worker) -> None:
+        worker.healthy = False
+        with contextlib.suppress(EngineError, ConnectionError):
+            worker.send(m.Shutdown())  # it exits on its own; _watch forgets it
 
     def _trim(self, env_name: str) -> None:
         """End the idle workers of the least recently used process environments of
@@ -165,9 +195,7 @@ class WorkerSet:
         keys = [k for k, idle in self._idle.items() if idle and k.split("#")[0] == env_name]
         for key in keys[:-KEYS_KEPT_PER_ENV]:
             for w in self._idle.pop(key):
-                w.healthy = False
-                with contextlib.suppress(EngineError, ConnectionError):
-                    w.send(m.Shutdown())  # it exits on its own; _watch forgets it
+                self._end(w)
 
     def idle_count(self, env: str) -> int:
         return len(self._idle.get(env, []))
