@@ -14,6 +14,7 @@ from shoal._api.environment import TaskEnvironment
 from shoal._api.group import group
 from shoal._api.image import Image
 from shoal._api.io import Dir, File
+from shoal._api.logger import logger
 from shoal._api.map import map
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
@@ -49,6 +50,7 @@ __all__ = [
     "init",
     "init_from_config",
     "io",
+    "logger",
     "map",
     "report",
     "run",
