@@ -18,7 +18,8 @@ PUBLIC = {
     "AMD_GPU", "GPU", "HABANA_GAUDI", "TPU", "Device", "Neuron",
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
     "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init",
-    "init_from_config", "io", "logger", "map", "report", "run", "trace", "with_runcontext",
+    "init_from_config", "io", "map", "report", "run", "trace", "with_runcontext",
+    "Checkpoint", "latest_checkpoint", "logger",
 }
 
 
