@@ -247,6 +247,17 @@ def test_a_generator_left_early_is_recorded_stopped_and_one_that_raised_failed()
         await gen.aclose()
         return item
 
+    @shoal.trace
+    async def waits() -> AsyncIterator[int]:
+        await asyncio.sleep(60)
+        yield 1
+
+    async def cancelled_while_waiting() -> None:
+        consumer = asyncio.ensure_future(waits().__anext__())
+        await asyncio.sleep(0.01)
+        consumer.cancel()
+        await consumer
+
     client = Recorder()
     with running(_task(client)):
         for item in countdown(5):
@@ -255,7 +266,11 @@ def test_a_generator_left_early_is_recorded_stopped_and_one_that_raised_failed()
         assert asyncio.run(first_of(4)) == 4
         with pytest.raises(ValueError, match="no more"):
             list(breaks(1))
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(cancelled_while_waiting())
     ends = {e.action: e for e in client.ended}
+    assert (ends["a0.2.t4"].stopped, ends["a0.2.t4"].error) == (
+        True, "CancelledError stopped it after 0 item(s): not replayed")
     assert ends["a0.2.t1"].stopped and ends["a0.2.t1"].error == (
         "its caller stopped iterating after 2 item(s): not replayed")
     assert ends["a0.2.t2"].stopped and "after 1 item(s)" in str(ends["a0.2.t2"].error)

@@ -65,6 +65,9 @@ class _Steps:
         except Exception as e:
             self.call.finish(self.t0, error=e)
             raise
+        except BaseException as e:  # KeyboardInterrupt, a cancelled task: stopped, not failed
+            self.call.stopped(self.t0, self.why_stopped(e))
+            raise
         return self._took(item)
 
     async def aadvance(self, step: Callable[..., Any], arg: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -73,6 +76,9 @@ class _Steps:
                 item = await _anext_or_end(step, arg)
         except Exception as e:
             self.call.finish(self.t0, error=e)
+            raise
+        except BaseException as e:
+            self.call.stopped(self.t0, self.why_stopped(e))
             raise
         return self._took(item)
 
