@@ -6,14 +6,18 @@ underscore is private. ``import shoal`` stays light: no torch, jax, kubernetes o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from shoal import errors, io, report
 from shoal._api.accelerators import AMD_GPU, GPU, HABANA_GAUDI, TPU, Device, Neuron
 from shoal._api.cache import Cache
+from shoal._api.checkpoint import latest_checkpoint
 from shoal._api.context import TaskContext, ctx
 from shoal._api.environment import TaskEnvironment
 from shoal._api.group import group
 from shoal._api.image import Image
 from shoal._api.io import Dir, File
+from shoal._api.logger import logger
 from shoal._api.map import map
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
@@ -26,6 +30,9 @@ from shoal._driver.handle import Run, run
 from shoal._driver.initialize import init, init_from_config
 from shoal._driver.runcontext import with_runcontext
 
+if TYPE_CHECKING:
+    from shoal._storage.checkpoints import Checkpoint
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "TPU",
     "Backoff",
     "Cache",
+    "Checkpoint",
     "Device",
     "Dir",
     "File",
@@ -57,9 +65,22 @@ __all__ = [
     "init",
     "init_from_config",
     "io",
+    "latest_checkpoint",
+    "logger",
     "map",
     "report",
     "run",
     "trace",
     "with_runcontext",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # `shoal.Checkpoint` (the type of ctx().checkpoint, for annotations) is imported on first
+    # use: the checkpoint machinery is a tenth of `import shoal`'s time, and most code never
+    # names it.
+    if name == "Checkpoint":
+        from shoal._storage.checkpoints import Checkpoint
+
+        return Checkpoint
+    raise AttributeError(f"module 'shoal' has no attribute {name!r}")

@@ -95,7 +95,8 @@ class UnsupportedTypeError(SpecError, TypeError):
 
 
 class InputError(SpecError, TypeError):
-    """A value passed to (or returned from) a task does not match its declared type."""
+    """A value passed to (or returned from) a task does not match its declared type, or the
+    arguments of a call do not match its signature."""
 
 
 class MissingDependencyError(UserError):

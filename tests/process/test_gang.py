@@ -54,13 +54,19 @@ def test_ddp_4x1_through_override(shoal_home: Path) -> None:
         gang.ddp_env.override("replicas", 2)
 
 
-def test_topology_on_every_rank(tmp_path: Path) -> None:
-    out = shoal.run(gang.topology, str(tmp_path)).outputs()[0]
+def test_topology_on_every_rank(tmp_path: Path, shoal_home: Path) -> None:
+    run = shoal.run(gang.topology, str(tmp_path))
+    out = run.outputs()[0]
     assert out["rank"] == 0 and out["world_size"] == 2 and out["nnodes"] == 2
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["node_rank"] for r in ranks] == [0, 1]
     assert [r["env_rank"] for r in ranks] == [0, 1]
     assert all(r["env_world"] == 2 and r["local_rank"] == 0 for r in ranks)
+    # shoal.logger lines land in each rank's own log, naming the rank
+    logs = sorted((shoal_home / "runs" / run.name / "logs" / "gang").rglob("rank*.log"))
+    lines = [line for log in logs for line in log.read_text().splitlines() if "topology" in line]
+    assert lines == [f"[{run.name}][a0][rank {r}] INFO topology seen by pid {ranks[r]['pid']}"
+                     for r in range(2)]
 
 
 def test_kill9_of_a_rank_restarts_the_group(tmp_path: Path, shoal_home: Path) -> None:

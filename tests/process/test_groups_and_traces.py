@@ -112,3 +112,26 @@ def test_resume_replays_the_traced_calls_of_the_interrupted_action(tmp_path: Pat
                       "a0.1.t2": "replayed", "a0.1.t3": "succeeded"}
     tree = _shoal("runs", resumed).stdout
     assert "├─ a0.1.t2  trace score  replayed (not run again)" in tree
+
+
+def test_a_retry_replays_completed_generators_and_reruns_the_rest(tmp_path: Path,
+                                                                 shoal_home: Path) -> None:
+    p = _shoal("run", str(PROGRAM), "generated", "--marker_dir", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(500 + 501 + 502 + (0 + 1 + 2 + 3) + 600 + 1)
+    # completed generators ran once; the one left early and the one that raised, twice
+    assert (_runs(tmp_path, "shard_rows-5"), _runs(tmp_path, "stream-4")) == (1, 1)
+    assert (_runs(tmp_path, "shard_rows-6"), _runs(tmp_path, "cut_short")) == (2, 2)
+    assert "◦ trace shard_rows [a0.1.t3] its caller stopped iterating after 1 item(s)" in p.stderr
+    records = Records(shoal_home / "shoal.db")
+    run = records.list_runs(limit=1)[0].name
+    acts = {a.action_id: a for a in records.list_actions(run)}
+    assert acts["a0.1.t1"].outputs == [{"index": 5, "rows": [500 + k]} for k in range(3)]
+    assert (acts["a0.1.t2"].state, acts["a0.1.t2"].outputs) == ("succeeded", [0, 1, 2, 3])
+    assert acts["a0.1.t3"].state == "cancelled"
+    assert (acts["a0.1.t4"].state, acts["a0.1.t4"].error) == ("failed",
+                                                              "ValueError: source went away")
+    replays = [e.action_id for e in records.events(run) if e.kind == "replayed"]
+    assert replays == ["a0.1.t1", "a0.1.t2"]
+    tree = _shoal("runs", run).stdout
+    assert "trace shard_rows  cancelled" in tree and "after 1 item(s): not replayed" in tree

@@ -20,6 +20,7 @@ PUBLIC = {
     "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init",
     "init_from_config", "io", "map", "report", "run", "trace", "with_runcontext",
     "Backoff", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
+    "Checkpoint", "latest_checkpoint", "logger",
 }
 
 

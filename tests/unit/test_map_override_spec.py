@@ -98,6 +98,9 @@ def test_map_validates_its_arguments() -> None:
         shoal.map(add, [1], [2], group_name="")
     with pytest.raises(SpecError, match="one iterable per remaining parameter"):
         shoal.map(functools.partial(add, 1), [1], [2])
+    # a keyword naming a parameter before the mapped one: Python's TypeError, as in Flyte
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        shoal.map(functools.partial(add, x=1), [1])
     assert list(shoal.map(functools.partial(add, y=10), [1, 2])) == [11, 12]
     assert list(shoal.map(add)) == []
 

@@ -99,7 +99,7 @@ def test_raw_data_path_is_the_runs_store() -> None:
     ({"log_format": "json"}, "log_format"),
     ({"interactive_mode": True}, ".py file"),
     ({"cache_lookup_scope": "project-domain"}, "raw_data_path"),
-    ({"user_log_level": 10}, "basicConfig"),
+    ({"user_log_level": "LOUD"}, "logging level"),
     ({"copy_style": "most"}, "copy_style"),
     ({"log_level": "LOUD"}, "logging level"),
 ])

@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import threading
 import warnings
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -163,11 +164,11 @@ def test_ranks_of_a_clustered_task_run_it_untraced_with_one_warning() -> None:
     assert len(w) == 1 and "runs untraced in 'g.train'" in str(w[0].message)
 
 
-def test_generators_and_unresolvable_hints_are_refused_at_decoration() -> None:
-    def gen() -> Any:
+def test_hints_that_do_not_name_items_or_do_not_resolve_are_refused_at_decoration() -> None:
+    def gen() -> list[int]:
         yield 1
 
-    with pytest.raises(SpecError, match="cannot trace a generator"):
+    with pytest.raises(SpecError, match="must name the items it yields"):
         shoal.trace(gen)
 
     def bad(x: Missing) -> int:  # type: ignore[name-defined]  # noqa: F821
@@ -175,3 +176,125 @@ def test_generators_and_unresolvable_hints_are_refused_at_decoration() -> None:
 
     with pytest.raises(SpecError, match="must resolve"):
         shoal.trace(bad)
+
+
+@shoal.trace
+def countdown(n: int) -> Iterator[int]:
+    calls.append(f"countdown({n})")
+    for i in range(n, 0, -1):
+        yield double(i)  # a nested trace: a child of the generator's call
+    calls.append("countdown done")
+
+
+@shoal.trace
+async def acountdown(n: int) -> AsyncIterator[int]:
+    for i in range(n, 0, -1):
+        await asyncio.sleep(0)
+        calls.append(f"acountdown {i}")
+        yield i
+
+
+def test_a_generator_yields_as_it_runs_and_records_its_items_once_exhausted() -> None:
+    calls.clear()
+    client = Recorder()
+    seen: list[tuple[int, int]] = []
+    with running(_task(client)):
+        for item in countdown(3):
+            seen.append((item, len(client.ended)))  # items arrive before the call ends
+            double(0)  # the caller's trace between two items: a sibling of the generator
+    assert [i for i, _ in seen] == [6, 4, 2] and seen[0][1] == 1  # only double(3) had ended
+    assert [c.action for c in client.started] == [
+        "a0.2.t1", "a0.2.t1.t1", "a0.2.t2", "a0.2.t1.t2", "a0.2.t3", "a0.2.t1.t3", "a0.2.t4"]
+    gen_end = next(e for e in client.ended if e.action == "a0.2.t1")
+    assert (gen_end.output, gen_end.error, gen_end.stopped) == ([6, 4, 2], None, False)
+    assert client.started[0].inputs == {"n": 3} and client.started[0].name == "countdown"
+    assert calls[0] == "countdown(3)" and calls[-1] == "countdown done"
+
+
+def test_a_completed_generator_is_replayed_without_running() -> None:
+    calls.clear()
+    client = Recorder(replay={"a0.2.t1": [9, 8]})
+    with running(_task(client)):
+        assert list(countdown(2)) == [9, 8]
+        assert list(countdown(1)) == [2]  # nothing recorded at a0.2.t2: it runs
+    assert calls == ["countdown(1)", "double(1)", "countdown done"]
+    assert [e.action for e in client.ended] == ["a0.2.t2.t1", "a0.2.t2"]
+
+
+def test_an_async_generator_is_traced_and_replayed() -> None:
+    async def consume(n: int) -> list[int]:
+        return [i async for i in acountdown(n)]
+
+    calls.clear()
+    client = Recorder(replay={"a0.2.t2": [7]})
+    with running(_task(client)):
+        assert asyncio.run(consume(2)) == [2, 1]
+        assert asyncio.run(consume(5)) == [7]
+        assert shoal.ctx().client is client  # the body's scope did not leak into the caller
+    assert calls == ["acountdown 2", "acountdown 1"]
+    assert [(e.action, e.output) for e in client.ended] == [("a0.2.t1", [2, 1])]
+
+
+def test_a_generator_left_early_is_recorded_stopped_and_one_that_raised_failed() -> None:
+    @shoal.trace
+    def breaks(n: int) -> Generator[int, None, None]:
+        yield n
+        raise ValueError("no more")
+
+    async def first_of(n: int) -> int:
+        gen = acountdown(n)
+        item = await gen.__anext__()
+        await gen.aclose()
+        return item
+
+    @shoal.trace
+    async def waits() -> AsyncIterator[int]:
+        await asyncio.sleep(60)
+        yield 1
+
+    async def cancelled_while_waiting() -> None:
+        consumer = asyncio.ensure_future(waits().__anext__())
+        await asyncio.sleep(0.01)
+        consumer.cancel()
+        await consumer
+
+    client = Recorder()
+    with running(_task(client)):
+        for item in countdown(5):
+            if item == 8:
+                break
+        assert asyncio.run(first_of(4)) == 4
+        with pytest.raises(ValueError, match="no more"):
+            list(breaks(1))
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(cancelled_while_waiting())
+    ends = {e.action: e for e in client.ended}
+    assert (ends["a0.2.t4"].stopped, ends["a0.2.t4"].error) == (
+        True, "CancelledError stopped it after 0 item(s): not replayed")
+    assert ends["a0.2.t1"].stopped and ends["a0.2.t1"].error == (
+        "its caller stopped iterating after 2 item(s): not replayed")
+    assert ends["a0.2.t2"].stopped and "after 1 item(s)" in str(ends["a0.2.t2"].error)
+    assert (ends["a0.2.t3"].stopped, ends["a0.2.t3"].error) == (False, "ValueError: no more")
+
+
+def test_a_generator_outside_a_task_just_runs_and_sent_values_are_refused() -> None:
+    calls.clear()
+    assert list(countdown(2)) == [4, 2] and calls[0] == "countdown(2)"
+    client = Recorder()
+    with running(_task(client)):
+        gen = countdown(3)
+        next(gen)
+        with pytest.raises(SpecError, match="cannot be sent values"):
+            gen.send(1)
+    assert client.ended[-1].stopped and "sent into it" in str(client.ended[-1].error)
+
+
+def test_items_that_cannot_be_recorded_fail_the_call_after_it_ran() -> None:
+    @shoal.trace
+    def locks() -> Iterator[threading.Lock]:
+        yield threading.Lock()
+
+    client = Recorder()
+    with running(_task(client)), pytest.raises(InputError, match="output of traced function"):
+        list(locks())
+    assert client.ended[-1].error is not None and "output of traced" in client.ended[-1].error

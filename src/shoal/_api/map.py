@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal._api.context import ctx
 from shoal._api.group import group
-from shoal.errors import SpecError
+from shoal.errors import InputError, SpecError
 
 if TYPE_CHECKING:
     from shoal._api.task import TaskTemplate
@@ -65,7 +65,9 @@ class _Mapped:
             if iterables:  # no iterables: nothing to call (as Flyte), whatever the signature
                 func.signature.bind(*args, *(None,) * iterables, **kwargs)
         except TypeError as e:
-            raise SpecError(f"map({func.name})", f"{len(args)} fixed + {iterables} mapped "
+            # A TypeError, as Python's own for a call whose arguments do not bind (Flyte's
+            # examples catch it for a partial whose keywords precede the mapped parameter).
+            raise InputError(f"map({func.name})", f"{len(args)} fixed + {iterables} mapped "
                             f"positional input(s), keywords {sorted(kwargs)}", str(e),
                             f"pass one iterable per remaining parameter of "
                             f"{func.short_name}{func.signature}") from e

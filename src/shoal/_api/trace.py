@@ -16,11 +16,21 @@ with an error naming the parameter. Task calls made inside a traced function run
 Python in this process, as in Flyte: the trace is one recorded step. A call that raised is
 recorded as failed and runs again on the retry (Flyte replays the error). Ranks of a clustered
 task (and a task's pod on Kubernetes) have no controller to record to: there a traced function
-runs untraced, with one warning per process. Generators cannot be traced.
+runs untraced, with one warning per process.
+
+A generator function (sync or async) is traced as one call too: it starts when its first item
+is asked for, its items reach the caller as they are yielded, and it completes when it is
+exhausted; then its items are recorded, as a list, and a replay yields them again without
+running it (as Flyte records a traced generator). A generator that raised, or that its caller
+stopped iterating early, is recorded (failed, cancelled) but never replayed: its items are not
+the whole answer. Its return hint names the items: ``Iterator[int]``, ``Generator[int, None,
+None]``, ``AsyncIterator[int]``. Values sent into it are refused; its return value is not kept.
 """
 
 from __future__ import annotations
 
+import collections.abc
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -29,7 +39,7 @@ import threading
 import time
 import typing
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from shoal._api.context import TaskContext, ctx, running
@@ -39,6 +49,10 @@ from shoal.errors import InputError, SpecError
 
 F = TypeVar("F", bound=Callable[..., Any])
 _NO_HINT: Any = inspect.Parameter.empty
+# What a generator function's return hint may say; its first argument is the items' type.
+_ITERATORS = (collections.abc.Iterator, collections.abc.Iterable, collections.abc.Generator,
+              collections.abc.AsyncIterator, collections.abc.AsyncIterable,
+              collections.abc.AsyncGenerator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +87,6 @@ class _Traced:
     """What a traced function knows about itself: its name, signature and type hints."""
 
     def __init__(self, func: Callable[..., Any]) -> None:
-        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
-            raise SpecError("@shoal.trace", getattr(func, "__qualname__", func),
-                            "cannot trace a generator (its values arrive one by one)",
-                            "return a list instead of yielding, then trace that function")
         if not callable(func) or not hasattr(func, "__code__"):
             raise SpecError("@shoal.trace", func, "must decorate a function", "put it on a def")
         self.func = func
@@ -89,7 +99,22 @@ class _Traced:
                             "every name in a type hint must resolve where the function is "
                             "defined", "import the type at module level") from e
         self.hints = {p: hints.get(p, _NO_HINT) for p in self.signature.parameters}
+        self.generator = inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func)
+        # What is recorded: the return value, or the list of a generator's items.
         self.returns = hints.get("return", _NO_HINT)
+        if self.generator:
+            self.returns = self._items_hint(self.returns)
+
+    def _items_hint(self, returns: Any) -> Any:
+        if returns is _NO_HINT or returns is Any:
+            return _NO_HINT
+        origin = typing.get_origin(returns) or returns
+        if origin not in _ITERATORS:
+            raise SpecError(f"return hint of traced generator {self.name!r}", returns,
+                            "must name the items it yields",
+                            "annotate it -> Iterator[int] (async: -> AsyncIterator[int])")
+        args = typing.get_args(returns)
+        return list[args[0]] if args else _NO_HINT  # type: ignore[valid-type]
 
     def encode_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         from shoal._storage import codecs
@@ -163,12 +188,25 @@ class _Call:
                           "again", stacklevel=4)
             return False, None
 
-    def body(self) -> Any:
+    @contextlib.contextmanager
+    def body(self) -> Iterator[None]:
         """The context the function runs in: nested traces are its children, task calls run
-        as plain Python (the trace is one recorded step, as in Flyte)."""
-        inner = _Scope(task=self.scope.task, parent=self.call.action, group=self.group)
-        _scope.set(inner)
-        return running(dataclasses.replace(self.scope.task, client=None))
+        as plain Python (the trace is one recorded step, as in Flyte). A generator's body is
+        entered for each of its steps, so the caller between two items is left as it was."""
+        token = _scope.set(_Scope(task=self.scope.task, parent=self.call.action,
+                                  group=self.group))
+        try:
+            with running(dataclasses.replace(self.scope.task, client=None)):
+                yield
+        finally:
+            _scope.reset(token)
+
+    def stopped(self, t0: float, why: str) -> None:
+        """A generator ended before it was exhausted: recorded, never replayed."""
+        assert self.client is not None
+        self.client.trace_end(TraceOutcome(action=self.call.action, name=self.traced.name,
+                                           seconds=time.monotonic() - t0, error=why,
+                                           group=self.call.group, stopped=True))
 
     def finish(self, t0: float, value: Any = None, error: BaseException | None = None) -> Any:
         assert self.client is not None  # a scope exists only where a client does
@@ -244,6 +282,10 @@ async def _await_in_body(call: _Call, func: Callable[..., Any], args: tuple[Any,
 def trace(func: F) -> F:
     """Record every call of ``func`` made inside a task; replay it on retries and resumes."""
     traced = _Traced(func)
+    if traced.generator:
+        from shoal._api import trace_generators  # it builds on this module
+
+        return typing.cast(F, trace_generators.wrap(traced))
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def traced_async(*args: Any, **kwargs: Any) -> Any:

@@ -43,23 +43,39 @@ def refuse_unless(call: str, name: str, value: object, default: object, rule: st
         raise SpecError(f"{call}({name}=...)", value, rule, fix)
 
 
+def _level(call: str, name: str, level: int | str) -> int:
+    from shoal._api.logger import parse_level
+
+    value = parse_level(level)
+    if value is None:
+        raise SpecError(f"{call}({name}=...)", level, "must be a logging level",
+                        "use logging.DEBUG, logging.INFO, or a name such as 'INFO'")
+    return value
+
+
 def set_log_level(call: str, level: int | str | None) -> None:
     """Flyte's ``log_level``: the level of Shoal's own logger ("shoal") in this process and
     its task processes (``SHOAL_LOG_LEVEL``)."""
     if level is None:
         return
-    value = logging.getLevelName(level.upper()) if isinstance(level, str) else level
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{call}(log_level=...)", level, "must be a logging level",
-                        "use logging.DEBUG, logging.INFO, or a name such as 'INFO'")
+    value = _level(call, "log_level", level)
     logging.getLogger("shoal").setLevel(value)
     os.environ[contract.LOG_LEVEL] = str(value)
+
+
+def set_user_log_level(call: str, level: int | str | None) -> None:
+    """Flyte's ``user_log_level``: the level of `shoal.logger`, here and in task processes."""
+    if level is None:
+        return
+    from shoal._api import logger
+
+    logger.set_level(_level(call, "user_log_level", level))
 
 
 def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
                       root_dir: str | os.PathLike[str] | None = None,
                       log_level: int | str | None = None, log_format: str = "console",
-                      user_log_level: int | None = None, org: str | None = None,
+                      user_log_level: int | str | None = None, org: str | None = None,
                       project: str | None = None, domain: str | None = None,
                       storage: str | None = None, batch_size: int = 1000,
                       image_builder: str | None = None, images: Any = None,
@@ -81,8 +97,6 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
                         "must be the path of a config file", "pass a path, or nothing")
     refuse_unless(call, "log_format", log_format, "console", "Shoal's logs are plain lines",
                   "leave log_format out")
-    refuse_unless(call, "user_log_level", user_log_level, None, "Shoal does not configure "
-                  "your loggers", "call logging.basicConfig(level=...) in your tasks")
     refuse_unless(call, "batch_size", batch_size, 1000, "it sizes a Flyte control plane's "
                   "listings; Shoal reads its records locally", "leave batch_size out")
     refuse_unless(call, "image_builder", image_builder if image_builder != "local" else None,
@@ -114,6 +128,7 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
     handle.DEFAULT_LABELS.clear()
     handle.DEFAULT_LABELS.update(labels)
     set_log_level(call, log_level)
+    set_user_log_level(call, user_log_level)
 
 
 async def _init_from_config_aio(*args: Any, **kwargs: Any) -> None:

@@ -5,8 +5,9 @@ over the environment's), ``overwrite_cache`` (cached calls run again and rewrite
 ``disable_run_cache`` (no cache reads or writes), ``interruptible`` (every environment's flag),
 ``raw_data_path`` (the run's store root: outputs, files and cache entries of the run go there),
 ``labels``/``annotations`` and Flyte's ``project``/``domain``/``version`` (recorded with the run),
-``log_level`` (Shoal's logger), ``mode`` ("local": the local engine; "remote": the engine chosen
-by init/init_from_config, from Python the local engine, said once on stderr).
+``log_level`` (Shoal's logger), ``user_log_level`` (`shoal.logger`'s), ``mode`` ("local": the
+local engine; "remote": the engine chosen by init/init_from_config, from Python the local
+engine, said once on stderr).
 Accepted because Shoal already does what they ask: ``copy_style`` (no bundle locally; the
 Kubernetes engine bundles the code file's folder), ``preserve_original_types`` (values come back
 as their declared types), ``reset_root_logger`` (Shoal never touches the root logger),
@@ -24,7 +25,7 @@ from typing import Any
 from shoal._api.environment import _check_env_vars
 from shoal._api.task import TaskTemplate
 from shoal._driver.handle import Run, start
-from shoal._driver.initialize import refuse_unless, set_log_level
+from shoal._driver.initialize import refuse_unless, set_log_level, set_user_log_level
 from shoal._driver.run_options import RunOptions
 from shoal._driver.syncaio import SyncAioMethod
 from shoal._runtime import contract
@@ -110,14 +111,14 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
                     cache_lookup_scope: str = "global", service_account: str | None = None,
                     dry_run: bool = False, copy_bundle_to: Any = None,
                     run_base_dir: str | None = None, run_start_time: Any = None,
-                    user_log_level: int | None = None, queue: str | None = None,
+                    user_log_level: int | str | None = None, queue: str | None = None,
                     max_action_concurrency: int | None = None, notifications: Any = None,
                     custom_context: Mapping[str, str] | None = None, debug: bool = False,
                     tracked: bool = False, tracked_strict: bool = False) -> RunContext:
     """Settings for the next run: ``shoal.with_runcontext(name="nightly").run(task, ...)``."""
     _refuse_the_rest(service_account=service_account, dry_run=dry_run,
                      copy_bundle_to=copy_bundle_to, run_base_dir=run_base_dir,
-                     run_start_time=run_start_time, user_log_level=user_log_level,
+                     run_start_time=run_start_time,
                      queue=queue, max_action_concurrency=max_action_concurrency,
                      notifications=notifications, custom_context=custom_context, debug=debug,
                      tracked=tracked, tracked_strict=tracked_strict, log_format=log_format,
@@ -145,6 +146,7 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
             raise SpecError(f"{_W}(raw_data_path=...)", raw_data_path, e.rule, e.fix) from e
         store = raw_data_path
     set_log_level(_W, log_level)
+    set_user_log_level(_W, user_log_level)
     options = RunOptions(
         env_vars=_check_env_vars(f"{_W}(env_vars=...)", env_vars),
         interruptible=_bool("interruptible", interruptible, optional=True),
@@ -168,8 +170,6 @@ def _refuse_the_rest(**given: Any) -> None:
       "shoal.init(home=...) or home: in the config file")
     r(_W, "run_start_time", given["run_start_time"], None, "Shoal records the real start "
       "time", "pass the time your task needs as an input")
-    r(_W, "user_log_level", given["user_log_level"], None, "Shoal does not configure your "
-      "loggers", "call logging.basicConfig(level=...) in your tasks")
     r(_W, "queue", given["queue"], None, "queues come from each environment's PodTemplate "
       "(Kueue labels)", "set the kueue.x-k8s.io/queue-name label in a PodTemplate")
     r(_W, "max_action_concurrency", given["max_action_concurrency"], None, "the local pool "

@@ -5,7 +5,8 @@ its current attempt), so a retry of the task and a resumed run meet the same nam
 order. A call is replayed (its recorded output returned, the function not run) when a call of
 the same name, function and inputs succeeded earlier: first in this run (an earlier attempt of
 the same task), then in the runs this one resumes, newest first. A call recorded as failed or
-still running is run again: a retry exists to try what failed once more.
+still running is run again: a retry exists to try what failed once more; so is a traced
+generator its caller stopped iterating early (recorded ``cancelled``): its items were not all.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ class TraceKeeper:
         return replay
 
     def end(self, outcome: TraceOutcome) -> None:
-        if outcome.error is None:
+        if outcome.stopped:
+            self.records.set_action_state(self.run, outcome.action, "cancelled",
+                                          error=outcome.error)
+        elif outcome.error is None:
             self.records.set_action_state(self.run, outcome.action, "succeeded",
                                           outputs=outcome.output)
         else:
@@ -83,4 +87,5 @@ class TraceKeeper:
                                           error=outcome.error)
         self.report("traced", outcome.action, {"task": outcome.name, "seconds": outcome.seconds,
                                                "error": outcome.error,
+                                               "stopped": outcome.stopped,
                                                "group": list(outcome.group)})

@@ -47,6 +47,7 @@ CODE_FILE = "SHOAL_CODE_FILE"  # path of the user's file that defines the tasks
 WORKER_ID = "SHOAL_WORKER_ID"
 CONTROLLER = "SHOAL_CONTROLLER"  # where the worker reports (local engine: Unix socket path)
 LOG_LEVEL = "SHOAL_LOG_LEVEL"
+USER_LOG_LEVEL = "SHOAL_USER_LOG_LEVEL"  # the level of `shoal.logger` in task processes
 # First delay between task retries, in seconds (doubles each retry, capped at 30 s).
 RETRY_BACKOFF = "SHOAL_RETRY_BACKOFF"
 

@@ -27,7 +27,8 @@ class TraceCall:
 
 @dataclass(frozen=True)
 class TraceOutcome:
-    """How a traced call that ran ended: ``output`` (a literal), or ``error`` if it raised."""
+    """How a traced call that ran ended: ``output`` (a literal), or ``error`` if it raised;
+    ``stopped`` (with why in ``error``) when its caller stopped iterating a traced generator."""
 
     action: str
     name: str
@@ -35,6 +36,7 @@ class TraceOutcome:
     error: str | None = None
     seconds: float = 0.0
     group: tuple[str, ...] = ()
+    stopped: bool = False
 
 
 @dataclass(frozen=True)

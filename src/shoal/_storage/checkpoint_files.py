@@ -77,6 +77,9 @@ class Entry:
     size: int
     digest: str  # hex sha256: of the bytes, or (piece_size > 0) of the pieces' sha256s
     piece_size: int = 0
+    # The saved file's modification time, given back to it on load: tools that pick the newest
+    # file of a restored folder (`shoal.latest_checkpoint`) see the times it was saved with.
+    mtime_ns: int | None = None
 
     @property
     def algorithm(self) -> str:
@@ -84,6 +87,8 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"key": self.key, "path": self.path, "size": self.size}
+        if self.mtime_ns is not None:
+            out["mtime_ns"] = self.mtime_ns
         if self.piece_size:
             return out | {"hash": PIECES, "piece_size": self.piece_size, "digest": self.digest}
         return out | {"sha256": self.digest}
@@ -92,14 +97,15 @@ class Entry:
     def from_json(cls, raw: Any) -> Entry:
         try:
             key, path, size = str(raw["key"]), str(raw["path"]), int(raw["size"])
+            mtime = None if raw.get("mtime_ns") is None else int(raw["mtime_ns"])
             if "sha256" in raw:
-                return cls(key, path, size, str(raw["sha256"]))
+                return cls(key, path, size, str(raw["sha256"]), mtime_ns=mtime)
             if raw.get("hash") != PIECES:
                 raise ValueError(f"unknown hash {raw.get('hash')!r} (written by a newer Shoal?)")
             piece = int(raw["piece_size"])
             if piece < _MIN_PIECE:
                 raise ValueError(f"piece_size {piece} below {_MIN_PIECE}")
-            return cls(key, path, size, str(raw["digest"]), piece)
+            return cls(key, path, size, str(raw["digest"]), piece, mtime)
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"malformed checkpoint commit: bad object entry {raw!r}: {e}") from e
 
@@ -113,6 +119,7 @@ class Source:
     file: Path | None = None
     # (size, mtime_ns) of a hardlinked staged file, checked again once it has been copied.
     stat: tuple[int, int] | None = None
+    mtime_ns: int | None = None  # of the user's file, when the save was asked for
 
 
 @dataclass(frozen=True)
@@ -135,9 +142,11 @@ def payload_of(data: object) -> Payload:
     if isinstance(data, str | os.PathLike):
         path = Path(os.fspath(data))
         if path.is_file():
-            return Payload("file", (Source(path.name, file=path),))
+            return Payload("file", (Source(path.name, file=path,
+                                           mtime_ns=path.stat().st_mtime_ns),))
         if path.is_dir():
-            return Payload("dir", tuple(Source(rel, file=p) for rel, p in walk_local(path)))
+            return Payload("dir", tuple(Source(rel, file=p, mtime_ns=p.stat().st_mtime_ns)
+                                        for rel, p in walk_local(path)))
         raise NotFoundError(
             f"checkpoint save: no file or folder at {str(path)!r}. Fix: pass bytes, or the "
             "path of a file or folder that exists (for example one written under cp.path)"
@@ -165,10 +174,11 @@ def stage(payload: Payload, folder: Path) -> Payload:
             os.link(src.file, dest)
         except OSError:  # another filesystem, or one without hardlinks: copy
             shutil.copyfile(src.file, dest)
-            sources.append(Source(src.path, file=dest))
+            sources.append(Source(src.path, file=dest, mtime_ns=src.mtime_ns))
             continue
         st = dest.stat()
-        sources.append(Source(src.path, file=dest, stat=(st.st_size, st.st_mtime_ns)))
+        sources.append(Source(src.path, file=dest, stat=(st.st_size, st.st_mtime_ns),
+                              mtime_ns=src.mtime_ns))
     return Payload(payload.kind, tuple(sources))
 
 
@@ -410,7 +420,7 @@ def _write_local(src: Source, dest: Path) -> tuple[int, str, int]:
 
 def _entry(save_id: str, src: Source, result: tuple[int, str, int]) -> Entry:
     size, digest, piece_size = result
-    return Entry(f"{save_id}/{src.path}", src.path, size, digest, piece_size)
+    return Entry(f"{save_id}/{src.path}", src.path, size, digest, piece_size, src.mtime_ns)
 
 
 # --- uploads -------------------------------------------------------------------------------
@@ -591,6 +601,9 @@ def materialize(
             with ThreadPoolExecutor(min(store.parallelism, len(jobs))) as pool:
                 for f in [pool.submit(fetch, store, *job, step) for job in jobs]:
                     f.result()
+        for _, entry, dest in jobs:
+            if entry.mtime_ns is not None:
+                os.utime(dest, ns=(entry.mtime_ns, entry.mtime_ns))
         try:
             tmp.rename(folder)
         except OSError:  # another process loaded the same version first: use its folder

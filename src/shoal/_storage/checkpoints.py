@@ -140,6 +140,7 @@ class Checkpoint:
         self._executor: ThreadPoolExecutor | None = None
         self._state_dicts: Any = None  # checkpoint_torch.StateDictSaver, made on first use
         self._last_state_step: int | None = None
+        self._prev: bool | None = None  # was a version committed before this object saved?
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.uri!r}, rank={self.rank}, world_size={self.world_size})"
@@ -158,6 +159,19 @@ class Checkpoint:
     def latest(self) -> int | None:
         return self._versions.scan().latest
 
+    def prev_exists(self) -> bool:
+        """Whether an earlier attempt (a retry, a gang restart, the run a resumed run
+        continues) left a committed version to resume from, as Flyte 2's ``prev_exists()``:
+        decided before this attempt's first save, so its own saves do not change the answer."""
+        if self._prev is None:
+            self._prev = self.latest() is not None
+        return self._prev
+
+    def _seen(self, listing: Listing) -> Listing:
+        if self._prev is None:
+            self._prev = listing.latest is not None
+        return listing
+
     # --- whole saves -------------------------------------------------------------------------
 
     async def save(self, data: Data, *, step: int | None = None) -> int:
@@ -167,7 +181,7 @@ class Checkpoint:
     def save_sync(self, data: Data, *, step: int | None = None) -> int:
         with self._lock:
             self._wait_locked()
-            listing = self._versions.scan()
+            listing = self._seen(self._versions.scan())
             step = self._next_step(step, listing)
             return self._save(step, payload_of(data), listing)
 
@@ -179,7 +193,7 @@ class Checkpoint:
         """
         with self._lock:
             self._wait_locked()
-            listing = self._versions.scan()
+            listing = self._seen(self._versions.scan())
             step = self._next_step(step, listing)
             payload, staging = self._stage(payload_of(data), step, listing)
             return self._submit(self._save, step, payload, listing, staging)
@@ -294,7 +308,7 @@ class Checkpoint:
         """
         with self._lock:
             self._wait_locked()
-            listing = self._versions.scan()
+            listing = self._seen(self._versions.scan())
             self._check_shard_step(step, listing)
             return self._save_shard(step, payload_of(data), listing)
 
@@ -302,7 +316,7 @@ class Checkpoint:
         """``save_shard_sync`` in the background once ``data`` is staged (as ``save_async``)."""
         with self._lock:
             self._wait_locked()
-            listing = self._versions.scan()
+            listing = self._seen(self._versions.scan())
             self._check_shard_step(step, listing)
             payload, staging = self._stage(payload_of(data), step, listing)
             return self._submit(self._save_shard, step, payload, listing, staging)
@@ -416,6 +430,7 @@ class Checkpoint:
         """
         from shoal._storage.checkpoint_torch import StateDictSaver
 
+        self.prev_exists()  # decided before the first save
         if self._state_dicts is None:
             self._state_dicts = StateDictSaver(self)
         self._state_dicts.wait()

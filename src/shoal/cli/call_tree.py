@@ -75,6 +75,8 @@ def _line(a: ActionRecord, attempts: int, io: bool, now: float) -> str:
         parts.append(f"{attempts} attempts")
     if a.error and a.error.strip() and a.state == "failed":
         parts.append(f"error: {a.error.strip().splitlines()[0]}")
+    elif a.error and a.error.strip() and a.state == "cancelled" and a.kind == "trace":
+        parts.append(a.error.strip().splitlines()[0])  # why a traced generator stopped
     if io:
         parts.append(f"in {_short(a.inputs)} → out {_short(a.outputs)}")
     return "  ".join(p for p in parts if p)

@@ -87,6 +87,9 @@ class Progress:
         """A `@shoal.trace` call ended; the first few of each function are shown."""
         self.shown[task] += 1
         self.seconds[task] += data.get("seconds", 0.0)
+        if data.get("stopped"):  # a traced generator left before its end
+            self._print(f"◦ {where}trace {task} [{action}] {data['error']}")
+            return
         if data.get("error"):
             self.counts[task]["failed"] += 1
             self._print(f"✗ {where}trace {task} [{action}] failed: {data['error']}")

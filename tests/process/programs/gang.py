@@ -79,6 +79,7 @@ def topology(out_dir: str) -> dict[str, int]:
         "pid": os.getpid(),
     }
     Path(out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(seen))
+    flyte.logger.info("topology seen by pid %d", seen["pid"])
     return {k: v for k, v in seen.items() if isinstance(v, int)}
 
 

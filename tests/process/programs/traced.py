@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,3 +95,44 @@ async def interrupted(marker_dir: str) -> int:
 @boss.task
 async def resumable(marker_dir: str) -> int:
     return await interrupted.aio(marker_dir)
+
+
+@shoal.trace
+def shard_rows(marker_dir: str, shard: int) -> Iterator[Batch]:
+    _ran(marker_dir, f"shard_rows-{shard}")
+    for k in range(3):
+        yield Batch(index=shard, rows=[shard * 100 + k])
+
+
+@shoal.trace
+async def stream(marker_dir: str, n: int) -> AsyncIterator[int]:
+    _ran(marker_dir, f"stream-{n}")
+    for i in range(n):
+        yield i
+
+
+@shoal.trace
+def cut_short(marker_dir: str) -> Iterator[int]:
+    _ran(marker_dir, "cut_short")
+    yield 1
+    raise ValueError("source went away")
+
+
+@work.task(retries=1)
+async def streamed(marker_dir: str) -> int:
+    total = sum(b.rows[0] for b in shard_rows(marker_dir, 5))  # completes: replayed on retry
+    total += sum([i async for i in stream(marker_dir, 4)])  # completes: replayed on retry
+    for i in shard_rows(marker_dir, 6):  # left after one item: runs again on the retry
+        total += i.rows[0]
+        break
+    with contextlib.suppress(ValueError):  # raised: runs again on the retry
+        for i in cut_short(marker_dir):
+            total += i
+    if shoal.ctx().attempt == 0:
+        raise RuntimeError("attempt 0 fails after four traced generators")
+    return total
+
+
+@boss.task
+async def generated(marker_dir: str) -> int:
+    return await streamed.aio(marker_dir)
