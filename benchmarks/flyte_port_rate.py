@@ -24,6 +24,10 @@ is fixed, nothing is dropped to flatter the ratio.
 Prints the table, "N of M ran (ratio)" and a HEADLINE line, and writes
 ``benchmarks/results/<date>-cpu<N>-flyte-port.md``. A few minutes on 2 CPUs, most of it the
 clustered examples' torch start-up.
+
+``--wide basics,reuse,...`` measures a second, unchosen set instead: every runnable example
+(a file with a ``__main__`` block) under those folders of ``examples/``, so the fixed list's
+ratio can be checked against everything around it; it writes ``...-flyte-port-wide.md``.
 """
 
 from __future__ import annotations
@@ -363,6 +367,17 @@ def lack_counts(outcomes: list[Outcome]) -> list[str]:
             for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def wide_list(examples: Path, folders: list[str]) -> list[tuple[str, str]]:
+    """Every example with a ``__main__`` block under ``folders`` of ``examples``, sorted."""
+    found: list[tuple[str, str]] = []
+    for folder in filter(None, (f.strip() for f in folders)):
+        for path in sorted((examples / folder).rglob("*.py")):
+            text = path.read_text(errors="replace")
+            if re.search(r"^if __name__ == ['\"]__main__['\"]", text, flags=re.M):
+                found.append((str(path.relative_to(examples)), "in the wide set"))
+    return found
+
+
 def flyte_sdk_commit(root: Path) -> str:
     p = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                        capture_output=True, text=True)
@@ -378,6 +393,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated substrings of example paths")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs)")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    ap.add_argument("--wide", default="", help="comma-separated folders of examples/: run every "
+                    "example with a __main__ block there instead of the fixed list")
     args = ap.parse_args()
     if not args.flyte_sdk:
         print("flyte_port_rate: skipped, no Flyte SDK checkout given (--flyte-sdk PATH or "
@@ -386,7 +403,8 @@ def main() -> None:
     root = Path(args.flyte_sdk).expanduser().resolve()
     if not (root / "examples").is_dir():
         ap.error(f"--flyte-sdk {root}: no examples/ folder there")
-    chosen = [(p, w) for p, w in EXAMPLES
+    listed = wide_list(root / "examples", args.wide.split(",")) if args.wide else EXAMPLES
+    chosen = [(p, w) for p, w in listed
               if not args.only or any(s in p for s in args.only.split(","))]
 
     command = command_line("flyte_port_rate.py")
@@ -429,9 +447,11 @@ def main() -> None:
     if args.no_write:
         return
 
-    path = results_file("flyte-port")
+    path = results_file("flyte-port-wide" if args.wide else "flyte-port")
+    which = f"every runnable example under {args.wide}" if args.wide else "the fixed list"
     md = [
         f"# Flyte 2 examples on Shoal, only the import changed, {path.name[:10]}, {ncpu()} CPUs",
+        "", f"Set: {which}.",
         "",
         f"Command: `{command}`", "",
         f"Machine: {ncpu()} CPUs ({cpu_model()}), Python {sys.version.split()[0]}. Shoal commit "
