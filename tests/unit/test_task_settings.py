@@ -135,8 +135,11 @@ def test_reuse_policy() -> None:
     spec = shoal.TaskEnvironment("warm", reusable=shoal.ReusePolicy(
         replicas=(1, 4), idle_ttl=timedelta(minutes=5))).spec()
     assert spec.reuse == ReuseSpec(max_workers=4, idle_ttl=300.0)
-    with pytest.raises(SpecError, match=r"concurrency.*replicas=4"):
-        shoal.ReusePolicy(concurrency=2)
+    with pytest.warns(UserWarning, match=r"up to 6 warm workers"):
+        served = shoal.ReusePolicy(replicas=3, concurrency=2)
+    assert served.max_workers() == 6  # a call per process, the same calls at once
+    with pytest.raises(SpecError, match="concurrency"):
+        shoal.ReusePolicy(concurrency=0)
     with pytest.raises(SpecError, match="replicas"):
         shoal.ReusePolicy(replicas=(3, 1))
     with pytest.raises(SpecError, match="idle_ttl"):
