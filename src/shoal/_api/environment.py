@@ -228,7 +228,7 @@ class TaskEnvironment:
 
     def cache_spec(self, override: Cache | None) -> CacheSpec:
         c = override if override is not None else self.cache
-        return CacheSpec(c.behavior, c.version, c.ignored_inputs, c.salt)
+        return CacheSpec(c.behavior, c.version, c.ignored_inputs, c.salt, c.serialize)
 
     # -- the decorator -----------------------------------------------------------------
     @overload

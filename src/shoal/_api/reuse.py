@@ -24,7 +24,6 @@ from shoal._api.task_options import seconds
 from shoal._spec.call import ReuseSpec
 from shoal.errors import SpecError
 
-
 _noted: set[tuple[int, int]] = set()
 
 

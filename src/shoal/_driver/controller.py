@@ -71,6 +71,7 @@ class Controller:
         self.traces = TraceKeeper(run=run, records=records, resumes=self.resumes,
                                   report=self.report)
         self.options = options or RunOptions()  # `shoal.with_runcontext(...)`
+        self._serialized: dict[str, asyncio.Future[None]] = {}  # cache key -> the call running
 
     # -- what the engine alone sees ----------------------------------------------------------
     def engine_event(self, kind: str, action: str, data: dict[str, Any]) -> None:
@@ -114,11 +115,32 @@ class Controller:
                                     f"{parent}.{next(self._counters[parent])}")
 
     async def _executed(self, call: CallSpec, action: str) -> Any:
+        release = await self._serialized_turn(call)
         try:
             return await self._execute(call, action)
         finally:
             # Only a running action makes calls: holding what ended would grow with the run.
             self._envs.pop(action, None)
+            if release is not None:
+                release()
+
+    async def _serialized_turn(self, call: CallSpec) -> Callable[[], None] | None:
+        """``Cache(serialize=True)``: calls with the same cache key run one at a time in this
+        run, so those after the first find its outputs in the cache instead of running again
+        (Flyte's rule; across concurrent runs they are not serialized). Returns the release."""
+        if not call.task.cache.serialize:
+            return None
+        key = self._key(self.options.apply(call))
+        if key is None:
+            return None
+        while (running := self._serialized.get(key)) is not None:
+            await asyncio.shield(running)
+        turn = self._serialized[key] = asyncio.get_running_loop().create_future()
+
+        def release() -> None:
+            self._serialized.pop(key, None)
+            turn.set_result(None)
+        return release
 
     def _with_run_topology(self, call: CallSpec) -> CallSpec:
         """The call with its gang sized as the run was started: `shoal run --override` changes
@@ -183,7 +205,7 @@ class Controller:
         self._reach.setdefault(task.env.name, task.env.reachable)
         key = self._key(call)
         replayed = self._replay(call, action) if self.resumes else None
-        hit = (self._cache_get(call, key) if key and task.cache.behavior == "auto"
+        hit = (self._cache_get(call, key) if key and task.cache.behavior != "disable"
                and replayed is None and self.options.cache_read else None)
         # One transaction for the writes that start a call: a fan-out makes hundreds a second.
         with rec.batch():

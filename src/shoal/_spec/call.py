@@ -98,10 +98,11 @@ class EnvSpec:
 
 @dataclass(frozen=True)
 class CacheSpec:
-    behavior: str = "disable"  # "auto" | "disable" | "override"
+    behavior: str = "disable"  # "auto" | "disable" | "override" (keyed on `version`)
     version: str | None = None
     ignored_inputs: tuple[str, ...] = ()
     salt: str = ""
+    serialize: bool = False  # identical calls of one run: one runs, the others reuse it
 
 
 @dataclass(frozen=True)
