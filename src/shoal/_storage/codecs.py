@@ -66,6 +66,7 @@ from shoal._storage.compound_codecs import (
     TupleCodec,
     UnionCodec,
 )
+from shoal._storage.namedtuple_codec import NamedTupleCodec, namedtuple_class
 from shoal._storage.pydantic_codec import PydanticCodec, model_class
 from shoal._storage.scalar_codecs import (
     BoolCodec,
@@ -215,7 +216,7 @@ class _Unsupported(Exception):
         self.fix = fix
         self.picklable = picklable  # False where pickling would hide a bug (unresolved hints)
         self.path: list[str] = []  # dataclass fields from the outermost dataclass down to tp
-        self.owner = ""  # that outermost dataclass
+        self.owner = ""  # that outermost class, with its kind: "dataclass Cfg"
 
 
 def _type_name(tp: object) -> str:
@@ -239,7 +240,7 @@ def _codec(tp: object, allow_pickle: bool, field: str) -> Codec:
         # value like 3 goes to, and that must not depend on which was compiled first.
         return _cached_codec(tp, repr(tp), allow_pickle)
     except _Unsupported as e:
-        where = f" (field {'.'.join(e.path)!r} of dataclass {e.owner})" if e.path else ""
+        where = f" (field {'.'.join(e.path)!r} of {e.owner})" if e.path else ""
         raise UnsupportedTypeError(field=field, value=tp,
                                    rule=f"{_type_name(e.tp)}{where} {e.reason}",
                                    fix=e.fix) from None
@@ -296,7 +297,7 @@ class _Compiler:
 
     def __init__(self, allow_pickle: bool) -> None:
         self.allow_pickle = allow_pickle
-        self.building: dict[type, DataclassCodec] = {}
+        self.building: dict[type, DataclassCodec | NamedTupleCodec] = {}
 
     def compile(self, tp: object) -> Codec:
         try:
@@ -374,6 +375,8 @@ class _Compiler:
                 return EnumCodec(tp)
             if dataclasses.is_dataclass(tp):
                 return self._dataclass(tp)
+            if namedtuple_class(tp) is not None:
+                return self._namedtuple(tp)
             if issubclass(tp, pathlib.PurePath):
                 raise _Unsupported(tp, "is a path on one machine; the process or node that "
                                    "reads it may not have that file",
@@ -419,10 +422,12 @@ class _Compiler:
                                "list[tuple[K, V]]")
         return DictCodec(key, self.compile(value_tp), int_keys=key is _INT)
 
-    def _dataclass(self, cls: type) -> Codec:
+    def _fields(self, codec: DataclassCodec | NamedTupleCodec, names: list[str]) -> None:
+        """Fill ``codec.fields`` with the codecs of the class's ``names``, by their hints."""
+        cls = codec.cls
         if cls in self.building:
-            return self.building[cls]
-        codec = self.building[cls] = DataclassCodec(cls)
+            return
+        self.building[cls] = codec
         try:
             try:
                 hints = typing.get_type_hints(cls)
@@ -430,18 +435,37 @@ class _Compiler:
                 raise _Unsupported(cls, f"has field types that cannot be resolved ({e})",
                                    "define or import every type its fields name at module "
                                    "level (not under `if TYPE_CHECKING:`)") from None
-            for f in dataclasses.fields(cls):
-                if not f.init:
-                    continue  # set by __init__/__post_init__ itself, so not passed to it
+            for name in names:
+                if name not in hints:
+                    raise _Unsupported(cls, f"has no type hint for field {name!r}",
+                                       "declare it with typing.NamedTuple and typed fields "
+                                       "(class P(NamedTuple): x: int)")
                 try:
-                    codec.fields[f.name] = self.compile(hints[f.name])
+                    codec.fields[name] = self.compile(hints[name])
                 except _Unsupported as e:
-                    e.path.insert(0, f.name)
-                    e.owner = cls.__qualname__
+                    e.path.insert(0, name)
+                    kind = "NamedTuple" if isinstance(codec, NamedTupleCodec) else "dataclass"
+                    e.owner = f"{kind} {cls.__qualname__}"
                     raise
         except _Unsupported:
             del self.building[cls]  # a pickle fallback must not leave a half-built codec
             raise
+
+    def _namedtuple(self, cls: type) -> Codec:
+        known = self.building.get(cls)
+        if known is not None:
+            return known
+        codec = NamedTupleCodec(cls)
+        self._fields(codec, list(getattr(cls, "_fields", ())))
+        return codec
+
+    def _dataclass(self, cls: type) -> Codec:
+        known = self.building.get(cls)
+        if known is not None:
+            return known
+        codec = DataclassCodec(cls)
+        # Fields set by __init__/__post_init__ itself are not passed to it, so not stored.
+        self._fields(codec, [f.name for f in dataclasses.fields(cls) if f.init])
         codec.required = frozenset(
             f.name for f in dataclasses.fields(cls)
             if f.init and f.default is dataclasses.MISSING
