@@ -80,6 +80,7 @@ from shoal._storage.scalar_codecs import (
     PickleCodec,
     StrCodec,
     TimedeltaCodec,
+    literal_shown,
 )
 from shoal._storage.tensors import (
     ArrayCodec,
@@ -387,10 +388,11 @@ class _Compiler:
 
     def _literal(self, tp: object, args: tuple[object, ...]) -> Codec:
         for v in args:
-            if type(v) not in (str, int, bool, type(None)):
-                raise _Unsupported(tp, f"holds {v!r}; Literal values must be str, int, bool "
-                                   "or None", "use an Enum class as the type for other values")
-        return LiteralCodec(args, f"Literal[{', '.join(map(repr, args))}]")
+            if type(v) not in (str, int, bool, type(None)) and not isinstance(v, enum.Enum):
+                raise _Unsupported(tp, f"holds {v!r}; Literal values must be str, int, bool, "
+                                   "None or Enum members",
+                                   "use an Enum class as the type for other values")
+        return LiteralCodec(args, f"Literal[{', '.join(map(literal_shown, args))}]")
 
     def _union(self, tp: object, args: tuple[object, ...]) -> Codec:
         rest = [a for a in args if a is not type(None)]
