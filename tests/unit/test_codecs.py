@@ -484,7 +484,7 @@ T = TypeVar("T")
     ("tp", "in_rule", "in_fix"),
     [
         (list, "does not say what it holds", "list[int]"),
-        (dict, "does not say what it holds", "dict[str, float]"),
+        (set, "does not say what it holds", "set[str]"),
         (tuple, "does not say what it holds", "tuple[int, ...]"),
         (typing.List, "does not say what it holds", "list[int]"),
         (Any, "no way to check", "allow_pickle=True"),

@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import enum
 import pathlib
+import typing
 from typing import Any, Literal, NamedTuple
 
 import pytest
@@ -284,3 +285,34 @@ def test_a_dict_with_a_misspelt_field_suggests_the_name() -> None:
     with pytest.raises(InputError) as err:
         _encode({"query": "q", "home": {"city": "SF"}, "nmae": "a"}, QueryDC)
     assert err.value.fix is not None and "did you mean 'name'?" in err.value.fix
+
+
+# -- an untyped dict, as Flyte's: JSON values -----------------------------------------------
+
+@pytest.mark.parametrize("tp", [dict, dict[str, Any], typing.Dict])  # noqa: UP006
+def test_an_untyped_dict_round_trips_json_values(tp: object) -> None:
+    value = {"a": 1, "b": [1.5, "x", None, True], "c": {"d": (1, 2)}}
+    literal, back = _rt(value, tp)
+    assert literal == back == {"a": 1, "b": [1.5, "x", None, True], "c": {"d": [1, 2]}}
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "in_rule"),
+    [({"a": {1, 2}}, "input 'x[\"a\"]' of task 'env.fn'", "got set"),
+     ({"a": [Color.RED]}, "input 'x[\"a\"][0]' of task 'env.fn'", "dict.Color"),
+     ({1: "a"}, "input 'x[1]' of task 'env.fn'", "text keys, got int"),
+     ({"a": float("nan")}, "input 'x[\"a\"]' of task 'env.fn'", "not JSON"),
+     ([("a", 1)], TASK, "expected dict, got list")],
+)
+def test_an_untyped_dict_with_other_values_names_the_path(value: object, field: str,
+                                                          in_rule: str) -> None:
+    with pytest.raises(InputError) as err:
+        _encode(value, dict)
+    assert err.value.field == field
+    assert in_rule in err.value.rule
+
+
+def test_an_untyped_dict_is_pickled_when_the_task_allows_pickle() -> None:
+    literal = codecs.encode({"a": {1, 2}}, dict, blobs=None, field="x", allow_pickle=True)
+    assert set(literal) == {"pickle"}
+    assert codecs.decode(literal, dict, blobs=None, field="x", allow_pickle=True) == {"a": {1, 2}}

@@ -17,13 +17,18 @@ Literal form, by declared type::
     set[T], frozenset[T]      a JSON list, sorted by the canonical JSON of the items
     dict[K, V]                a JSON object; K is str, int (as decimal text), an Enum (by
                               name) or a Literal of str
+    dict, dict[str, Any]      a JSON object of JSON values, as Flyte's untyped dict (pickled
+                              instead when the task says allow_pickle=True)
+    NamedTuple                {"<field>": <literal>, ...}, each field by its own hint
     T | None                  null, or T's literal
     Union[A, B, ...]          {"type": "<A's name>", "value": <A's literal>}; None is null
-    Literal[...]              the value itself
+    Literal[...]              the value itself; an Enum member as {"enum": class, "name"}
     Enum                      the member's name (a Flag: its int value); str and int enums too
     dataclass                 {"<field>": <literal>, ...} over its init fields; shoal.File and
-                              shoal.Dir are dataclasses like any other
-    pydantic model            the JSON object of model_dump(mode="json")
+                              shoal.Dir are dataclasses like any other; a plain dict passed
+                              for one is built into it (omitted fields from their defaults)
+    pydantic model            the JSON object of model_dump(mode="json"); a plain dict passed
+                              for one is validated into it by the model
     pandas.DataFrame,         {"parquet": payload}
       pyarrow.Table
     shoal.io.DataFrame        {"uri", "format": "parquet", "hash"}: a parquet file in the store
@@ -35,7 +40,7 @@ A payload node is ``{"b64": "..."}`` up to ``INLINE_LIMIT`` bytes (or when no bl
 given), else ``{"blob": ref, "sha256": hex, "size": n}`` with the bytes put in ``blobs``.
 
 Refused on purpose: ``pathlib.Path`` (a path on one machine: use shoal.File / shoal.Dir),
-``list``/``dict``/``tuple`` without item types, abstract ``Sequence``/``Mapping``, ``Any`` and
+``list``/``tuple``/``set`` without item types, abstract ``Sequence``/``Mapping``, ``Any`` and
 classes Shoal cannot look into -- the last ones are pickled when the task says
 ``allow_pickle=True``.
 """
@@ -66,6 +71,7 @@ from shoal._storage.compound_codecs import (
     TupleCodec,
     UnionCodec,
 )
+from shoal._storage.json_codec import JsonDictCodec
 from shoal._storage.namedtuple_codec import NamedTupleCodec, namedtuple_class
 from shoal._storage.pydantic_codec import PydanticCodec, model_class
 from shoal._storage.scalar_codecs import (
@@ -107,6 +113,7 @@ __all__ = [
 NO_HINT: Any = inspect.Parameter.empty
 
 _NONE = NoneCodec()
+_JSON_DICT = JsonDictCodec()
 _STR = StrCodec()
 _INT = IntCodec()
 _SCALARS: dict[object, Codec] = {
@@ -147,8 +154,9 @@ _ABSTRACT: dict[object, str] = {
     abc.MutableSet: "set",
 }
 _SUPPORTED = ("None, bool, int, float, str, bytes, list[T], tuple[...], set[T], dict[K, V] "
-              "(K: str, int or an Enum), T | None, Union, Literal, Enum, datetime, date, time, "
-              "timedelta, dataclasses and pydantic models of these (shoal.File and "
+              "(K: str, int or an Enum), dict of JSON values, T | None, Union, Literal, Enum, "
+              "datetime, date, time, timedelta, dataclasses, NamedTuples and pydantic models "
+              "of these (shoal.File and "
               "shoal.Dir too), numpy.ndarray, torch.Tensor, pandas.DataFrame, pyarrow.Table "
               "and shoal.io.DataFrame")
 _PICKLE_FIX = "pass allow_pickle=True to @env.task to pickle it"
@@ -331,6 +339,8 @@ class _Compiler:
         if origin is Union or origin is types.UnionType:
             return self._union(tp, args)
         example = _bare_example(tp)
+        if example is not None and _BARE_ALIASES.get(tp, tp) is dict and not self.allow_pickle:
+            return _JSON_DICT  # Flyte's untyped dict: JSON values, checked where passed
         if example is not None:
             raise _Unsupported(tp, "does not say what it holds",
                                f"give the item types, e.g. {example}")
@@ -345,6 +355,8 @@ class _Compiler:
         if origin in (set, frozenset):
             return SetCodec(self.compile(args[0]), frozen=origin is frozenset)
         if origin is dict:
+            if args[0] is str and args[1] is Any and not self.allow_pickle:
+                return _JSON_DICT
             return self._dict(tp, args[0], args[1])
         if origin in _ABSTRACT:
             concrete = _ABSTRACT[origin]
