@@ -17,13 +17,18 @@ Literal form, by declared type::
     set[T], frozenset[T]      a JSON list, sorted by the canonical JSON of the items
     dict[K, V]                a JSON object; K is str, int (as decimal text), an Enum (by
                               name) or a Literal of str
+    dict, dict[str, Any]      a JSON object of JSON values, as Flyte's untyped dict (pickled
+                              instead when the task says allow_pickle=True)
+    NamedTuple                {"<field>": <literal>, ...}, each field by its own hint
     T | None                  null, or T's literal
     Union[A, B, ...]          {"type": "<A's name>", "value": <A's literal>}; None is null
-    Literal[...]              the value itself
+    Literal[...]              the value itself; an Enum member as {"enum": class, "name"}
     Enum                      the member's name (a Flag: its int value); str and int enums too
     dataclass                 {"<field>": <literal>, ...} over its init fields; shoal.File and
-                              shoal.Dir are dataclasses like any other
-    pydantic model            the JSON object of model_dump(mode="json")
+                              shoal.Dir are dataclasses like any other; a plain dict passed
+                              for one is built into it (omitted fields from their defaults)
+    pydantic model            the JSON object of model_dump(mode="json"); a plain dict passed
+                              for one is validated into it by the model
     pandas.DataFrame,         {"parquet": payload}
       pyarrow.Table
     shoal.io.DataFrame        {"uri", "format": "parquet", "hash"}: a parquet file in the store
@@ -35,7 +40,7 @@ A payload node is ``{"b64": "..."}`` up to ``INLINE_LIMIT`` bytes (or when no bl
 given), else ``{"blob": ref, "sha256": hex, "size": n}`` with the bytes put in ``blobs``.
 
 Refused on purpose: ``pathlib.Path`` (a path on one machine: use shoal.File / shoal.Dir),
-``list``/``dict``/``tuple`` without item types, abstract ``Sequence``/``Mapping``, ``Any`` and
+``list``/``tuple``/``set`` without item types, abstract ``Sequence``/``Mapping``, ``Any`` and
 classes Shoal cannot look into -- the last ones are pickled when the task says
 ``allow_pickle=True``.
 """
@@ -66,6 +71,8 @@ from shoal._storage.compound_codecs import (
     TupleCodec,
     UnionCodec,
 )
+from shoal._storage.json_codec import JsonDictCodec
+from shoal._storage.namedtuple_codec import NamedTupleCodec, namedtuple_class
 from shoal._storage.pydantic_codec import PydanticCodec, model_class
 from shoal._storage.scalar_codecs import (
     BoolCodec,
@@ -79,6 +86,7 @@ from shoal._storage.scalar_codecs import (
     PickleCodec,
     StrCodec,
     TimedeltaCodec,
+    literal_shown,
 )
 from shoal._storage.tensors import (
     ArrayCodec,
@@ -105,6 +113,7 @@ __all__ = [
 NO_HINT: Any = inspect.Parameter.empty
 
 _NONE = NoneCodec()
+_JSON_DICT = JsonDictCodec()
 _STR = StrCodec()
 _INT = IntCodec()
 _SCALARS: dict[object, Codec] = {
@@ -145,8 +154,9 @@ _ABSTRACT: dict[object, str] = {
     abc.MutableSet: "set",
 }
 _SUPPORTED = ("None, bool, int, float, str, bytes, list[T], tuple[...], set[T], dict[K, V] "
-              "(K: str, int or an Enum), T | None, Union, Literal, Enum, datetime, date, time, "
-              "timedelta, dataclasses and pydantic models of these (shoal.File and "
+              "(K: str, int or an Enum), dict of JSON values, T | None, Union, Literal, Enum, "
+              "datetime, date, time, timedelta, dataclasses, NamedTuples and pydantic models "
+              "of these (shoal.File and "
               "shoal.Dir too), numpy.ndarray, torch.Tensor, pandas.DataFrame, pyarrow.Table "
               "and shoal.io.DataFrame")
 _PICKLE_FIX = "pass allow_pickle=True to @env.task to pickle it"
@@ -215,7 +225,7 @@ class _Unsupported(Exception):
         self.fix = fix
         self.picklable = picklable  # False where pickling would hide a bug (unresolved hints)
         self.path: list[str] = []  # dataclass fields from the outermost dataclass down to tp
-        self.owner = ""  # that outermost dataclass
+        self.owner = ""  # that outermost class, with its kind: "dataclass Cfg"
 
 
 def _type_name(tp: object) -> str:
@@ -239,7 +249,7 @@ def _codec(tp: object, allow_pickle: bool, field: str) -> Codec:
         # value like 3 goes to, and that must not depend on which was compiled first.
         return _cached_codec(tp, repr(tp), allow_pickle)
     except _Unsupported as e:
-        where = f" (field {'.'.join(e.path)!r} of dataclass {e.owner})" if e.path else ""
+        where = f" (field {'.'.join(e.path)!r} of {e.owner})" if e.path else ""
         raise UnsupportedTypeError(field=field, value=tp,
                                    rule=f"{_type_name(e.tp)}{where} {e.reason}",
                                    fix=e.fix) from None
@@ -296,7 +306,7 @@ class _Compiler:
 
     def __init__(self, allow_pickle: bool) -> None:
         self.allow_pickle = allow_pickle
-        self.building: dict[type, DataclassCodec] = {}
+        self.building: dict[type, DataclassCodec | NamedTupleCodec] = {}
 
     def compile(self, tp: object) -> Codec:
         try:
@@ -329,6 +339,8 @@ class _Compiler:
         if origin is Union or origin is types.UnionType:
             return self._union(tp, args)
         example = _bare_example(tp)
+        if example is not None and _BARE_ALIASES.get(tp, tp) is dict and not self.allow_pickle:
+            return _JSON_DICT  # Flyte's untyped dict: JSON values, checked where passed
         if example is not None:
             raise _Unsupported(tp, "does not say what it holds",
                                f"give the item types, e.g. {example}")
@@ -343,6 +355,8 @@ class _Compiler:
         if origin in (set, frozenset):
             return SetCodec(self.compile(args[0]), frozen=origin is frozenset)
         if origin is dict:
+            if args[0] is str and args[1] is Any and not self.allow_pickle:
+                return _JSON_DICT
             return self._dict(tp, args[0], args[1])
         if origin in _ABSTRACT:
             concrete = _ABSTRACT[origin]
@@ -374,6 +388,8 @@ class _Compiler:
                 return EnumCodec(tp)
             if dataclasses.is_dataclass(tp):
                 return self._dataclass(tp)
+            if namedtuple_class(tp) is not None:
+                return self._namedtuple(tp)
             if issubclass(tp, pathlib.PurePath):
                 raise _Unsupported(tp, "is a path on one machine; the process or node that "
                                    "reads it may not have that file",
@@ -384,10 +400,11 @@ class _Compiler:
 
     def _literal(self, tp: object, args: tuple[object, ...]) -> Codec:
         for v in args:
-            if type(v) not in (str, int, bool, type(None)):
-                raise _Unsupported(tp, f"holds {v!r}; Literal values must be str, int, bool "
-                                   "or None", "use an Enum class as the type for other values")
-        return LiteralCodec(args, f"Literal[{', '.join(map(repr, args))}]")
+            if type(v) not in (str, int, bool, type(None)) and not isinstance(v, enum.Enum):
+                raise _Unsupported(tp, f"holds {v!r}; Literal values must be str, int, bool, "
+                                   "None or Enum members",
+                                   "use an Enum class as the type for other values")
+        return LiteralCodec(args, f"Literal[{', '.join(map(literal_shown, args))}]")
 
     def _union(self, tp: object, args: tuple[object, ...]) -> Codec:
         rest = [a for a in args if a is not type(None)]
@@ -419,10 +436,12 @@ class _Compiler:
                                "list[tuple[K, V]]")
         return DictCodec(key, self.compile(value_tp), int_keys=key is _INT)
 
-    def _dataclass(self, cls: type) -> Codec:
+    def _fields(self, codec: DataclassCodec | NamedTupleCodec, names: list[str]) -> None:
+        """Fill ``codec.fields`` with the codecs of the class's ``names``, by their hints."""
+        cls = codec.cls
         if cls in self.building:
-            return self.building[cls]
-        codec = self.building[cls] = DataclassCodec(cls)
+            return
+        self.building[cls] = codec
         try:
             try:
                 hints = typing.get_type_hints(cls)
@@ -430,18 +449,37 @@ class _Compiler:
                 raise _Unsupported(cls, f"has field types that cannot be resolved ({e})",
                                    "define or import every type its fields name at module "
                                    "level (not under `if TYPE_CHECKING:`)") from None
-            for f in dataclasses.fields(cls):
-                if not f.init:
-                    continue  # set by __init__/__post_init__ itself, so not passed to it
+            for name in names:
+                if name not in hints:
+                    raise _Unsupported(cls, f"has no type hint for field {name!r}",
+                                       "declare it with typing.NamedTuple and typed fields "
+                                       "(class P(NamedTuple): x: int)")
                 try:
-                    codec.fields[f.name] = self.compile(hints[f.name])
+                    codec.fields[name] = self.compile(hints[name])
                 except _Unsupported as e:
-                    e.path.insert(0, f.name)
-                    e.owner = cls.__qualname__
+                    e.path.insert(0, name)
+                    kind = "NamedTuple" if isinstance(codec, NamedTupleCodec) else "dataclass"
+                    e.owner = f"{kind} {cls.__qualname__}"
                     raise
         except _Unsupported:
             del self.building[cls]  # a pickle fallback must not leave a half-built codec
             raise
+
+    def _namedtuple(self, cls: type) -> Codec:
+        known = self.building.get(cls)
+        if known is not None:
+            return known
+        codec = NamedTupleCodec(cls)
+        self._fields(codec, list(getattr(cls, "_fields", ())))
+        return codec
+
+    def _dataclass(self, cls: type) -> Codec:
+        known = self.building.get(cls)
+        if known is not None:
+            return known
+        codec = DataclassCodec(cls)
+        # Fields set by __init__/__post_init__ itself are not passed to it, so not stored.
+        self._fields(codec, [f.name for f in dataclasses.fields(cls) if f.init])
         codec.required = frozenset(
             f.name for f in dataclasses.fields(cls)
             if f.init and f.default is dataclasses.MISSING

@@ -225,15 +225,33 @@ class DataclassCodec(Codec):
         self.required: frozenset[str] = frozenset()
 
     def encode(self, value: object, at: Where, blobs: BlobIO | None) -> Any:
+        if isinstance(value, dict):
+            value = self._from_dict(value, at, blobs)
         if type(value) is not self.cls:
-            if isinstance(value, self.cls):
-                fix = f"pass exactly a {self.name}; a subclass would lose its extra fields"
-            elif isinstance(value, Mapping):
-                fix = f"build it first: {self.name}(**value)"
-            else:
-                fix = None
+            fix = f"pass exactly a {self.name}; a subclass would lose its extra fields" \
+                if isinstance(value, self.cls) else None
             raise bad_value(at, value, self.name, fix)
         return {n: c.encode(getattr(value, n), at.attr(n), blobs) for n, c in self.fields.items()}
+
+    def _from_dict(self, value: dict[Any, Any], at: Where, blobs: BlobIO | None) -> object:
+        """As Flyte does: a plain dict passed for a dataclass is built into it where it is
+        passed, fields by their own types (nested dicts too), omitted ones from defaults."""
+        for key in value:
+            if key not in self.fields:
+                close = difflib.get_close_matches(str(key), self.fields, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise InputError(field=str(at.attr(str(key))), value=value[key],
+                                 rule=f"{self.name} has no field {key!r}",
+                                 fix=f"{hint}its fields: {', '.join(self.fields)}")
+        missing = sorted(self.required - value.keys())
+        if missing:
+            raise InputError(field=str(at.attr(missing[0])), value=value,
+                             rule=f"the dict given for {self.name} lacks required field "
+                             f"{missing[0]!r}", fix=f"add {missing[0]!r} to the dict")
+        # Each field through its codec and back: nested dicts become their classes, and a
+        # bad field fails here, named by its path.
+        literal = {n: self.fields[n].encode(v, at.attr(n), blobs) for n, v in value.items()}
+        return self.decode(literal, at, blobs)
 
     def decode(self, literal: Any, at: Where, blobs: BlobIO | None) -> object:
         if not isinstance(literal, dict):

@@ -45,13 +45,13 @@ class PydanticCodec(Codec):
         self.name = cls.__qualname__
 
     def encode(self, value: object, at: Where, blobs: BlobIO | None) -> Any:
+        if isinstance(value, dict):
+            # As Flyte does: a plain dict (all fields, or only those without defaults) is
+            # validated into the model where it is passed, by the model's own rules.
+            value = self._validate(value, at)
         if type(value) is not self.cls:
-            if isinstance(value, self.cls):
-                fix = f"pass exactly a {self.name}; a subclass would lose its extra fields"
-            elif isinstance(value, dict):
-                fix = f"build it first: {self.name}(**value)"
-            else:
-                fix = None
+            fix = f"pass exactly a {self.name}; a subclass would lose its extra fields" \
+                if isinstance(value, self.cls) else None
             raise bad_value(at, value, self.name, fix)
         from pydantic_core import PydanticSerializationError
 
@@ -62,6 +62,18 @@ class PydanticCodec(Codec):
                              rule=f"{self.name} cannot be written as JSON ({e})",
                              fix="give its fields JSON-able types (str, numbers, lists, dicts, "
                              "nested models), or a field serializer") from None
+
+    def _validate(self, value: dict[Any, Any], at: Where) -> object:
+        from pydantic import ValidationError
+
+        try:
+            return self.cls.model_validate(value)  # type: ignore[attr-defined]
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise InputError(field=str(_within(at, _location(first))), value=first.get("input"),
+                             rule=f"{self.name} rejected the dict: {first['msg']}",
+                             fix=f"pass a dict with the fields of {self.name}, or build it: "
+                             f"{self.name}(...)") from None
 
     def decode(self, literal: Any, at: Where, blobs: BlobIO | None) -> object:
         from pydantic import ValidationError

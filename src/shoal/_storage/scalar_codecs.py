@@ -206,26 +206,43 @@ class TimedeltaCodec(Codec):
         return type(value) is dt.timedelta
 
 
+def literal_shown(value: object) -> str:
+    """A Literal's value as code writes it: ``'low'``, ``3``, ``Color.RED``."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    return repr(value)
+
+
 class LiteralCodec(Codec):
-    """``Literal[...]`` of str, int, bool or None; stored as the value itself."""
+    """``Literal[...]`` of str, int, bool, None or Enum members; stored as the value itself,
+    an Enum member as ``{"enum": "<class>", "name": "<member>"}`` (never mistaken for a str)."""
 
     def __init__(self, values: tuple[object, ...], name: str) -> None:
         self.values = values
         self.name = name
 
     def _match(self, value: object) -> bool:
-        # Literal[1] must not take True (True == 1), so types are compared too.
+        # Literal[1] must not take True (True == 1), and Literal["red"] not a str Enum member
+        # whose value is "red", so types are compared too.
         return any(type(value) is type(v) and value == v for v in self.values)
 
     def encode(self, value: object, at: Where, blobs: BlobIO | None) -> Any:
         if not self._match(value):
+            allowed = ", ".join(map(literal_shown, self.values))
             raise InputError(field=str(at), value=value,
-                             rule=f"expected one of {list(self.values)!r}",
-                             fix=f"pass one of {', '.join(map(repr, self.values))}")
+                             rule=f"expected one of {allowed}", fix=f"pass one of {allowed}")
+        if isinstance(value, enum.Enum):
+            return {"enum": type(value).__qualname__, "name": value.name}
         return value
 
     def decode(self, literal: Any, at: Where, blobs: BlobIO | None) -> object:
-        if not self._match(literal):
+        if isinstance(literal, dict):
+            for v in self.values:
+                if isinstance(v, enum.Enum) and literal == {"enum": type(v).__qualname__,
+                                                            "name": v.name}:
+                    return v
+            raise bad_literal(at, literal, self.name)
+        if isinstance(literal, enum.Enum) or not self._match(literal):
             raise bad_literal(at, literal, self.name)
         return literal
 

@@ -41,6 +41,8 @@ def convert(text: str, tp: Any, field: str) -> Any:
             return tp(text)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return _enum_member(text, tp, field)
+        if typing.get_origin(tp) is typing.Literal:
+            return _literal_choice(text, typing.get_args(tp), field)
         if isinstance(tp, type) and tp.__module__ == "shoal._api.io":
             return _file_or_dir(text, tp)
         value = json.loads(text)
@@ -74,6 +76,29 @@ def _enum_member(text: str, tp: type[enum.Enum], field: str) -> enum.Enum:
     hint = f"did you mean {field} {close[0]}? " if close else ""
     raise SpecError(field, text, f"is not a member of {tp.__name__} (names: {', '.join(names)}; "
                     f"values: {', '.join(values)})", f"{hint}pass a name or a value")
+
+
+def _choice_text(value: object) -> str:
+    """A Literal value as it is typed on the command line."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "none" if value is None else str(value)
+
+
+def _literal_choice(text: str, values: tuple[object, ...], field: str) -> object:
+    """The Literal value written as ``text``: a str or number as itself, an Enum member by
+    name (or by value, as for an Enum parameter), a bool as true/false."""
+    for value in values:
+        if _choice_text(value) == text or (isinstance(value, enum.Enum)
+                                           and str(value.value) == text):
+            return value
+    choices = [_choice_text(v) for v in values]
+    close = difflib.get_close_matches(text, choices, n=1)
+    hint = f"did you mean {field} {close[0]}? " if close else ""
+    raise SpecError(field, text, f"is not one of the allowed values ({', '.join(choices)})",
+                    f"{hint}pass one of {', '.join(choices)}")
 
 
 def _is_record(tp: Any) -> bool:
@@ -117,8 +142,12 @@ def task_parser(task: Any) -> argparse.ArgumentParser:
         required = param.default is inspect.Parameter.empty
         default = None if required else param.default
         shown = getattr(tp, "__name__", str(tp))
+        literal = _strip_optional(tp)
+        if typing.get_origin(literal) is typing.Literal:
+            shown = "{" + ",".join(_choice_text(v) for v in typing.get_args(literal)) + "}"
         parser.add_argument(*flags, dest=name, required=required, default=argparse.SUPPRESS,
-                            metavar=shown.upper() if shown.isidentifier() else "VALUE",
+                            metavar=shown.upper() if shown.isidentifier()
+                            else shown if shown.startswith("{") else "VALUE",
                             help=f"{shown}" + ("" if required else f" (default: {default!r})"))
     return parser
 
