@@ -15,7 +15,7 @@ def test_version_override_is_the_version() -> None:
 
 
 def test_override_needs_a_version() -> None:
-    with pytest.raises(SpecError, match="override.*version"):
+    with pytest.raises(SpecError, match=r"override.*version"):
         shoal.Cache("override")
 
 
@@ -25,7 +25,7 @@ def test_two_versions_that_differ_are_refused() -> None:
 
 
 def test_custom_policies_are_refused_with_the_alternative() -> None:
-    with pytest.raises(SpecError, match="policies.*version="):
+    with pytest.raises(SpecError, match=r"policies.*version="):
         shoal.Cache("auto", policies=[object()])
 
 
