@@ -555,3 +555,4 @@ def test_a_bytes_load_also_reads_as_flytes_local_path(store_root: str, tmp_path:
     loaded = cp.load_sync()
     assert loaded == b"7" and isinstance(loaded, bytes)
     assert loaded.read_bytes() == b"7" and loaded.read_text() == "7"  # type: ignore[union-attr]
+    assert loaded.is_file() and not loaded.is_dir()  # type: ignore[union-attr]

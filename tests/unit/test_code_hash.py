@@ -262,3 +262,20 @@ def test_a_cache_version_skips_hashing_the_code() -> None:
     versioned = env.task(cache=shoal.Cache(version="v1"))(plain)
     assert versioned.spec().code_hash == ""
     assert env.task(name="auto", cache="auto")(plain).spec().code_hash == code_hash(plain)
+
+
+def test_file_and_dir_inputs_key_on_their_hash_not_their_place() -> None:
+    """Flyte's rule: a File/Dir with a hash (its content's, or a key its user gave) is cached
+    by that hash, wherever the object lies; without one, by the whole reference."""
+    from shoal._spec.code import cache_key
+
+    def key(f: dict[str, object]) -> str:
+        return cache_key(task="t", code="c", signature="s", image="i", inputs={"f": f, "n": 1},
+                         reference_inputs=("f",))
+
+    a = {"path": "s3://b/data/1/a.txt", "name": "a.txt", "hash": "k1", "format": ""}
+    b = {"path": "s3://b/data/2/b.txt", "name": "b.txt", "hash": "k1", "format": ""}
+    assert key(a) == key(b)
+    assert key(a) != key({**b, "hash": "k2"})
+    unhashed = {"path": "s3://b/w/x", "name": "x", "hash": None, "format": ""}
+    assert key(unhashed) != key({**unhashed, "path": "s3://b/w/y"})

@@ -144,8 +144,14 @@ class TaskTemplate(Generic[F]):
                 docs=self.settings.docs_for(self.func),
                 links=self.settings.links,
                 entrypoint=self.settings.entrypoint,
+                reference_inputs=self._reference_inputs(),
             )
         return self._spec
+
+    def _reference_inputs(self) -> tuple[str, ...]:
+        from shoal._api.io import Dir, File
+
+        return tuple(name for name, hint in self.hints.items() if hint in (File, Dir))
 
     def override(self, **changes: Any) -> TaskTemplate[F]:
         """This task with other settings for its calls: ``retries``, ``timeout``, ``cache``,

@@ -163,7 +163,8 @@ class Controller:
         return cache_key(task=call.task.name, code=call.task.code_hash,
                          signature=call.task.signature, image=call.task.env.image_tag,
                          inputs=call.inputs, ignored_inputs=c.ignored_inputs,
-                         version=c.version, salt=c.salt)
+                         version=c.version, salt=c.salt,
+                         reference_inputs=call.task.reference_inputs)
 
     def _cache_get(self, call: CallSpec, key: str) -> dict[str, Any] | None:
         try:

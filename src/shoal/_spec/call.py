@@ -126,6 +126,9 @@ class TaskSpec:
     docs: str = ""
     links: tuple[str, ...] = ()
     entrypoint: bool = False  # a hint that this task is meant to be run directly
+    # Parameters typed File or Dir: the cache keys them on their `hash` when they have one,
+    # not on where the object lies (Flyte's rule; a user-given key names the content).
+    reference_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,12 @@ def code_hash(func: Callable[..., Any]) -> str:
     return _sha256(json.dumps({"task": own.digest, "reaches": reached}, sort_keys=True))
 
 
+def _by_hash(literal: Any) -> Any:
+    if isinstance(literal, dict) and literal.get("hash"):
+        return {"hash": literal["hash"], "format": literal.get("format", "")}
+    return literal
+
+
 def cache_key(
     *,
     task: str,
@@ -72,9 +78,13 @@ def cache_key(
     ignored_inputs: tuple[str, ...] = (),
     version: str | None = None,
     salt: str = "",
+    reference_inputs: tuple[str, ...] = (),
 ) -> str:
-    """The key under which a call's outputs are cached (sha256 hex)."""
-    kept = {k: v for k, v in inputs.items() if k not in ignored_inputs}
+    """The key under which a call's outputs are cached (sha256 hex). A File or Dir input
+    (``reference_inputs``) with a hash counts by its hash and format alone: the same content, or
+    the same cache key its user gave, hits wherever the object lies."""
+    kept = {k: _by_hash(v) if k in reference_inputs else v
+            for k, v in inputs.items() if k not in ignored_inputs}
     material = {
         "task": task,
         "code": version if version is not None else code,

@@ -91,6 +91,12 @@ class LoadedBytes(bytes):
     def exists(self) -> bool:
         return True
 
+    def is_file(self) -> bool:
+        return True
+
+    def is_dir(self) -> bool:
+        return False
+
 class Checkpoint:
     """The versions of one checkpoint at ``uri`` (a store folder), seen from one rank.
 
