@@ -189,7 +189,8 @@ class Controller:
                 old = self.records.get_action(earlier, action)
             except NotFoundError:
                 continue
-            if old.task != call.task.name or json.dumps(old.inputs, sort_keys=True) != want:
+            if old.task != call.task.name or json.dumps(old.inputs, sort_keys=True) != want \
+                    or old.custom_context != dict(call.custom_context):
                 return None  # the program took another path: run it afresh
             if old.state in ("succeeded", "cached", "replayed"):
                 return earlier, old.outputs
@@ -211,7 +212,8 @@ class Controller:
         with rec.batch():
             rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
                               task=task.name, env=task.env.name, inputs=dict(call.inputs),
-                              cache_key=key, group_path=call.group)
+                              cache_key=key, group_path=call.group,
+                              custom_context=call.custom_context)
             if replayed is not None:
                 rec.set_action_state(self.run, action, "replayed", outputs=replayed[1])
                 rec.add_event(self.run, "replayed",
