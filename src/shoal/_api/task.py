@@ -57,8 +57,8 @@ class TaskTemplate(Generic[F]):
         self.name = f"{env.name}.{self.short_name}"
         functools.update_wrapper(self, func)  # type: ignore[arg-type]
         self.retries, self.backoff = retry_settings(f"task {self.name!r}: retries", retries)
-        self.timeout, self.max_queued_time = timeout_settings(f"task {self.name!r}: timeout",
-                                                              timeout)
+        self.timeout, self.max_queued_time, self.deadline = timeout_settings(
+            f"task {self.name!r}: timeout", timeout)
         self.settings = settings or TaskSettings()
         self.cache_override = cache
         self.allow_pickle = bool(allow_pickle)
@@ -141,6 +141,7 @@ class TaskTemplate(Generic[F]):
                 report=self.report,
                 backoff=self.backoff,
                 max_queued_time=self.max_queued_time,
+                deadline=self.deadline,
                 display_name=self.settings.short_name,
                 docs=self.settings.docs_for(self.func),
                 links=self.settings.links,

@@ -24,9 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shoal._driver.deadline import Deadline, PastDeadline
 from shoal._driver.run_options import RunOptions
 from shoal._driver.traces import TraceKeeper
-from shoal._engines.base import AttemptRef, Engine
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._spec.code import cache_key
@@ -236,16 +237,24 @@ class Controller:
             self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
             return hit["output"]
         failure: FailureInfo | None = None
+        budget = Deadline(task.deadline, task.retries)
         for attempt in range(task.retries + 1):
             log = self._log_path(action, attempt)
+            if budget.spent():  # ran out in the pause before this retry
+                failure = budget.failure(task.name, action, attempt - 1)
+                break
             if attempt > 0:
                 rec.start_attempt(self.run, action, attempt, pid=None, log_path=str(log))
             self.report("started", action, {"task": task.name, "attempt": attempt,
                                             "log": str(log), "group": list(call.group)})
             t0 = time.monotonic()
             try:
-                outcome = await self.engine.run_attempt(call, AttemptRef(self.run, action,
-                                                                         attempt, log))
+                outcome = await budget.bound(self.engine.run_attempt(
+                    budget.attempt_call(call), AttemptRef(self.run, action, attempt, log)))
+                if budget.spent() and outcome.failure is not None:
+                    outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
+            except PastDeadline:
+                outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
             except asyncio.CancelledError:
                 with rec.batch():
                     rec.finish_attempt(self.run, action, attempt, state="cancelled")
@@ -265,8 +274,8 @@ class Controller:
             rec.finish_attempt(self.run, action, attempt, state="failed",
                                exit_code=failure.exit_code, signal=failure.signal,
                                error=failure.message)
-            if failure.error_type == "NonRecoverableError":
-                break  # the task said a retry cannot help (Flyte 2's rule)
+            if failure.error_type == "NonRecoverableError" or budget.spent():
+                break  # the task said a retry cannot help (Flyte 2's rule), or no time is left
             if attempt < task.retries:
                 delay = (task.backoff.delay(attempt) if task.backoff is not None
                          else min(self.backoff * 2**attempt, MAX_BACKOFF))
@@ -275,7 +284,7 @@ class Controller:
                               action_id=action)
                 self.report("retry", action, {"task": task.name, "attempt": attempt,
                                               "message": failure.message, "delay": delay})
-                await asyncio.sleep(delay)
+                await asyncio.sleep(budget.pause(delay))
         assert failure is not None  # the loop ran at least once and did not return
         error = failure_error(failure)
         rec.set_action_state(self.run, action, "failed", error=str(error))

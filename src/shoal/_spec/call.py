@@ -117,6 +117,7 @@ class TaskSpec:
     retries: int = 0
     timeout: float | None = None  # seconds
     max_queued_time: float | None = None  # seconds an attempt may wait for admission
+    deadline: float | None = None  # seconds for the whole call, over all attempts
     cache: CacheSpec = CacheSpec()
     allow_pickle: bool = False
     is_async: bool = False
