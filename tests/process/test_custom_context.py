@@ -3,11 +3,18 @@ grandchild in another process, overridden by an inner block, recorded with each 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import shoal
 from shoal._runtime import contract
 from shoal._storage.records import Records
+from shoal.errors import RuntimeUserError
 
 from .programs import custom_context_tasks as p
 
@@ -38,3 +45,26 @@ def test_a_block_around_a_run_sets_the_roots_context() -> None:
         run = shoal.run(p.grandchild)
     out = run.outputs()[0]
     assert {k: v for k, v in out.items() if k != "pid"} == {"project": "block"}
+
+
+def test_every_rank_of_a_gang_sees_the_context(tmp_path: Path) -> None:
+    run = shoal.with_runcontext(custom_context={"project": "ml"}).run(p.drives_a_gang,
+                                                                      str(tmp_path))
+    run.wait()
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert seen == [{"project": "ml", "stage": "gang"}] * 2
+
+
+def test_a_resumed_run_calls_again_with_the_recorded_context(tmp_path: Path) -> None:
+    run = shoal.with_runcontext(custom_context={"project": "ml"}).run(p.resumable,
+                                                                      str(tmp_path))
+    with pytest.raises(RuntimeUserError, match="not yet"):
+        run.wait()
+    (tmp_path / "go").write_text("1")
+    resumed = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--resume",
+                              run.name], capture_output=True, text=True, timeout=120,
+                             env=os.environ.copy())
+    assert resumed.returncode == 0, resumed.stderr
+    assert "replayed" in resumed.stderr  # the first call kept its context, so it replays
+    assert len(list(tmp_path.glob("first-*"))) == 1
+    assert json.loads(resumed.stdout) == '{"project": "ml"} {"project": "ml"}'
