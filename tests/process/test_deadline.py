@@ -4,6 +4,7 @@ retries run out, in about the deadline's time, as a timeout naming the deadline.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,17 @@ def test_a_pause_before_a_retry_ends_at_the_deadline() -> None:
 
 def test_a_call_within_its_deadline_succeeds() -> None:
     assert shoal.run(p.quick).outputs()[0] == 7
+
+
+def test_a_gang_past_its_deadline_is_stopped_by_the_controller(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The local gang does not bound its own attempts: the controller's backstop stops it.
+    monkeypatch.setattr("shoal._driver.deadline.BACKSTOP", 0.5)
+    t0 = time.monotonic()
+    run = shoal.run(p.gang_hangs, str(tmp_path))
+    with pytest.raises(TaskTimeout, match=r"ran past its deadline of 1s.*3 retries were not"):
+        run.wait()
+    assert time.monotonic() - t0 < 3.0
+    assert len(list(tmp_path.glob("rank*-started"))) == 2
+    time.sleep(max(0.0, t0 + 4.5 - time.monotonic()))
+    assert not list(tmp_path.glob("rank*-woke")), "a rank outlived the deadline"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import shoal as flyte
+from shoal.clustered import ClusteredTaskEnvironment
 
 env = flyte.TaskEnvironment(name="deadline")
 
@@ -26,3 +28,16 @@ def fails() -> int:
 @env.task(retries=2, timeout=flyte.Timeout(deadline=30))
 def quick() -> int:
     return 7
+
+
+gang_env = ClusteredTaskEnvironment(name="deadlinegang", replicas=1, nproc_per_node=2,
+                                    resources=flyte.Resources(cpu=1, memory="1Gi"))
+
+
+@gang_env.task(retries=3, timeout=flyte.Timeout(deadline=1.0))
+def gang_hangs(marker_dir: str) -> int:
+    rank = flyte.ctx().rank
+    Path(marker_dir, f"rank{rank}-started").write_text("1")
+    time.sleep(3)
+    Path(marker_dir, f"rank{rank}-woke").write_text("1")  # only if it was not stopped
+    return 1
