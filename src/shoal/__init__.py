@@ -13,6 +13,7 @@ from shoal._api.accelerators import AMD_GPU, GPU, HABANA_GAUDI, TPU, Device, Neu
 from shoal._api.cache import Cache
 from shoal._api.checkpoint import latest_checkpoint
 from shoal._api.context import TaskContext, ctx
+from shoal._api.custom_context import custom_context, get_custom_context
 from shoal._api.environment import TaskEnvironment
 from shoal._api.group import group
 from shoal._api.image import Image
@@ -60,7 +61,9 @@ __all__ = [
     "Timeout",
     "__version__",
     "ctx",
+    "custom_context",
     "errors",
+    "get_custom_context",
     "group",
     "init",
     "init_from_config",

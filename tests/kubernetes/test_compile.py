@@ -374,3 +374,18 @@ def test_max_queued_time_is_refused_on_kubernetes() -> None:
 
     with pytest.raises(SpecError, match="local engine only"):
         _compile(work)
+
+
+def test_a_deadline_bounds_the_job_as_the_controller_lowers_each_attempt() -> None:
+    env = shoal.TaskEnvironment(name="deadline-k8s")
+
+    @env.task(timeout=shoal.Timeout(max_runtime=600, deadline=90))
+    def work() -> int:
+        return 1
+
+    job = _compile(work)[0]
+    assert job["spec"]["activeDeadlineSeconds"] == 90  # compiled alone: the first attempt's
+    later = dataclasses.replace(call_of(work), task=dataclasses.replace(work.spec(),
+                                                                        timeout=12.3))
+    job = compile_call(later, run=RUN, action="a0.1", attempt=1, config=CONFIG, code=CODE)[0]
+    assert job["spec"]["activeDeadlineSeconds"] == 13  # what the controller left it

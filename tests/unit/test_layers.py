@@ -17,8 +17,9 @@ SRC = Path(shoal.__file__).parent
 PUBLIC = {
     "AMD_GPU", "GPU", "HABANA_GAUDI", "TPU", "Device", "Neuron",
     "Cache", "Dir", "File", "Image", "PodTemplate", "Resources", "Run", "TaskContext",
-    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "errors", "group", "init",
-    "init_from_config", "io", "map", "report", "run", "trace", "with_runcontext",
+    "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "custom_context", "errors",
+    "get_custom_context", "group", "init", "init_from_config", "io", "map", "report", "run",
+    "trace", "with_runcontext",
     "Backoff", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
     "Checkpoint", "latest_checkpoint", "logger",
 }

@@ -93,7 +93,6 @@ def test_raw_data_path_is_the_runs_store() -> None:
     ({"queue": "gpu"}, "queue-name"),
     ({"max_action_concurrency": 4}, "concurrency=N"),
     ({"notifications": object()}, "notify"),
-    ({"custom_context": {"a": "b"}}, "task inputs"),
     ({"debug": True}, "debugger"),
     ({"tracked": True}, "shoal runs"),
     ({"log_format": "json"}, "log_format"),

@@ -66,8 +66,12 @@ def test_timeout_forms() -> None:
     assert _task(timeout=shoal.Timeout(max_queued_time=5)).spec().max_queued_time == 5.0
     assert _task(timeout=0).spec().timeout is None  # Flyte's default: no bound
     assert _task(timeout=timedelta(seconds=30)).spec().timeout == 30.0
-    with pytest.raises(SpecError, match=r"deadline.*not supported.*max_runtime"):
-        shoal.Timeout(deadline=3600)
+    bounded = _task(timeout=shoal.Timeout(max_runtime=60, deadline=timedelta(hours=1))).spec()
+    assert (bounded.timeout, bounded.deadline) == (60.0, 3600.0)
+    assert _task(timeout=shoal.Timeout(deadline=0)).spec().deadline is None  # no bound
+    assert _task(timeout=600).spec().deadline is None
+    with pytest.raises(SpecError, match=r"Timeout.deadline"):
+        shoal.Timeout(deadline=-1)
     with pytest.raises(SpecError, match=r"seconds, a timedelta or shoal.Timeout"):
         _task(timeout="10m")
 

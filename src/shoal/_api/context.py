@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import contextvars
 import datetime as _dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ class TaskContext:
     checkpoint: Any = None
     run_start_time: _dt.datetime | None = None  # when this run's engine started (UTC)
     in_gang: bool = False  # a rank of a clustered task (it cannot call other tasks yet)
+    # The `shoal.custom_context` this task call was made with (`shoal.get_custom_context()`).
+    custom_context: Mapping[str, str] = field(default_factory=dict)
     # How this process reaches the controller running the run; None outside a run.
     client: ControllerClient | None = None
 
@@ -63,11 +65,22 @@ class TaskContext:
 
 _EMPTY = TaskContext()
 _current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("shoal_ctx", default=_EMPTY)
+# What the open `shoal.custom_context` blocks set (see custom_context.py); None outside any.
+custom_block: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "shoal_custom_context", default=None)
 
 
 def ctx() -> TaskContext:
     """The context of the task running in this process, or an empty (falsy) one."""
-    return _current.get()
+    current = _current.get()
+    block = custom_block.get()
+    # As in Flyte, a custom_context block shows in ctx().custom_context too.
+    return current if block is None or not current else replace(current, custom_context=block)
+
+
+def called_with() -> Mapping[str, str]:
+    """The custom context the running task's call was made with, blocks aside."""
+    return _current.get().custom_context
 
 
 @contextmanager

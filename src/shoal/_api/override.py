@@ -87,8 +87,8 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
         new.retries, new.backoff = retry_settings(f"task {task.name!r}: retries",
                                                   given["retries"])
     if "timeout" in given:
-        new.timeout, new.max_queued_time = timeout_settings(f"task {task.name!r}: timeout",
-                                                            given["timeout"])
+        new.timeout, new.max_queued_time, new.deadline = timeout_settings(
+            f"task {task.name!r}: timeout", given["timeout"])
     if "short_name" in given:
         short = given["short_name"]
         if not isinstance(short, str) or not short:

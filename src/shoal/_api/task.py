@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from shoal._api.cache import Cache
 from shoal._api.context import ctx
+from shoal._api.custom_context import current_custom_context
 from shoal._api.group import current_group
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import TaskSettings
-from shoal._spec.call import CallSpec, TaskSpec
+from shoal._spec.call import CallSpec, TaskSpec, frozen_map
 from shoal._spec.code import code_hash
 from shoal.errors import MissingDependencyError, SpecError
 
@@ -56,8 +57,8 @@ class TaskTemplate(Generic[F]):
         self.name = f"{env.name}.{self.short_name}"
         functools.update_wrapper(self, func)  # type: ignore[arg-type]
         self.retries, self.backoff = retry_settings(f"task {self.name!r}: retries", retries)
-        self.timeout, self.max_queued_time = timeout_settings(f"task {self.name!r}: timeout",
-                                                              timeout)
+        self.timeout, self.max_queued_time, self.deadline = timeout_settings(
+            f"task {self.name!r}: timeout", timeout)
         self.settings = settings or TaskSettings()
         self.cache_override = cache
         self.allow_pickle = bool(allow_pickle)
@@ -140,6 +141,7 @@ class TaskTemplate(Generic[F]):
                 report=self.report,
                 backoff=self.backoff,
                 max_queued_time=self.max_queued_time,
+                deadline=self.deadline,
                 display_name=self.settings.short_name,
                 docs=self.settings.docs_for(self.func),
                 links=self.settings.links,
@@ -180,7 +182,8 @@ class TaskTemplate(Generic[F]):
         literals = codecs.encode_inputs(values, self.hints, blobs=store_blobs(), task=self.name,
                                         allow_pickle=self.allow_pickle)
         return CallSpec(task=self.spec(), inputs=literals, parent_action=parent_action,
-                        group=current_group())
+                        group=current_group(),
+                        custom_context=frozen_map(current_custom_context()))
 
     def decode_output(self, literal: Any) -> Any:
         from shoal._storage import codecs

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shoal._spec.call import BackoffSpec
 from shoal.errors import SpecError
@@ -76,7 +77,10 @@ class RetryStrategy:
 class Timeout:
     """``max_runtime`` bounds each attempt (the task's timeout); ``max_queued_time`` bounds how
     long an attempt may wait for admission on the local engine (it then fails with kind
-    ``"queued_timeout"``). Flyte's ``deadline`` (one budget over all attempts) is refused."""
+    ``"queued_timeout"``); ``deadline`` is one wall-clock budget for the whole call, from the
+    moment it is made (queued) to its end, over all attempts and the pauses between them: when
+    it runs out the attempt is killed and the call fails as timed out, whatever retries are
+    left (Flyte's rule)."""
 
     max_runtime: _dt.timedelta | float | None = None
     max_queued_time: _dt.timedelta | float | None = None
@@ -85,11 +89,7 @@ class Timeout:
     def __post_init__(self) -> None:
         seconds("Timeout.max_runtime", self.max_runtime)
         seconds("Timeout.max_queued_time", self.max_queued_time)
-        if seconds("Timeout.deadline", self.deadline) is not None:
-            raise SpecError("Timeout.deadline", self.deadline,
-                            "is not supported: Shoal bounds each attempt, not all attempts "
-                            "together", "bound each attempt with max_runtime= and the number "
-                            "of attempts with retries=")
+        seconds("Timeout.deadline", self.deadline)
 
 
 def retry_settings(field: str, value: object) -> tuple[int, BackoffSpec | None]:
@@ -102,14 +102,23 @@ def retry_settings(field: str, value: object) -> tuple[int, BackoffSpec | None]:
     return value, None
 
 
-def timeout_settings(field: str, value: object) -> tuple[float | None, float | None]:
-    """(max_runtime, max_queued_time) in seconds from ``timeout=`` (seconds, a timedelta or
-    a `Timeout`); 0 and None mean no bound, as in Flyte."""
+class TimeoutSettings(NamedTuple):
+    """A task's time bounds in seconds; None is no bound."""
+
+    max_runtime: float | None
+    max_queued_time: float | None
+    deadline: float | None
+
+
+def timeout_settings(field: str, value: object) -> TimeoutSettings:
+    """The bounds of ``timeout=`` (seconds, a timedelta or a `Timeout`, whose plain forms are
+    ``max_runtime``); 0 and None mean no bound, as in Flyte."""
     if isinstance(value, Timeout):
-        return (seconds(f"{field}.max_runtime", value.max_runtime),
-                seconds(f"{field}.max_queued_time", value.max_queued_time))
+        return TimeoutSettings(seconds(f"{field}.max_runtime", value.max_runtime),
+                               seconds(f"{field}.max_queued_time", value.max_queued_time),
+                               seconds(f"{field}.deadline", value.deadline))
     if isinstance(value, bool) or not (value is None or isinstance(value, int | float
                                                                        | _dt.timedelta)):
         raise SpecError(field, value, "must be seconds, a timedelta or shoal.Timeout(...)",
                         "e.g. timeout=600 or timeout=timedelta(hours=2)")
-    return seconds(field, value), None
+    return TimeoutSettings(seconds(field, value), None, None)

@@ -24,9 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shoal._driver.deadline import Deadline, PastDeadline
 from shoal._driver.run_options import RunOptions
 from shoal._driver.traces import TraceKeeper
-from shoal._engines.base import AttemptRef, Engine
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._spec.code import cache_key
@@ -190,7 +191,8 @@ class Controller:
                 old = self.records.get_action(earlier, action)
             except NotFoundError:
                 continue
-            if old.task != call.task.name or json.dumps(old.inputs, sort_keys=True) != want:
+            if old.task != call.task.name or json.dumps(old.inputs, sort_keys=True) != want \
+                    or old.custom_context != dict(call.custom_context):
                 return None  # the program took another path: run it afresh
             if old.state in ("succeeded", "cached", "replayed"):
                 return earlier, old.outputs
@@ -212,7 +214,8 @@ class Controller:
         with rec.batch():
             rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
                               task=task.name, env=task.env.name, inputs=dict(call.inputs),
-                              cache_key=key, group_path=call.group)
+                              cache_key=key, group_path=call.group,
+                              custom_context=call.custom_context)
             if replayed is not None:
                 rec.set_action_state(self.run, action, "replayed", outputs=replayed[1])
                 rec.add_event(self.run, "replayed",
@@ -235,16 +238,24 @@ class Controller:
             self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
             return hit["output"]
         failure: FailureInfo | None = None
+        budget = Deadline(task.deadline, task.retries)
         for attempt in range(task.retries + 1):
             log = self._log_path(action, attempt)
+            if budget.spent():  # ran out in the pause before this retry
+                failure = budget.failure(task.name, action, attempt - 1)
+                break
             if attempt > 0:
                 rec.start_attempt(self.run, action, attempt, pid=None, log_path=str(log))
             self.report("started", action, {"task": task.name, "attempt": attempt,
                                             "log": str(log), "group": list(call.group)})
             t0 = time.monotonic()
             try:
-                outcome = await self.engine.run_attempt(call, AttemptRef(self.run, action,
-                                                                         attempt, log))
+                outcome = await budget.bound(self.engine.run_attempt(
+                    budget.attempt_call(call), AttemptRef(self.run, action, attempt, log)))
+                if budget.spent() and outcome.failure is not None:
+                    outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
+            except PastDeadline:
+                outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
             except asyncio.CancelledError:
                 with rec.batch():
                     rec.finish_attempt(self.run, action, attempt, state="cancelled")
@@ -264,8 +275,8 @@ class Controller:
             rec.finish_attempt(self.run, action, attempt, state="failed",
                                exit_code=failure.exit_code, signal=failure.signal,
                                error=failure.message)
-            if failure.error_type == "NonRecoverableError":
-                break  # the task said a retry cannot help (Flyte 2's rule)
+            if failure.error_type == "NonRecoverableError" or budget.spent():
+                break  # the task said a retry cannot help (Flyte 2's rule), or no time is left
             if attempt < task.retries:
                 delay = (task.backoff.delay(attempt) if task.backoff is not None
                          else min(self.backoff * 2**attempt, MAX_BACKOFF))
@@ -274,7 +285,7 @@ class Controller:
                               action_id=action)
                 self.report("retry", action, {"task": task.name, "attempt": attempt,
                                               "message": failure.message, "delay": delay})
-                await asyncio.sleep(delay)
+                await asyncio.sleep(budget.pause(delay))
         assert failure is not None  # the loop ran at least once and did not return
         error = failure_error(failure)
         rec.set_action_state(self.run, action, "failed", error=str(error))

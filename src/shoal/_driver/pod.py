@@ -66,6 +66,7 @@ def main() -> int:
     from shoal._engines.kubernetes.pods import code_dir
     from shoal._runtime.loader import find_task
     from shoal._storage.bundle import fetch
+    from shoal._storage.call_io import get_custom_context, get_inputs
     from shoal._storage.store import join, open_store
 
     env = os.environ
@@ -76,8 +77,8 @@ def main() -> int:
     os.environ[contract.CODE_FILE] = local_file
     task = find_task(local_file, env[contract.TASK])
     store, io = open_store(config.store), env[contract.IO]
-    inputs = json.loads(store.get_bytes(join(io, "inputs.json")))
-    call = CallSpec(task=task.spec(), inputs=inputs, parent_action=None)
+    call = CallSpec(task=task.spec(), inputs=get_inputs(store, io), parent_action=None,
+                    custom_context=get_custom_context(store, io))
     envs = [e.spec() for e in task.env.reachable().values()]
     client = KubeClient.in_cluster(namespace=config.namespace)
     runner = Runner(call, envs=envs, name=env[contract.RUN], engine="kubernetes",

@@ -19,6 +19,8 @@ class RunOptions:
     disable_run_cache: bool = False  # neither read nor write the cache in this run
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # The root call's `shoal.custom_context` (over what the block around the run set).
+    custom_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cache_read(self) -> bool:
@@ -47,9 +49,16 @@ class RunOptions:
             return call
         return replace(call, task=replace(call.task, env=self.apply_env(call.task.env)))
 
+    def seed_root(self, call: CallSpec) -> CallSpec:
+        if not self.custom_context:
+            return call
+        return replace(call, custom_context=frozen_map({**call.custom_context,
+                                                        **self.custom_context}))
+
     def record(self) -> dict[str, Any]:
         """What the run's records keep of these choices (its ``run_context`` event)."""
         return {"labels": dict(self.labels), "annotations": dict(self.annotations),
                 "env_vars": sorted(self.env_vars), "interruptible": self.interruptible,
                 "overwrite_cache": self.overwrite_cache,
-                "disable_run_cache": self.disable_run_cache}
+                "disable_run_cache": self.disable_run_cache,
+                "custom_context": dict(self.custom_context)}

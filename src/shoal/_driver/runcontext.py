@@ -5,7 +5,8 @@ over the environment's), ``overwrite_cache`` (cached calls run again and rewrite
 ``disable_run_cache`` (no cache reads or writes), ``interruptible`` (every environment's flag),
 ``raw_data_path`` (the run's store root: outputs, files and cache entries of the run go there),
 ``labels``/``annotations`` and Flyte's ``project``/``domain``/``version`` (recorded with the run),
-``log_level`` (Shoal's logger), ``user_log_level`` (`shoal.logger`'s), ``mode`` ("local": the
+``log_level`` (Shoal's logger), ``user_log_level`` (`shoal.logger`'s), ``custom_context`` (the
+root call's `shoal.custom_context`, over a block's around the run), ``mode`` ("local": the
 local engine; "remote": the engine chosen by init/init_from_config, from Python the local
 engine, said once on stderr).
 Accepted because Shoal already does what they ask: ``copy_style`` (no bundle locally; the
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from shoal._api.custom_context import check_custom_context
 from shoal._api.environment import _check_env_vars
 from shoal._api.task import TaskTemplate
 from shoal._driver.handle import Run, start
@@ -120,7 +122,7 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
                      copy_bundle_to=copy_bundle_to, run_base_dir=run_base_dir,
                      run_start_time=run_start_time,
                      queue=queue, max_action_concurrency=max_action_concurrency,
-                     notifications=notifications, custom_context=custom_context, debug=debug,
+                     notifications=notifications, debug=debug,
                      tracked=tracked, tracked_strict=tracked_strict, log_format=log_format,
                      interactive_mode=interactive_mode, cache_lookup_scope=cache_lookup_scope)
     _engine_for(mode)
@@ -152,7 +154,8 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
         interruptible=_bool("interruptible", interruptible, optional=True),
         overwrite_cache=_bool("overwrite_cache", overwrite_cache),
         disable_run_cache=_bool("disable_run_cache", disable_run_cache),
-        labels=label_map, annotations=_str_map("annotations", annotations))
+        labels=label_map, annotations=_str_map("annotations", annotations),
+        custom_context=check_custom_context(f"{_W}(custom_context=...)", custom_context or {}))
     return RunContext(name=None if name is None else check_run_name(name), options=options,
                       store=store)
 
@@ -176,8 +179,6 @@ def _refuse_the_rest(**given: Any) -> None:
       "admits calls by their resources", "limit a fan-out with shoal.map(..., concurrency=N)")
     r(_W, "notifications", given["notifications"], None, "Shoal sends no notifications",
       "check the run's outcome after run.wait() and notify from your script")
-    r(_W, "custom_context", given["custom_context"], None, "Shoal has no custom context",
-      "pass the values as task inputs")
     r(_W, "debug", given["debug"], False, "Shoal starts no debug server",
       "run the task's function directly under a debugger")
     for key in ("tracked", "tracked_strict"):

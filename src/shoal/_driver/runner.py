@@ -57,7 +57,7 @@ class Runner:
                  resume: str | None = None, store: str | None = None,
                  options: RunOptions | None = None) -> None:
         self.options = options or RunOptions()
-        self.call = self.options.apply(call)
+        self.call = self.options.seed_root(self.options.apply(call))
         self.envs = [self.options.apply_env(e) for e in envs or [call.task.env]]
         self.home = contract.home()
         self.store_uri = store or contract.store_uri()

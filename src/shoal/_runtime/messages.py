@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shoal._spec.call import CallSpec
@@ -75,6 +75,7 @@ class Run:
     log_path: str
     checkpoint_uri: str = ""
     run_start: float = 0.0  # epoch seconds; 0 when unknown
+    custom_context: dict[str, str] = field(default_factory=dict)  # `shoal.get_custom_context()`
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from typing import Any
 
 from shoal._api.context import TaskContext, running
@@ -67,6 +68,7 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     from shoal._runtime.loader import find_task
     from shoal._storage import codecs
     from shoal._storage.blobs import store_blobs
+    from shoal._storage.call_io import get_custom_context, get_inputs
     from shoal._storage.store import join, open_store
 
     # Before the user's module is imported: `from torch.distributed import init_process_group`
@@ -75,10 +77,11 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     store = open_store(node.store)
     task = find_task(node.code_file, node.task)
     blobs = store_blobs(node.store)
-    literals = json.loads(store.get_bytes(join(node.io, "inputs.json")))
+    literals = get_inputs(store, node.io)
     kwargs = codecs.decode_inputs(literals, task.hints, blobs=blobs, task=task.name,
                                   allow_pickle=task.allow_pickle)
-    context = _context(node, rank, local_rank)
+    context = replace(_context(node, rank, local_rank),
+                      custom_context=get_custom_context(store, node.io))
     report = report_scope(task, store=node.store, run=node.run, action=node.action,
                           attempt=node.attempt, rank=rank, world_size=context.world_size or 1,
                           restart=node.restart_attempt)

@@ -107,7 +107,7 @@ class Worker:
         checkpoint = _checkpoint(order) if order.checkpoint_uri else None
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
                               env=task.env.name, attempt=order.attempt, client=self.client,
-                              checkpoint=checkpoint,
+                              checkpoint=checkpoint, custom_context=dict(order.custom_context),
                               run_start_time=_dt.datetime.fromtimestamp(order.run_start,
                                                                          _dt.timezone.utc)
                               if order.run_start else None)

@@ -117,6 +117,7 @@ class TaskSpec:
     retries: int = 0
     timeout: float | None = None  # seconds
     max_queued_time: float | None = None  # seconds an attempt may wait for admission
+    deadline: float | None = None  # seconds for the whole call, over all attempts
     cache: CacheSpec = CacheSpec()
     allow_pickle: bool = False
     is_async: bool = False
@@ -139,11 +140,14 @@ class CallSpec:
     inputs: Mapping[str, Any]
     parent_action: str | None = None
     group: tuple[str, ...] = ()  # the `shoal.group` path the call was made in
+    # The `shoal.custom_context` of the code that made the call; not part of the cache key.
+    custom_context: Mapping[str, str] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"task": self.task, "inputs": dict(self.inputs), "parent_action": self.parent_action,
-                "group": self.group}
+                "group": self.group, "custom_context": dict(self.custom_context)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state["inputs"] = frozen_map(state["inputs"])
+        state["custom_context"] = frozen_map(state.get("custom_context"))
         self.__dict__.update(state)

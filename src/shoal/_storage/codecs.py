@@ -20,6 +20,8 @@ Literal form, by declared type::
     dict, dict[str, Any]      a JSON object of JSON values, as Flyte's untyped dict (pickled
                               instead when the task says allow_pickle=True)
     NamedTuple                {"<field>": <literal>, ...}, each field by its own hint
+    TypedDict                 {"<key>": <literal>, ...} over the keys present; keys that are
+                              not required (total=False, NotRequired) stay absent when absent
     T | None                  null, or T's literal
     Union[A, B, ...]          {"type": "<A's name>", "value": <A's literal>}; None is null
     Literal[...]              the value itself; an Enum member as {"enum": class, "name"}
@@ -95,6 +97,7 @@ from shoal._storage.tensors import (
     ndarray_class,
     tensor_class,
 )
+from shoal._storage.typeddict_codec import TypedDictCodec, field_hints, typeddict_class
 from shoal.errors import UnsupportedTypeError
 
 __all__ = [
@@ -155,10 +158,9 @@ _ABSTRACT: dict[object, str] = {
 }
 _SUPPORTED = ("None, bool, int, float, str, bytes, list[T], tuple[...], set[T], dict[K, V] "
               "(K: str, int or an Enum), dict of JSON values, T | None, Union, Literal, Enum, "
-              "datetime, date, time, timedelta, dataclasses, NamedTuples and pydantic models "
-              "of these (shoal.File and "
-              "shoal.Dir too), numpy.ndarray, torch.Tensor, pandas.DataFrame, pyarrow.Table "
-              "and shoal.io.DataFrame")
+              "datetime, date, time, timedelta, dataclasses, NamedTuples, TypedDicts and "
+              "pydantic models of these (shoal.File and shoal.Dir too), numpy.ndarray, "
+              "torch.Tensor, pandas.DataFrame, pyarrow.Table and shoal.io.DataFrame")
 _PICKLE_FIX = "pass allow_pickle=True to @env.task to pickle it"
 
 
@@ -306,7 +308,7 @@ class _Compiler:
 
     def __init__(self, allow_pickle: bool) -> None:
         self.allow_pickle = allow_pickle
-        self.building: dict[type, DataclassCodec | NamedTupleCodec] = {}
+        self.building: dict[type, DataclassCodec | NamedTupleCodec | TypedDictCodec] = {}
 
     def compile(self, tp: object) -> Codec:
         try:
@@ -390,6 +392,8 @@ class _Compiler:
                 return self._dataclass(tp)
             if namedtuple_class(tp) is not None:
                 return self._namedtuple(tp)
+            if typeddict_class(tp) is not None:
+                return self._typeddict(tp)
             if issubclass(tp, pathlib.PurePath):
                 raise _Unsupported(tp, "is a path on one machine; the process or node that "
                                    "reads it may not have that file",
@@ -436,7 +440,8 @@ class _Compiler:
                                "list[tuple[K, V]]")
         return DictCodec(key, self.compile(value_tp), int_keys=key is _INT)
 
-    def _fields(self, codec: DataclassCodec | NamedTupleCodec, names: list[str]) -> None:
+    def _fields(self, codec: DataclassCodec | NamedTupleCodec | TypedDictCodec,
+                names: list[str] | None) -> None:
         """Fill ``codec.fields`` with the codecs of the class's ``names``, by their hints."""
         cls = codec.cls
         if cls in self.building:
@@ -444,12 +449,15 @@ class _Compiler:
         self.building[cls] = codec
         try:
             try:
-                hints = typing.get_type_hints(cls)
+                if isinstance(codec, TypedDictCodec):
+                    hints, codec.required = field_hints(cls)
+                else:
+                    hints = typing.get_type_hints(cls)
             except (NameError, TypeError) as e:
                 raise _Unsupported(cls, f"has field types that cannot be resolved ({e})",
                                    "define or import every type its fields name at module "
                                    "level (not under `if TYPE_CHECKING:`)") from None
-            for name in names:
+            for name in hints if names is None else names:
                 if name not in hints:
                     raise _Unsupported(cls, f"has no type hint for field {name!r}",
                                        "declare it with typing.NamedTuple and typed fields "
@@ -458,7 +466,8 @@ class _Compiler:
                     codec.fields[name] = self.compile(hints[name])
                 except _Unsupported as e:
                     e.path.insert(0, name)
-                    kind = "NamedTuple" if isinstance(codec, NamedTupleCodec) else "dataclass"
+                    kind = "NamedTuple" if isinstance(codec, NamedTupleCodec) else \
+                        "TypedDict" if isinstance(codec, TypedDictCodec) else "dataclass"
                     e.owner = f"{kind} {cls.__qualname__}"
                     raise
         except _Unsupported:
@@ -471,6 +480,14 @@ class _Compiler:
             return known
         codec = NamedTupleCodec(cls)
         self._fields(codec, list(getattr(cls, "_fields", ())))
+        return codec
+
+    def _typeddict(self, cls: type) -> Codec:
+        known = self.building.get(cls)
+        if known is not None:
+            return known
+        codec = TypedDictCodec(cls)
+        self._fields(codec, None)
         return codec
 
     def _dataclass(self, cls: type) -> Codec:

@@ -54,6 +54,7 @@ class ActionsAndEvents(RecordsFile):
         cache_key: str | None = None,
         group_path: Sequence[str] = (),
         kind: str = "task",
+        custom_context: Mapping[str, str] | None = None,
     ) -> ActionRecord:
         """Record a new action in state ``queued``, or return the existing one unchanged.
 
@@ -63,6 +64,8 @@ class ActionsAndEvents(RecordsFile):
         """
         inputs_json = to_json("action inputs", dict(inputs))
         group_json = to_json("action group", list(group_path)) if group_path else None
+        context_json = to_json("action custom context", dict(custom_context)) \
+            if custom_context else None
         if kind not in ACTION_KINDS:
             raise ValueError(f"action kind {kind!r} is not one of {sorted(ACTION_KINDS)}")
 
@@ -83,10 +86,10 @@ class ActionsAndEvents(RecordsFile):
                 raise self._run_not_found(run)
             conn.execute(
                 "INSERT INTO actions (run, action_id, parent_id, task, env, state, inputs,"
-                " cache_key, created_at, group_path, kind)"
-                " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+                " cache_key, created_at, group_path, kind, custom_context)"
+                " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
                 (run, action_id, parent_id, task, env, inputs_json, cache_key, time.time(),
-                 group_json, kind),
+                 group_json, kind, context_json),
             )
             return self._select_action(conn, run, action_id)
 

@@ -59,6 +59,7 @@ def action_from_row(row: sqlite3.Row) -> ActionRecord:
     d["outputs"] = from_json(d["outputs"])
     d["cache_hit"] = bool(d["cache_hit"])
     d["group_path"] = tuple(from_json(d["group_path"]) or ())
+    d["custom_context"] = from_json(d["custom_context"]) or {}
     return ActionRecord(**d)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
     "schema_version",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 RUN_STATES = frozenset({"queued", "running", "succeeded", "failed", "cancelled", "crashed"})
 # "replayed": a resumed run took the outputs of the same call from the run it resumes.
@@ -97,6 +97,8 @@ class ActionRecord:
     # The `shoal.group` path the call was made in, outermost first; () outside any group.
     group_path: tuple[str, ...] = ()
     kind: str = "task"  # one of ACTION_KINDS
+    # The `shoal.custom_context` the call was made with; {} without one.
+    custom_context: dict[str, str] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -205,7 +207,12 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE actions ADD COLUMN kind TEXT NOT NULL DEFAULT 'task'")
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2}
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """Custom contexts: actions of older files were called without one."""
+    conn.execute("ALTER TABLE actions ADD COLUMN custom_context TEXT")
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def schema_version(conn: sqlite3.Connection) -> int | None:

@@ -111,6 +111,7 @@ def _submit(task: Any, call: Any, run: str, config: Any) -> int:
     from shoal._engines.kubernetes.engine import submit_driver
     from shoal._engines.kubernetes.manifests import driver_io
     from shoal._storage.bundle import build
+    from shoal._storage.call_io import put_call_io
     from shoal._storage.store import join, open_store
     from shoal.errors import EngineError, ObjectNotFound
 
@@ -122,7 +123,7 @@ def _submit(task: Any, call: Any, run: str, config: Any) -> int:
                           "--dry-run --out DIR ...` and `kubectl apply -f DIR`") from e
     bundle = build(call.task.code_file, config.store)
     store, io = open_store(config.store), driver_io(config.store, run)
-    store.put_bytes(join(io, "inputs.json"), json.dumps(dict(call.inputs)).encode())
+    put_call_io(store, io, call.inputs, call.custom_context)
     print(f"shoal: run {run} of {task.name} on {client.server} (namespace {config.namespace}, "
           f"store {config.store})", file=sys.stderr)
     job = submit_driver(client, config, call, run=run,
@@ -149,6 +150,7 @@ def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:
     from shoal._runtime.loader import find_task
     from shoal._spec.call import CallSpec
     from shoal._storage.records import Records
+    from shoal.errors import NotFoundError
 
     if rest or args.file or args.task:
         raise SpecError("shoal run --resume",
@@ -164,7 +166,13 @@ def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:
     task = find_task(old.code_file, old.task)
     apply_overrides(task, args.override)
     args.resume = old.name
-    return task, CallSpec(task=task.spec(), inputs=old.inputs, parent_action=None)
+    # The root's custom context as recorded, so the calls below see what they saw before.
+    try:
+        context = records.get_action(old.name, "a0").custom_context
+    except NotFoundError:  # the earlier run failed before its root call was recorded
+        context = {}
+    return task, CallSpec(task=task.spec(), inputs=old.inputs, parent_action=None,
+                          custom_context=context)
 
 
 def apply_overrides(task: Any, overrides: list[str]) -> None:

@@ -46,6 +46,7 @@ from shoal._engines.kubernetes.status import (
 from shoal._runtime import contract
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, EnvSpec
+from shoal._storage.call_io import put_call_io
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound
 
@@ -127,8 +128,7 @@ class KubernetesEngine(Engine):
         client = self._client()
         io = attempt_io(self.config.store, ref.run, ref.action, ref.attempt)
         store = open_store(self.config.store)
-        await asyncio.to_thread(store.put_bytes, join(io, "inputs.json"),
-                                json.dumps(dict(call.inputs)).encode())
+        await asyncio.to_thread(put_call_io, store, io, call.inputs, call.custom_context)
         objects = await asyncio.to_thread(self.compile, call, ref)
         obj = objects[0]
         name = str(obj["metadata"]["name"])

@@ -129,7 +129,10 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
                         "leave it out on Kubernetes, or bound the run with max_runtime=")
     labels, annotations = _identity(env, run, action, attempt, call.task.name)
     own, pod_labels = split_labels(env, config, default_queue=True)
-    deadline = None if call.task.timeout is None else max(1, math.ceil(call.task.timeout))
+    # The controller lowers each attempt's timeout to what is left of a Timeout(deadline=);
+    # a call compiled outside it (--dry-run) shows its first attempt's bound.
+    bounds = [b for b in (call.task.timeout, call.task.deadline) if b is not None]
+    deadline = max(1, math.ceil(min(bounds))) if bounds else None
     c = env.cluster
     if c is None:
         name = dns1035_label(env.name, run, action, str(attempt), room=job_name_room())

@@ -277,7 +277,8 @@ class LocalEngine(Engine):
                           inputs=dict(call.inputs), log_path=str(ref.log_path),
                           checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage,
                                                                  ref.action),
-                          run_start=self.started_at)
+                          run_start=self.started_at,
+                          custom_context=dict(call.custom_context))
             try:
                 done = await asyncio.wait_for(self._within_memory(worker, order, call),
                                               call.task.timeout)

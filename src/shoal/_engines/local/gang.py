@@ -35,6 +35,7 @@ from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
+from shoal._storage.call_io import put_call_io
 from shoal._storage.store import join, open_store
 from shoal.errors import FailureInfo
 
@@ -107,8 +108,7 @@ class GangRunner:
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
-        self.store.put_bytes(join(self.io, "inputs.json"),
-                             json.dumps(dict(self.call.inputs)).encode())
+        put_call_io(self.store, self.io, self.call.inputs, self.call.custom_context)
         request, priority = self.engine.gang_admission(self.call)
         restarts_used = 0
         restart = 0
