@@ -9,17 +9,17 @@ Run (the Flyte SDK checkout is yours; nothing of it is ever stored in this repos
 which is what ``run_all.py`` gets on a machine without a checkout).
 
 For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen) the script copies
-the file into a scratch folder with only its imports renamed — ``import flyte`` becomes
-``import shoal as flyte``, ``import flyte.x`` becomes ``import shoal.x``, ``from flyte.x import``
-becomes ``from shoal.x import`` — and runs it as its user would, ``python example.py`` (their
-``__main__`` blocks call ``flyte.init_from_config()`` and ``flyte.run(...)``), with a fresh
-``SHOAL_HOME`` per example, a timeout per example (``--timeout``) and a bound on the whole
-(``--budget``). An example passes when it exits 0 and every run it recorded ended succeeded (a
-script that exits without waiting must not leave its run crashed). A failure is reported with
-the first meaningful error (the exception line of the last traceback) and a short category:
-missing API, type refused, needs a package, needs a GPU, Flyte-private module, and so on.
-Examples that need a package not installed here count as failures ("needs package X"): the list
-is fixed, nothing is dropped to flatter the ratio.
+the file into a scratch folder with only its imports renamed — ``import flyte`` becomes ``import
+shoal as flyte``, ``import flyte.x`` becomes ``import shoal as flyte, shoal.x`` (it binds
+``flyte`` too), ``from flyte.x import`` becomes ``from shoal.x import`` — and runs it as its
+user would, ``python example.py`` (their ``__main__`` blocks call ``flyte.init_from_config()``
+and ``flyte.run(...)``), with a fresh ``SHOAL_HOME`` per example, a timeout per example
+(``--timeout``) and a bound on the whole (``--budget``). An example passes when it exits 0 and
+every run it recorded ended succeeded (a script that exits without waiting must not leave its
+run crashed). A failure is reported with the first meaningful error (the exception line of the
+last traceback) and a short category: missing API, type refused, needs a package, needs a GPU,
+Flyte-private module, and so on. Examples that need a package not installed here count as
+failures ("needs package X"): the list is fixed, nothing is dropped to flatter the ratio.
 
 Prints the table, "N of M ran (ratio)" and a HEADLINE line, and writes
 ``benchmarks/results/<date>-cpu<N>-flyte-port.md``. A few minutes on 2 CPUs, most of it the
@@ -114,6 +114,8 @@ def rename_imports(source: str) -> tuple[str, int]:
             rest = m["rest"]
             if rest == "":  # `import flyte`: the name the code uses stays `flyte`
                 rest = " as flyte"
+            elif " as " not in rest:  # `import flyte.io` binds `flyte` too, so must the port
+                rest = f" as flyte, shoal{rest}"
             body = f"{m['indent']}import shoal{rest}" + (f"  {m['tail']}" if m["tail"] else "")
             changed += 1
         elif (m := _FROM.match(body)) is not None:

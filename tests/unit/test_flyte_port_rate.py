@@ -49,8 +49,8 @@ def test_only_flyte_imports_are_renamed(port: ModuleType) -> None:
     renamed, changed = port.rename_imports(source)
     assert renamed == (
         "import shoal as flyte\n"
-        "import shoal.errors\n"
-        "import shoal.report  # tabs\n"
+        "import shoal as flyte, shoal.errors\n"
+        "import shoal as flyte, shoal.report  # tabs\n"
         "import shoal as fl\n"
         "from shoal.io import File, Dir\n"
         "from shoal import Cache\n"
@@ -58,7 +58,7 @@ def test_only_flyte_imports_are_renamed(port: ModuleType) -> None:
         "    TorchRun,\n"
         ")\n"
         "def f():\n"
-        "    import shoal.io\n"
+        "    import shoal as flyte, shoal.io\n"
         "import flytekit\n"
         "from flyteplugins.x import y\n"
         's = "import flyte"\n'
