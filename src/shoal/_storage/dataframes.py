@@ -3,11 +3,14 @@
 Two kinds of hint:
 - ``pandas.DataFrame`` / ``pyarrow.Table``: the frame itself, as ``{"parquet": payload}`` (the
   parquet bytes, inline when small, else content-addressed in the blob store), read back as
-  the same kind of frame;
+  the same kind of frame; a ``shoal.io.DataFrame`` passed for one is taken as it is, by
+  reference (``{"parquet_uri", "hash"}``), and read when the callee decodes its inputs, as
+  Flyte converts one into the other;
 - ``shoal.io.DataFrame``: a *reference* to a parquet file in the store, as
   ``{"uri", "format", "hash"}``; a reference made from an in-memory frame
   (``DataFrame.from_df(df)``) is uploaded when it is encoded, to ``<store>/data/<sha256>/
-  data.parquet``, content-addressed like ``shoal.File``.
+  data.parquet``, content-addressed like ``shoal.File``; a pandas or pyarrow frame passed for
+  one is wrapped (``DataFrame.from_df``) and uploaded the same way.
 
 pandas and pyarrow are imported inside the calls only (``import shoal`` stays light); hints
 are recognised by module and name, as ``tensors.py`` does for numpy and torch.
@@ -34,6 +37,7 @@ from shoal.errors import InputError, SpecError
 
 INSTALL = "pip install 'shoal[dataframe]'"
 PARQUET = "parquet"
+PARQUET_URI = "parquet_uri"  # a frame passed by reference: a parquet file in the store
 
 
 def frame_kind(tp: object) -> str | None:
@@ -97,6 +101,18 @@ def upload_parquet(data: bytes, remote_destination: str | None = None) -> tuple[
     return uri, digest
 
 
+def read_parquet(uri: str, digest: str | None) -> bytes:
+    """The parquet bytes at ``uri``, checked against their sha256 when it is known."""
+    from shoal._storage.store import store_for
+    from shoal.errors import StoreError
+
+    data = store_for(uri).get_bytes(uri)
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise StoreError(f"DataFrame {uri!r}: the file does not hold the table that was stored "
+                         "(sha256 mismatch); was it overwritten?")
+    return data
+
+
 class FrameCodec(Codec):
     """A pandas DataFrame or pyarrow Table as ``{"parquet": payload}``."""
 
@@ -106,10 +122,11 @@ class FrameCodec(Codec):
         self.name = "pandas.DataFrame" if kind == "pandas" else "pyarrow.Table"
 
     def encode(self, value: object, at: Where, blobs: BlobIO | None) -> Any:
+        if is_reference(type(value)):  # read by the callee, as Flyte converts it
+            ref = value.uploaded()  # type: ignore[attr-defined]
+            return {PARQUET_URI: ref.uri, "hash": ref.hash}
         if not isinstance(value, self.cls):
-            fix = f"read it first: await df.open({self.name}).all(), or declare the type as " \
-                "shoal.io.DataFrame" if is_reference(type(value)) else None
-            raise bad_value(at, value, self.name, fix)
+            raise bad_value(at, value, self.name, None)
         try:
             data = to_parquet(value)
         except (TypeError, ValueError) as e:  # pyarrow's ArrowInvalid/ArrowTypeError are these
@@ -120,6 +137,8 @@ class FrameCodec(Codec):
         return {PARQUET: put_payload(data, blobs)}
 
     def decode(self, literal: Any, at: Where, blobs: BlobIO | None) -> object:
+        if isinstance(literal, dict) and set(literal) == {PARQUET_URI, "hash"}:
+            return from_parquet(read_parquet(literal[PARQUET_URI], literal["hash"]), self.kind)
         if not (isinstance(literal, dict) and set(literal) == {PARQUET}):
             raise bad_literal(at, literal, f'{self.name} ({{"parquet": ...}})')
         return from_parquet(get_payload(literal[PARQUET], at, blobs), self.kind)
@@ -137,10 +156,10 @@ class ReferenceCodec(Codec):
         self.cls = cls
 
     def encode(self, value: object, at: Where, blobs: BlobIO | None) -> Any:
+        if frame_kind(type(value)) is not None:  # a frame where a reference is declared
+            value = self.cls.from_df(value)  # type: ignore[attr-defined]
         if type(value) is not self.cls:
-            fix = "wrap it: DataFrame.from_df(df), or declare the type as pandas.DataFrame" \
-                if frame_kind(type(value)) else None
-            raise bad_value(at, value, "shoal.io.DataFrame", fix)
+            raise bad_value(at, value, "shoal.io.DataFrame", None)
         ref = value.uploaded()  # type: ignore[attr-defined]
         return {"uri": ref.uri, "format": ref.format, "hash": ref.hash}
 
