@@ -3,25 +3,17 @@ replayed on a task's retry and on `shoal run --resume` of a killed driver."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from shoal._storage.records import Records
 
+from .drivers import kill_driver_when, shoal_cli
+
 pytestmark = pytest.mark.slow
 
 PROGRAM = Path(__file__).parent / "programs" / "traced.py"
-
-
-def _shoal(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shoal.cli.main", *args], capture_output=True,
-                          text=True, timeout=120, env=os.environ.copy())
 
 
 def _runs(marker_dir: Path, name: str) -> int:
@@ -30,7 +22,7 @@ def _runs(marker_dir: Path, name: str) -> int:
 
 
 def test_groups_and_traces_are_recorded_and_shown(tmp_path: Path, shoal_home: Path) -> None:
-    p = _shoal("run", str(PROGRAM), "grouped", "--marker_dir", str(tmp_path))
+    p = shoal_cli("run", str(PROGRAM), "grouped", "--marker_dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "46"
     assert "▶ prep › work.square [a0.1]" in p.stderr
@@ -52,7 +44,7 @@ def test_groups_and_traces_are_recorded_and_shown(tmp_path: Path, shoal_home: Pa
     assert acts["a0.t3"].state == "failed"
     assert acts["a0.t3"].error == "ValueError: cannot handle 7"
 
-    tree = _shoal("runs", run)
+    tree = shoal_cli("runs", run)
     assert tree.returncode == 0, tree.stderr
     lines = tree.stdout.splitlines()
     assert lines[0].startswith(f"run {run}  boss.grouped  succeeded")
@@ -62,14 +54,14 @@ def test_groups_and_traces_are_recorded_and_shown(tmp_path: Path, shoal_home: Pa
     assert lines[4].startswith("│  └─ a0.t1  trace load_batch  succeeded")
     assert lines[6] == "│  ├─ ▸ epoch-1  (1 call: 1 succeeded)"
     assert lines[-1].startswith("└─ a0.t3  trace broken  failed")
-    assert "out {\"index\": 1" in _shoal("runs", run, "--io").stdout
-    logs = _shoal("logs", run)
+    assert "out {\"index\": 1" in shoal_cli("runs", run, "--io").stdout
+    logs = shoal_cli("logs", run)
     assert "==> a0.2 train/epoch-1 › work.square attempt 0 (succeeded) <==" in logs.stdout
 
 
 def test_a_retry_replays_the_traced_calls_of_the_failed_attempt(tmp_path: Path,
                                                                 shoal_home: Path) -> None:
-    p = _shoal("run", str(PROGRAM), "retried", "--marker_dir", str(tmp_path))
+    p = shoal_cli("run", str(PROGRAM), "retried", "--marker_dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "63"
     assert _runs(tmp_path, "load_batch-2") == 1 and _runs(tmp_path, "score-2") == 1
@@ -85,38 +77,28 @@ def test_a_retry_replays_the_traced_calls_of_the_failed_attempt(tmp_path: Path,
 
 def test_resume_replays_the_traced_calls_of_the_interrupted_action(tmp_path: Path,
                                                                    shoal_home: Path) -> None:
-    driver = subprocess.Popen([sys.executable, "-m", "shoal.cli.main", "run", str(PROGRAM),
-                               "resumable", "--marker_dir", str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "traced-twice").exists():
-        assert time.monotonic() < deadline, "the traced calls never ran"
-        time.sleep(0.1)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait(10)
+    crashed = kill_driver_when(tmp_path / "traced-twice", shoal_home, str(PROGRAM), "resumable",
+                               "--marker_dir", str(tmp_path))
     records = Records(shoal_home / "shoal.db")
-    records.reap_dead_runs()
-    crashed = records.list_runs(limit=1)[0]
-    assert crashed.state == "crashed"
 
     (tmp_path / "go").write_text("1")
-    p = _shoal("run", "--resume", crashed.name)
+    p = shoal_cli("run", "--resume", crashed)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "216"
     assert _runs(tmp_path, "load_batch-3") == 1 and _runs(tmp_path, "score-3") == 1
     assert _runs(tmp_path, "load_batch-4") == 1
-    assert f"trace score [a0.1.t2] completed in run {crashed.name}: replayed" in p.stderr
+    assert f"trace score [a0.1.t2] completed in run {crashed}: replayed" in p.stderr
     resumed = records.list_runs(limit=1)[0].name
     states = {a.action_id: a.state for a in records.list_actions(resumed)}
     assert states == {"a0": "succeeded", "a0.1": "succeeded", "a0.1.t1": "replayed",
                       "a0.1.t2": "replayed", "a0.1.t3": "succeeded"}
-    tree = _shoal("runs", resumed).stdout
+    tree = shoal_cli("runs", resumed).stdout
     assert "├─ a0.1.t2  trace score  replayed (not run again)" in tree
 
 
 def test_a_retry_replays_completed_generators_and_reruns_the_rest(tmp_path: Path,
                                                                  shoal_home: Path) -> None:
-    p = _shoal("run", str(PROGRAM), "generated", "--marker_dir", str(tmp_path))
+    p = shoal_cli("run", str(PROGRAM), "generated", "--marker_dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == str(500 + 501 + 502 + (0 + 1 + 2 + 3) + 600 + 1)
     # completed generators ran once; the one left early and the one that raised, twice
@@ -133,5 +115,5 @@ def test_a_retry_replays_completed_generators_and_reruns_the_rest(tmp_path: Path
                                                               "ValueError: source went away")
     replays = [e.action_id for e in records.events(run) if e.kind == "replayed"]
     assert replays == ["a0.1.t1", "a0.1.t2"]
-    tree = _shoal("runs", run).stdout
+    tree = shoal_cli("runs", run).stdout
     assert "trace shard_rows  cancelled" in tree and "after 1 item(s): not replayed" in tree
