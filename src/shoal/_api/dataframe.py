@@ -148,17 +148,10 @@ class DataFrame:
         yield await self.all()
 
     def _read_bytes(self) -> bytes:
-        import hashlib
-
-        from shoal._storage.store import store_for
-        from shoal.errors import StoreError
+        from shoal._storage import dataframes
 
         assert self.uri is not None  # a DataFrame has a uri or an in-memory frame
-        data = store_for(self.uri).get_bytes(self.uri)
-        if self.hash is not None and hashlib.sha256(data).hexdigest() != self.hash:
-            raise StoreError(f"DataFrame {self.uri!r}: the file does not hold the table that "
-                             "was stored (sha256 mismatch); was it overwritten?")
-        return data
+        return dataframes.read_parquet(self.uri, self.hash)
 
 
 def _check_frame(field: str, val: Any) -> None:
