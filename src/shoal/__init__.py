@@ -20,6 +20,7 @@ from shoal._api.image import Image
 from shoal._api.io import Dir, File
 from shoal._api.logger import logger
 from shoal._api.map import map
+from shoal._api.metrics import log_metrics
 from shoal._api.pod_template import PodTemplate
 from shoal._api.resources import Resources
 from shoal._api.reuse import ReusePolicy
@@ -69,6 +70,7 @@ __all__ = [
     "init_from_config",
     "io",
     "latest_checkpoint",
+    "log_metrics",
     "logger",
     "map",
     "report",

@@ -21,7 +21,7 @@ PUBLIC = {
     "get_custom_context", "group", "init", "init_from_config", "io", "map", "report", "run",
     "trace", "with_runcontext",
     "Backoff", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
-    "Checkpoint", "latest_checkpoint", "logger",
+    "Checkpoint", "latest_checkpoint", "logger", "log_metrics",
 }
 
 

@@ -22,6 +22,7 @@ from shoal._api.context import TaskContext, running
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.frameworks import prepare_runtime
+from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.report_scope import report_scope
 
 
@@ -85,8 +86,10 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     report = report_scope(task, store=node.store, run=node.run, action=node.action,
                           attempt=node.attempt, rank=rank, world_size=context.world_size or 1,
                           restart=node.restart_attempt)
+    metrics = metrics_scope(node.home, node.run, node.action, node.attempt,
+                            restart=node.restart_attempt, node=context.node_rank, rank=rank)
     try:
-        with running(context), report:
+        with running(context), report, metrics:
             value: Any = task.func(**kwargs)
             if asyncio.iscoroutine(value):
                 value = asyncio.run(value)

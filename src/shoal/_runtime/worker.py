@@ -19,6 +19,7 @@ from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
 from shoal._runtime.contract import WorkerEnv
 from shoal._runtime.loader import find_task
+from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.report_scope import report_scope
 from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed, UserError
 
@@ -113,8 +114,9 @@ class Worker:
                               if order.run_start else None)
         report = report_scope(task, store=self.wenv.store, run=order.run, action=order.action,
                               attempt=order.attempt)
+        metrics = metrics_scope(self.wenv.home, order.run, order.action, order.attempt)
         try:
-            with running(context), report:
+            with running(context), report, metrics:
                 if task.is_async:
                     value = self.loop.run_until_complete(task.func(**kwargs))
                 else:

@@ -1,0 +1,174 @@
+"""The metrics of one running call: `shoal.log_metrics` points, buffered and appended to a file.
+
+The hot path (`MetricsWriter.add`) only appends a tuple to a list; a daemon thread swaps the
+list out every `FLUSH_INTERVAL` and appends it to the call's metrics file as one JSON line, so
+training never waits for the disk. The buffer is bounded (`MAX_BUFFERED` points): past it new
+points are counted as dropped, and the count is written with the next flush, never silently
+lost. A flush also happens when the call ends (`close`), before a rank's ``os._exit``.
+
+One file per call and rank (layout in `metrics_path`), the first line of which says whose
+points follow; `shoal._storage.metrics` reads them back. A process killed by SIGKILL loses at
+most its last `FLUSH_INTERVAL` of points; a half-written last line is skipped by the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+FLUSH_INTERVAL = 0.5  # seconds: a new point is on disk (and in the UI) within about this
+MAX_BUFFERED = 200_000  # points held between flushes before new ones are dropped (~20 MB)
+
+
+def metrics_dir(home: str | Path, run: str) -> Path:
+    return Path(home) / "runs" / run / "metrics"
+
+
+def metrics_path(home: str | Path, run: str, action: str, attempt: int,
+                 restart: int | None = None, rank: int | None = None,
+                 source: str = "user") -> Path:
+    """``runs/<run>/metrics/<action>.<attempt>/task.jsonl`` for a plain call,
+    ``.../r<restart>.rank<N>.jsonl`` for a rank of a gang; ``.system.jsonl`` for the samples
+    the engine takes of the same process (CPU, memory, GPUs)."""
+    folder = metrics_dir(home, run) / f"{action}.{attempt}"
+    stem = "task" if rank is None else f"r{restart or 0}.rank{rank}"
+    suffix = "" if source == "user" else f".{source}"
+    return folder / f"{stem}{suffix}.jsonl"
+
+
+class MetricsWriter:
+    """Buffers points of one call (one rank of it) and appends them to its file."""
+
+    def __init__(self, path: Path, identity: dict[str, Any]) -> None:
+        self.path = path
+        self.identity = {"format": FORMAT, **identity}
+        self._points: list[tuple[str, int, float, float]] = []
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # the thread's flush and close()'s never interleave
+        self._names: dict[str, int] = {}
+        self._dropped = 0
+        self._auto_step = 0
+        self._fd: int | None = None
+        self._stop = False
+        self._wake = threading.Event()  # set to flush early: the buffer is filling, or close()
+        self._error: str | None = None
+        self._thread = threading.Thread(target=self._flush_loop, name="shoal-metrics",
+                                        daemon=True)
+        self._thread.start()
+
+    # --- the hot path -----------------------------------------------------------------------
+
+    def add(self, points: list[tuple[str, float]], step: int | None, at: float) -> None:
+        if step is None:
+            step = self._auto_step
+        self._auto_step = step + 1
+        with self._lock:
+            if len(self._points) + len(points) > MAX_BUFFERED:
+                self._dropped += len(points)
+                return
+            for name, value in points:
+                self._points.append((name, step, at, value))
+            if len(self._points) > MAX_BUFFERED // 4:
+                self._wake.set()
+
+    # --- the background side ----------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        while not self._stop:
+            self._wake.wait(FLUSH_INTERVAL)
+            self._wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            points, self._points = self._points, []
+            dropped, self._dropped = self._dropped, 0
+        if not points and not dropped:
+            return
+        new_names: list[str] = []
+        rows = []
+        for name, step, at, value in points:
+            ident = self._names.get(name)
+            if ident is None:
+                ident = self._names[name] = len(self._names)
+                new_names.append(name)
+            rows.append((ident, step, round(at, 3), value))
+        line: dict[str, Any] = {"p": rows}
+        if new_names:
+            line["names"] = new_names
+        if dropped:
+            line["dropped"] = dropped
+        try:
+            self._write(json.dumps(line, separators=(",", ":")) + "\n")
+        except OSError as e:  # a full or broken disk must not fail training: say so once
+            if self._error is None:
+                self._error = str(e)
+                import sys
+
+                print(f"shoal: metrics could not be written to {self.path}: {e}; "
+                      "training goes on without them", file=sys.stderr)
+
+    def _write(self, text: str) -> None:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if os.fstat(self._fd).st_size == 0:
+                header = json.dumps(self.identity, separators=(",", ":")) + "\n"
+                os.write(self._fd, header.encode())
+        data = text.encode()
+        while data:  # one os.write per flush: a reader sees whole lines but for the last
+            written = os.write(self._fd, data)
+            data = data[written:]
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=5)
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+_current: MetricsWriter | None = None
+
+
+def current() -> MetricsWriter | None:
+    return _current
+
+
+class metrics_scope:  # noqa: N801 - used as a context manager, like report_scope
+    """Around a call's body: `shoal.log_metrics` points go to this call's (rank's) file.
+
+    A process runs one call at a time (a warm worker, a rank), so the writer is process-wide:
+    threads the task starts (data loaders, watchdogs) log to it too.
+    """
+
+    def __init__(self, home: str, run: str, action: str, attempt: int, *,
+                 restart: int | None = None, node: int | None = None,
+                 rank: int | None = None) -> None:
+        self.writer = MetricsWriter(
+            metrics_path(home, run, action, attempt, restart, rank),
+            {"run": run, "action": action, "attempt": attempt, "restart": restart,
+             "node": node, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+             "source": "user", "started": time.time()})
+
+    def __enter__(self) -> MetricsWriter:
+        global _current
+        _current = self.writer
+        return self.writer
+
+    def __exit__(self, *exc: object) -> None:
+        global _current
+        _current = None
+        self.writer.close()

@@ -1,0 +1,183 @@
+"""Reading a run's metrics back: the files `shoal._runtime.metrics` appends, as series.
+
+A series is one metric of one rank (or plain call) in one attempt and gang restart, with its
+steps, wall times and values in arrays. `RunMetrics` reads incrementally: it remembers how far
+it read each file, so the CLI's ``--follow``, the web UI and the bridges poll it cheaply while a
+run writes. A line cut short by a crash is left until it is whole (never, for a dead writer).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Series:
+    """One metric of one writer: ``name`` of rank ``rank`` (None: a plain call)."""
+
+    name: str
+    action: str
+    attempt: int
+    restart: int | None
+    node: int | None
+    rank: int | None
+    source: str  # "user" (log_metrics) or "system" (sampled by the engine)
+    steps: array[int] = field(default_factory=lambda: array("q"))
+    times: array[float] = field(default_factory=lambda: array("d"))
+    values: array[float] = field(default_factory=lambda: array("d"))
+
+    @property
+    def label(self) -> str:
+        who = "task" if self.rank is None else f"rank {self.rank}"
+        return f"{self.action} attempt {self.attempt} {who}"
+
+    def last(self) -> float:
+        return self.values[-1]
+
+    def non_finite(self) -> int:
+        return sum(1 for v in self.values if not math.isfinite(v))
+
+
+@dataclass
+class _File:
+    path: Path
+    offset: int = 0
+    header: dict[str, Any] | None = None
+    names: list[str] = field(default_factory=list)
+    series: dict[int, Series] = field(default_factory=dict)
+    dropped: int = 0
+
+
+class RunMetrics:
+    """Every series of one run, read from ``<home>/runs/<run>/metrics`` and kept up to date."""
+
+    def __init__(self, home: str | Path, run: str) -> None:
+        self.root = Path(home) / "runs" / run / "metrics"
+        self._files: dict[Path, _File] = {}
+
+    def refresh(self) -> bool:
+        """Read what was appended since the last call; True if any new point arrived."""
+        changed = False
+        if not self.root.is_dir():
+            return False
+        for path in sorted(self.root.glob("*/*.jsonl")):
+            state = self._files.get(path)
+            if state is None:
+                state = self._files[path] = _File(path)
+            changed |= _read_new(state)
+        return changed
+
+    def series(self, *, name: str | None = None, rank: int | None = None,
+               action: str | None = None, source: str | None = None) -> list[Series]:
+        out = []
+        for state in self._files.values():
+            for s in state.series.values():
+                if ((name is None or s.name == name) and (rank is None or s.rank == rank)
+                        and (action is None or s.action == action)
+                        and (source is None or s.source == source)):
+                    out.append(s)
+        out.sort(key=lambda s: (s.name, s.action, s.attempt, s.restart or 0,
+                                -1 if s.rank is None else s.rank))
+        return out
+
+    def names(self) -> list[str]:
+        return sorted({s.name for st in self._files.values() for s in st.series.values()})
+
+    def dropped(self) -> int:
+        """Points the writers had to drop (their buffer was full): shown, never hidden."""
+        return sum(st.dropped for st in self._files.values())
+
+    def points(self) -> int:
+        return sum(len(s.values) for st in self._files.values() for s in st.series.values())
+
+
+def _read_new(state: _File) -> bool:
+    try:
+        with state.path.open("rb") as f:
+            f.seek(state.offset)
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    end = data.rfind(b"\n")
+    if end < 0:
+        return False
+    state.offset += end + 1
+    changed = False
+    for raw in data[:end].split(b"\n"):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue  # not ours, or damaged: the rest of the file still reads
+        if state.header is None:
+            state.header = line
+            continue
+        changed |= _apply(state, line)
+    return changed
+
+
+def _apply(state: _File, line: dict[str, Any]) -> bool:
+    header = state.header or {}
+    state.names.extend(line.get("names", ()))
+    state.dropped += int(line.get("dropped", 0))
+    rows = line.get("p", ())
+    for ident, step, at, value in rows:
+        s = state.series.get(ident)
+        if s is None:
+            s = state.series[ident] = Series(
+                name=state.names[ident], action=str(header.get("action")),
+                attempt=int(header.get("attempt") or 0), restart=header.get("restart"),
+                node=header.get("node"), rank=header.get("rank"),
+                source=str(header.get("source", "user")))
+        s.steps.append(int(step))
+        s.times.append(float(at))
+        s.values.append(float(value))
+    return bool(rows)
+
+
+def downsample(xs: array[Any] | list[float], ys: array[float] | list[float],
+               buckets: int) -> tuple[list[float], list[float]]:
+    """At most ``2 * buckets`` points that keep every bucket's lowest and highest value, so a
+    spike in 100k points still shows in a chart 1,000 pixels wide."""
+    n = len(xs)
+    if n <= 2 * buckets:
+        return list(map(float, xs)), list(ys)
+    out_x: list[float] = []
+    out_y: list[float] = []
+    width = n / buckets
+    for b in range(buckets):
+        lo, hi = int(b * width), int((b + 1) * width)
+        chunk = ys[lo:hi]
+        for i in sorted({_index_of(chunk, min), _index_of(chunk, max)}):
+            out_x.append(float(xs[lo + i]))
+            out_y.append(chunk[i])
+    return out_x, out_y
+
+
+def _index_of(chunk: Any, pick: Any) -> int:
+    try:
+        return int(chunk.index(pick(chunk)))
+    except ValueError:  # a NaN was picked (it equals nothing): show the bucket's first point
+        return 0
+
+
+def sparkline(values: array[float] | list[float], width: int = 24) -> str:
+    """``values`` sampled at ``width`` evenly spaced points, as block characters (NaN and
+    infinities as ``!``)."""
+    bars = "▁▂▃▄▅▆▇█"
+    if not values:
+        return ""
+    n = len(values)
+    step = max(1.0, n / width)
+    picked = [values[min(n - 1, int(i * step))] for i in range(min(width, n))]
+    finite = [v for v in picked if math.isfinite(v)]
+    if not finite:
+        return "!" * len(picked)
+    lo, hi = min(finite), max(finite)
+    span = hi - lo or 1.0
+    return "".join("!" if not math.isfinite(v) else bars[int((v - lo) / span * 7)]
+                   for v in picked)
