@@ -16,6 +16,7 @@ VERBS = {
     "run": "run a task: shoal run FILE TASK [--arg value ...]",
     "runs": "list recent runs",
     "logs": "print the logs of a run (or one of its actions)",
+    "metrics": "the metrics a run's tasks logged, per rank: shoal metrics RUN [--csv]",
     "report": "save a task's HTML report: shoal report RUN [--action A] [--out FILE]",
     "cancel": "cancel a running run",
     "preempt": "preempt the running gangs of a run (they requeue and resume)",
