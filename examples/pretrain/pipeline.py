@@ -162,7 +162,8 @@ def pretrain(data: shoal.Dir, model: str = "tiny", steps: int = 300, batch_size:
         f"{'FSDP2' if fsdp else 'DDP'}, {len(tokens):,} training tokens")
 
     stats, wrapped = training.train(cfg, tokens, checkpoint=ctx.checkpoint,
-                                    first_attempt=not ctx.restart_attempt, log=log)
+                                    first_attempt=not ctx.restart_attempt, log=log,
+                                    metrics=shoal.log_metrics)
     state = training.full_state_dict(wrapped)  # a collective: every rank takes part
     weights = None
     if rank == 0:

@@ -127,8 +127,14 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
           first_attempt: bool = True, log: Callable[[str], None] = print,
+          metrics: Callable[[dict[str, float], int], None] | None = None,
           ) -> tuple[TrainStats, torch.nn.Module]:
-    """Run the loop on this rank (the process group must exist); rank 0's stats are global."""
+    """Run the loop on this rank (the process group must exist); rank 0's stats are global.
+
+    ``metrics(values, step)`` (e.g. ``shoal.log_metrics``) gets this rank's loss, grad norm
+    and lr for every step and its tokens/s for every interval. The per-step values are kept
+    as tensors and read once per interval, so a GPU is not synchronised on every step.
+    """
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -154,6 +160,7 @@ def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
     pending = None  # the last asynchronous save, still being written
     interval_loss = torch.zeros((), device=device)
     interval_steps, rates = 0, []
+    recent: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, grad norm)
     t_start = t_log = time.perf_counter()
     for step in range(start, cfg.steps):
         if step == cfg.kill_rank_at_step and first_attempt and rank == world - 1:
@@ -170,11 +177,13 @@ def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
         assert loss is not None
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         interval_loss += loss.detach()
         interval_steps += 1
         done = step + 1
+        if metrics is not None:
+            recent.append((done, loss.detach(), grad_norm.detach()))
 
         if done % cfg.log_every == 0 or done == cfg.steps:
             dist.all_reduce(interval_loss)  # the mean over ranks and steps since the last log
@@ -184,6 +193,9 @@ def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
             if stats.losses:  # the first interval carries the start-up
                 rates.append(rate)
             stats.losses.append((done, round(mean, 4)))
+            if metrics is not None:
+                _report(metrics, recent, cfg, rate / world)
+                recent.clear()
             log(f"step {done:5d}/{cfg.steps}  loss {mean:.4f}  lr {lr_at(step, cfg):.2e}  "
                 f"{rate:,.0f} tok/s")
             interval_loss.zero_()
@@ -206,6 +218,17 @@ def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
 
 
 @torch.no_grad()
+def _report(metrics: Callable[[dict[str, float], int], None],
+            recent: list[tuple[int, torch.Tensor, torch.Tensor]], cfg: TrainConfig,
+            rank_tokens_per_s: float) -> None:
+    if not recent:
+        return
+    values = torch.stack([torch.stack((loss.float(), norm.float())) for _, loss, norm in recent])
+    for (done, _, _), (loss, norm) in zip(recent, values.tolist(), strict=True):
+        metrics({"loss": loss, "grad_norm": norm, "lr": lr_at(done - 1, cfg)}, done)
+    metrics({"tokens_per_s": rank_tokens_per_s}, recent[-1][0])
+
+
 def evaluate_loss(model: GPT, tokens: np.ndarray, max_tokens: int, device: torch.device,
                   batch_size: int = 16) -> tuple[float, int]:
     """Mean next-token loss over consecutive, non-overlapping windows of ``tokens``; and how

@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from shoal._storage.metrics import RunMetrics
+from shoal._storage.records import Records
+
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 pytestmark = pytest.mark.slow
@@ -52,6 +55,14 @@ def test_pipeline_trains_evaluates_and_caches_its_data(home: Path) -> None:
     assert checkpoints.is_dir(), summary["checkpoint"]
     assert "training loss" in log and "validation" in log and "checkpoints" in log
     assert "[pretrain.pretrain a0.2 rank 0] step    40/40" in log
+    # Every rank logged its loss, grad norm and lr for every step, and its tokens/s.
+    run = Records(home / "shoal.db").list_runs(limit=1)[0].name
+    metrics = RunMetrics(home, run)
+    metrics.refresh()
+    for name, points in (("loss", 40), ("grad_norm", 40), ("lr", 40), ("tokens_per_s", 4)):
+        series = metrics.series(name=name, action="a0.2")
+        assert sorted(s.rank for s in series) == [0, 1, 2, 3], name
+        assert all(len(s.values) == points for s in series), name
 
     # The same data step again, called by itself: a cache hit, nothing tokenized.
     again = subprocess.run(
