@@ -12,6 +12,8 @@ config (model "tiny", DDP), the same data folder (``DIR``, written once by ``cor
 passed as a plain path so no upload or download is timed), no checkpoint. With
 ``--checkpoint-every N`` the loop saves sharded checkpoints asynchronously through
 ``shoal.ctx().checkpoint`` every N steps, as the example does: what durable training costs.
+With ``--log-metrics true`` every rank reports its loss, grad norm and lr for every step and
+its tokens/s per interval through ``shoal.log_metrics``, as the example does.
 Rank 0 prints the same ``PRETRAIN-RESULT {json}`` line as the bare script and returns it.
 """
 
@@ -40,7 +42,7 @@ pretrain_env = ClusteredTaskEnvironment(
 
 @pretrain_env.task
 def train(data: str, steps: int = 150, batch_size: int = 8, log_every: int = 10,
-          checkpoint_every: int = 0) -> dict[str, float]:
+          checkpoint_every: int = 0, log_metrics: bool = False) -> dict[str, float]:
     """Every rank trains; rank 0 returns the loop's figures."""
     import json
 
@@ -60,7 +62,8 @@ def train(data: str, steps: int = 150, batch_size: int = 8, log_every: int = 10,
     started = time.perf_counter()
     stats, _ = training.train(cfg, tokens,
                               checkpoint=ctx.checkpoint if checkpoint_every else None,
-                              first_attempt=not ctx.restart_attempt, log=recorder)
+                              first_attempt=not ctx.restart_attempt, log=recorder,
+                              metrics=shoal.log_metrics if log_metrics else None)
     out = recorder.result(stats, started, cfg)
     if rank == 0:
         print(MARK + json.dumps(out), flush=True)

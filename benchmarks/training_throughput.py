@@ -13,6 +13,9 @@ its path. Rows, each run a fresh set of processes:
   programs_pretrain_bare.py --data DIR``, both started together: the baseline, no checkpoint;
 - shoal: ``shoal run programs_pretrain_shoal.py train --data DIR``, a fresh ``SHOAL_HOME``:
   the example's gang, no checkpoint (``checkpoint=None``, as the baseline);
+- shoal, metrics every step: the same, every rank calling ``shoal.log_metrics`` with its
+  loss, grad norm and lr for every step and its tokens/s per interval, as the example does
+  (goal: ≥ 0.99x the shoal row);
 - shoal, async checkpoints: the same with ``--checkpoint-every N`` (default 50): sharded
   model and optimizer state saved asynchronously through ``shoal.ctx().checkpoint``, the last
   one synchronously, as the example does; reported against the same baseline (what durable
@@ -76,7 +79,10 @@ MARK = "PRETRAIN-RESULT "  # rank 0's result line, in both programs
 BASELINE = "bare torchrun"
 SHOAL = "shoal"
 CHECKPOINTS = "shoal, async checkpoints"
-ROWS = (BASELINE, SHOAL, CHECKPOINTS)
+METRICS = "shoal, metrics every step"
+ROWS = (BASELINE, SHOAL, CHECKPOINTS, METRICS)
+ROW_KEYS = {"bare": BASELINE, "shoal": SHOAL, "checkpoints": CHECKPOINTS, "metrics": METRICS}
+METRICS_GOAL = 0.99  # issue 11: tokens/s with a metric every step ≥ 0.99x without
 GOAL = 0.97  # the issue's goal: shoal's steady-state tokens/s ≥ 0.97x bare torchrun's
 SECTION = "(b) training throughput"
 
@@ -101,12 +107,14 @@ def run_bare(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
 
 
-def run_shoal(data: Path, args: argparse.Namespace, checkpoint_every: int) -> dict[str, Any]:
+def run_shoal(data: Path, args: argparse.Namespace, checkpoint_every: int,
+              log_metrics: bool = False) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="shoal-bench-train-"))
     try:
         cmd = [*shoal_cli(), "run", str(SHOAL_PROGRAM), "train", "--data", str(data),
                "--steps", str(args.steps), "--batch-size", str(args.batch_size),
-               "--log-every", str(args.log_every), "--checkpoint-every", str(checkpoint_every)]
+               "--log-every", str(args.log_every), "--checkpoint-every", str(checkpoint_every),
+               "--log-metrics", str(log_metrics).lower()]
         log = home / "shoal-run.log"
         meter = CpuMeter()
         wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home)),
@@ -124,7 +132,8 @@ def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | 
         if row == BASELINE:
             got = run_bare(data, args)
         else:
-            got = run_shoal(data, args, args.checkpoint_every if row == CHECKPOINTS else 0)
+            got = run_shoal(data, args, args.checkpoint_every if row == CHECKPOINTS else 0,
+                            log_metrics=row == METRICS)
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         why = str(e).strip() or type(e).__name__
         print(f"  {row}: FAILED: {why[-2500:]}", flush=True)
@@ -164,6 +173,15 @@ def table(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]]) ->
     return lines
 
 
+def rows_of(args: argparse.Namespace) -> list[str]:
+    chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in chosen if r not in ROW_KEYS]
+    if unknown:
+        raise SystemExit(f"--rows: unknown row(s) {unknown}; the rows are: "
+                         f"{', '.join(ROW_KEYS)}")
+    return [ROW_KEYS[r] for r in chosen]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=110, help="training steps per run")
@@ -177,6 +195,9 @@ def main() -> None:
                     "(0: all); the loop samples random windows, so the size barely matters")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
+    ap.add_argument("--rows", default=",".join(ROW_KEYS),
+                    help="which rows, comma-separated (default: all): "
+                         + ", ".join(f"{k} ({v})" for k, v in ROW_KEYS.items()))
     args = ap.parse_args()
     if args.steps < 2 * args.log_every:
         ap.error("--steps must be at least twice --log-every (two logged steps bound the "
@@ -194,7 +215,7 @@ def main() -> None:
         t = time.perf_counter()
         meta = build_pretrain_data(work / "data", args.max_files)
         data_s = time.perf_counter() - t
-        res, failed = interleaved_rounds(ROWS, args.rounds,
+        res, failed = interleaved_rounds(rows_of(args), args.rounds,
                                          lambda row: measure(row, work / "data", args),
                                          rotate=True)
     finally:
@@ -205,14 +226,27 @@ def main() -> None:
     rows = table(res, failed)
     base = res.get(BASELINE, [])
     goal_lines: list[str] = []
-    for row in (SHOAL, CHECKPOINTS):
+    for row in (SHOAL, CHECKPOINTS, METRICS):
         got = res.get(row, [])
+        if row not in rows_of(args):
+            continue
         if not (got and base):
             goal_lines.append(f"{row}: not measured ({len(failed.get(row, []))} failed runs)")
             continue
         r = med(got, "window_tokens_per_s") / med(base, "window_tokens_per_s")
         plain = res.get(SHOAL, [])
-        if row == SHOAL:
+        if row == METRICS:
+            if not plain:
+                goal_lines.append(f"{row}: needs the shoal row to compare with")
+                continue
+            m = med(got, "window_tokens_per_s") / med(plain, "window_tokens_per_s")
+            goal_lines.append(f"{row}: {m:.3f}x shoal's steady-state tokens/s without "
+                              f"metrics; goal ≥ {METRICS_GOAL}x: "
+                              f"{'met' if m >= METRICS_GOAL else 'NOT met'}.")
+            headline("(h) metrics and UI", "shoal.log_metrics every step on every rank / none, "
+                     "steady-state tokens/s", f"{m:.3f}x", f"≥ {METRICS_GOAL}x",
+                     m >= METRICS_GOAL)
+        elif row == SHOAL:
             goal_lines.append(f"{row}: {r:.3f}x bare torchrun's steady-state tokens/s; goal ≥ "
                               f"{GOAL}x: {'met' if r >= GOAL else 'NOT met'}.")
             headline(SECTION, "shoal / bare torchrun, steady-state tokens/s", f"{r:.3f}x",
@@ -268,7 +302,10 @@ def main() -> None:
         "--rdzv-backend=static benchmarks/programs_pretrain_bare.py --data DIR` started "
         "together, no checkpoint. shoal: `shoal run benchmarks/programs_pretrain_shoal.py "
         "train --data DIR`, a fresh `SHOAL_HOME` each run, the example's gang (2 replicas x 2 "
-        "processes, static rendezvous), no checkpoint. shoal, async checkpoints: the same "
+        "processes, static rendezvous), no checkpoint. shoal, metrics every step: the same "
+        "with `--log-metrics true`: every rank calls `shoal.log_metrics` with its loss, grad "
+        "norm and lr for every step (read from the device once per log interval) and its "
+        "tokens/s per interval. shoal, async checkpoints: the same "
         f"with `--checkpoint-every {args.checkpoint_every}`: sharded model and optimizer state "
         "saved through `shoal.ctx().checkpoint`, asynchronously, the last one synchronously "
         "after the last logged step.", "",
