@@ -156,11 +156,13 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
                   f"rank {source.rank} <==\n")
         if pattern is None:
             sys.stdout.write(header)
+        printed = 0
         for line in _lines(source, args, pattern):
-            if pattern is not None and not matched:
+            if pattern is not None and not printed:
                 sys.stdout.write(header)
-            matched += 1
+            printed += 1
             sys.stdout.write(line + "\n")
+        matched += printed
     sys.stdout.flush()
     return _grep_result(run, pattern, matched)
 
