@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal._storage.logs import LINE_LIMIT
 from shoal._storage.records import Records
 
 from .drivers import shoal_cli
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 PROGRAM = Path(__file__).parent / "programs" / "gang_logs.py"
 CLI = [sys.executable, "-m", "shoal.cli.main"]
+BIG = 5 << 20  # one line of 5 MiB
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
@@ -31,8 +33,9 @@ def _wait_for(what: str, check: Callable[[], bool], timeout: float = 60) -> None
 
 
 def test_logs_of_a_failed_gang_show_every_rank_labelled(shoal_home: Path) -> None:
-    ran = shoal_cli("run", str(PROGRAM), "shout")
-    assert ran.returncode == 1, ran.stderr
+    ran = shoal_cli("run", str(PROGRAM), "shout", "--big", str(BIG))
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    assert "bytes cut" in ran.stderr and len(ran.stderr) < BIG  # `shoal run` echoes it cut
     run = Records(shoal_home / "shoal.db").list_runs(limit=1)[0].name
     logs = shoal_cli("logs", run)
     assert logs.returncode == 0, logs.stderr
@@ -55,6 +58,14 @@ def test_logs_of_a_failed_gang_show_every_rank_labelled(shoal_home: Path) -> Non
     assert ranked.stdout.splitlines() == ["==> a0 attempt 0 restart 0 rank 3 <==",
                                           '    raise ValueError("rank 3 cannot count")',
                                           "ValueError: rank 3 cannot count"]
+    big = f"[node 0 rank 0 attempt 0] big:{'x' * (LINE_LIMIT - 4)} ...[{BIG + 4 - LINE_LIMIT} " \
+        "bytes cut; `shoal logs --full` prints the whole line]"
+    assert big in lines
+    rank0 = shoal_home / "runs" / run / "logs" / "gang" / "a0.0" / "r0" / "rank0.log"
+    assert f"big:{'x' * BIG}\n" in rank0.read_text()  # whole on disk
+    full = shoal_cli("logs", run, "--rank", "0", "--full", "--grep", "^big:")
+    assert full.stdout.splitlines()[1] == f"big:{'x' * BIG}"
+
     bad = shoal_cli("logs", run, "--grep", "[rank")
     assert bad.returncode == 2 and "--grep='[rank': is not a Python regular expression" \
         in bad.stderr and "Traceback" not in bad.stderr

@@ -3,7 +3,7 @@
 No torch.distributed: the ranks only print, so the gang starts and ends in about a second.
 Run it as ``shoal run gang_logs.py shout --gate DIR``: each rank prints a first line, waits for
 ``DIR/go`` when a gate is given (so a test can start ``shoal logs --follow`` in between), then
-prints a second line; rank 3 then raises.
+prints a second line; rank 3 then raises. With ``--big N`` rank 0 also prints a line of N bytes.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ gang_env = ClusteredTaskEnvironment(
 
 
 @gang_env.task
-def shout(gate: str = "") -> int:
+def shout(gate: str = "", big: int = 0) -> int:
     ctx = flyte.ctx()
     print(f"hello from rank {ctx.rank} on node {ctx.node_rank}", flush=True)
+    if big and ctx.rank == 0:
+        print("big:" + "x" * big, flush=True)
     if gate:
         Path(gate, f"ready{ctx.rank}").touch()
         deadline = time.monotonic() + 60
