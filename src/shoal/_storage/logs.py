@@ -9,8 +9,8 @@ attempt and gang restart, ``runs/<run>/logs/gang/<action>.<attempt>/r<restart>/`
 The node of a rank is ``rank // nproc_per_node``. The local engine puts ``nnodes`` and
 ``nproc_per_node`` into the data of each ``gang_started`` event; that is the topology the
 gang was started with, so it is exact even while rank files are still appearing. Runs whose
-events lack them (recorded before) fall back to counting node launcher logs, which the engine
-creates before any rank starts.
+events lack it (recorded before) fall back to counting node launcher logs: the engine creates
+each before its node's ranks start, so the count is right once the gang has started.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
     gang's files once they exist (a follower re-lists to find new ones).
     """
     tasks = {a.action_id: a.task for a in records.list_actions(run)}
-    topology = _gang_topology(records, run)
+    per_node = _ranks_per_node(records, run)
     root = gang_log_root(home, run)
     out: list[LogSource] = []
     for att in records.list_attempts(run):
@@ -82,7 +82,7 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
         gang_dir = root / f"{att.action_id}.{att.attempt}"
         if gang_dir.is_dir():
             out += _gang_sources(gang_dir, att.action_id, att.attempt, task,
-                                 topology.get(att.action_id))
+                                 per_node.get(att.action_id))
         elif att.log_path:
             out.append(LogSource(action=att.action_id, attempt=att.attempt, task=task,
                                  restart=None, node=None, rank=None, kind="task",
@@ -90,19 +90,19 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
     return out
 
 
-def _gang_topology(records: Records, run: str) -> dict[str, tuple[int, int]]:
-    """action -> (nnodes, nproc_per_node), from the gang_started events that carry them."""
-    found: dict[str, tuple[int, int]] = {}
+def _ranks_per_node(records: Records, run: str) -> dict[str, int]:
+    """action -> nproc_per_node, from the gang_started events that carry it."""
+    found: dict[str, int] = {}
     for e in records.events(run):
         if e.kind == "gang_started" and e.action_id and isinstance(e.data, dict):
-            nnodes, nproc = e.data.get("nnodes"), e.data.get("nproc_per_node")
-            if isinstance(nnodes, int) and isinstance(nproc, int) and nproc > 0:
-                found[e.action_id] = (nnodes, nproc)
+            nproc = e.data.get("nproc_per_node")
+            if isinstance(nproc, int) and nproc > 0:
+                found[e.action_id] = nproc
     return found
 
 
 def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
-                  topology: tuple[int, int] | None) -> list[LogSource]:
+                  per_node: int | None) -> list[LogSource]:
     restarts = sorted((int(m.group(1)), d) for d in gang_dir.iterdir()
                       if d.is_dir() and (m := _RESTART_DIR.fullmatch(d.name)))
     out: list[LogSource] = []
@@ -114,11 +114,9 @@ def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
                 nodes.append((int(m.group(1)), f))
             elif m := _RANK_FILE.fullmatch(f.name):
                 ranks.append((int(m.group(1)), f))
-        if topology is not None:
-            nproc = topology[1]
-        else:  # runs recorded before the events carried the topology
-            nnodes = max(len(nodes), 1)
-            nproc = -(-(max((r for r, _ in ranks), default=0) + 1) // nnodes)
+        nproc = per_node
+        if nproc is None:  # a run recorded before the events carried it
+            nproc = -(-(max((r for r, _ in ranks), default=0) + 1) // max(len(nodes), 1))
         rows = [(n, 1, n, LogSource(action=action, attempt=attempt, task=task, restart=restart,
                                      node=n, rank=None, kind="node", path=p))
                 for n, p in nodes]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 VERBS = {
     "run": "run a task: shoal run FILE TASK [--arg value ...]",
     "runs": "list recent runs",
-    "logs": "print the logs of a run (or one of its actions)",
+    "logs": "print a run's logs, a gang's ranks labelled: shoal logs RUN [--follow] [--grep RE]",
     "report": "save a task's HTML report: shoal report RUN [--action A] [--out FILE]",
     "cancel": "cancel a running run",
     "preempt": "preempt the running gangs of a run (they requeue and resume)",
