@@ -236,3 +236,21 @@ def test_follow_of_an_ended_run_prints_everything_and_returns(
         "a0 [attempt 0] done", "a0 [attempt 0] no newline",
         "a0.1 [node 0 rank 0 attempt 0] rank 0 says hi",
         "a0.1 [node 0 launcher attempt 0] launcher 0"]
+
+
+def test_follow_ends_when_the_driver_of_the_run_died(shoal_home: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from shoal.cli import logs_cmd
+
+    never_a_pid = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below it
+    shoal_home.mkdir(parents=True, exist_ok=True)
+    rec = Records(shoal_home / "shoal.db")
+    rec.create_run(name=RUN, task="main", code_file="p.py", engine="local", store="file:///s",
+                   inputs={}, engine_pid=never_a_pid)
+    rec.set_run_state(RUN, "running")
+    _plain(shoal_home, rec, "a0", 0, "before the crash\n")
+    monkeypatch.setattr(logs_cmd, "REAP_EVERY", 0.0)
+    assert main(["logs", RUN, "--follow"]) == 0  # not forever: the run is found crashed
+    assert capsys.readouterr().out == "a0 [attempt 0] before the crash\n"
+    assert rec.get_run(RUN).state == "crashed"
