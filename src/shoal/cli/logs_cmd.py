@@ -1,10 +1,28 @@
-"""`shoal logs RUN [--action A] [--attempt N]`: what a run's tasks printed."""
+"""`shoal logs RUN [--action A] [--attempt N] [--rank R] [--grep RE] [--follow] [--full]`: what a
+run's tasks and ranks printed.
+
+Without ``--follow`` each attempt gets a ``==>`` header and its lines: a plain call's as they
+are, a gang's prefixed ``[node n rank r attempt a]`` (``restart k`` after a gang restart), gang
+restart by restart, node by node, rank by rank. ``--follow`` prints the lines of every file of
+the run as they are written, each prefixed with its action and label, until the run ends.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
-from pathlib import Path
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shoal._storage.logs import LogSource
+    from shoal._storage.records import Records
+
+POLL = 0.2  # seconds between reads of a followed run's files
+REAP_EVERY = 2.0  # seconds between checks that a followed run's driver is still alive
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,58 +31,172 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attempt", type=int, default=None, help="only this attempt (default: all)")
     p.add_argument("--rank", type=int, default=None,
                    help="a clustered task's rank: its log for every attempt and restart")
+    p.add_argument("--grep", metavar="PATTERN", default=None,
+                   help="only lines matching this Python regular expression")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="print lines as they are written, until the run ends (Ctrl-C stops)")
+    p.add_argument("--full", action="store_true",
+                   help="print very long lines whole (by default they are cut, with a marker)")
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal._runtime import contract
     from shoal._storage.records import Records
-    from shoal.errors import NotFoundError
 
+    pattern = _pattern(args.grep)
     records = Records(contract.home() / "shoal.db")
     run = records.get_run(args.run)
-    if args.rank is not None:
-        return _rank_logs(run.name, args)
-    attempts = records.list_attempts(run.name, args.action)
-    if args.action is not None and not attempts:
-        known = ", ".join(a.action_id for a in records.list_actions(run.name)[:20])
-        raise NotFoundError(f"--action={args.action!r}: run {run.name} has no such action. "
-                            f"Fix: use one of: {known or 'none (nothing ran yet)'}")
-    tasks = {a.action_id: ("/".join(a.group_path) + " › " if a.group_path else "") + a.task
-             for a in records.list_actions(run.name)}
-    for att in attempts:
-        if args.attempt is not None and att.attempt != args.attempt:
-            continue
-        print(f"==> {att.action_id} {tasks.get(att.action_id, '?')} attempt {att.attempt} "
-              f"({att.state}) <==")
-        path = Path(att.log_path) if att.log_path else None
-        if path is None or not path.exists():
-            print("(no output)")
-            continue
-        sys.stdout.write(path.read_text(errors="replace"))
-        sys.stdout.flush()
-    return 0
+    if args.action is not None and not (args.follow and not run.terminal):
+        _check_action(records, run.name, args.action)
+    try:
+        if args.follow:
+            return _follow(records, run.name, args, pattern)
+        if args.rank is not None:
+            return _rank_logs(records, run.name, args, pattern)
+        return _combined(records, run.name, args, pattern)
+    except KeyboardInterrupt:  # Ctrl-C is how a user stops reading, not an error
+        return 0
+    except BrokenPipeError:  # `shoal logs RUN | head`
+        # Python flushes stdout again at exit; let that go nowhere instead of failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
-def _rank_logs(run: str, args: argparse.Namespace) -> int:
-    """Logs of one rank: ``runs/<run>/logs/gang/<action>.<attempt>/r<restart>/rank<N>.log``."""
-    from shoal._runtime import contract
+def _pattern(text: str | None) -> re.Pattern[str] | None:
+    from shoal.errors import SpecError
+
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise SpecError("--grep", text, f"is not a Python regular expression ({e})",
+                        "put a backslash before characters a regex treats specially, "
+                        "e.g. 'loss\\(' for 'loss('") from None
+
+
+def _check_action(records: Records, run: str, action: str) -> None:
     from shoal.errors import NotFoundError
 
-    root = contract.home() / "runs" / run / "logs" / "gang"
-    found = []
-    for path in sorted(root.glob(f"*/r*/rank{args.rank}.log")):
-        action, _, attempt = path.parent.parent.name.rpartition(".")
-        if args.action is not None and action != args.action:
+    if not records.list_attempts(run, action):
+        known = ", ".join(a.action_id for a in records.list_actions(run)[:20])
+        raise NotFoundError(f"--action={action!r}: run {run} has no such action. "
+                            f"Fix: use one of: {known or 'none (nothing ran yet)'}")
+
+
+def _wanted(args: argparse.Namespace, source: LogSource) -> bool:
+    return ((args.action is None or source.action == args.action)
+            and (args.attempt is None or source.attempt == args.attempt)
+            and (args.rank is None or source.rank == args.rank))
+
+
+def _lines(source: LogSource, args: argparse.Namespace,
+           pattern: re.Pattern[str] | None) -> Iterable[str]:
+    """The lines of one file, those matching ``pattern``, cut for display unless ``--full``."""
+    from shoal._storage.log_lines import LineReader
+    from shoal._storage.logs import LINE_LIMIT, cut_line
+
+    # A match may lie past the display limit, so --grep reads lines whole and cuts after.
+    limit = None if args.full or pattern is not None else LINE_LIMIT
+    for line in LineReader(source.path, limit).lines(final=True):
+        if pattern is None:
+            yield line
+        elif pattern.search(line):
+            yield line if args.full else cut_line(line)
+
+
+def _combined(records: Records, run: str, args: argparse.Namespace,
+              pattern: re.Pattern[str] | None) -> int:
+    from shoal._runtime import contract
+    from shoal._storage.logs import log_sources
+
+    tasks = {a.action_id: ("/".join(a.group_path) + " › " if a.group_path else "") + a.task
+             for a in records.list_actions(run)}
+    by_attempt: dict[tuple[str, int], list[LogSource]] = {}
+    for s in log_sources(contract.home(), records, run):
+        if _wanted(args, s):
+            by_attempt.setdefault((s.action, s.attempt), []).append(s)
+    matched = 0
+    for att in records.list_attempts(run, args.action):
+        if args.attempt is not None and att.attempt != args.attempt:
             continue
-        if args.attempt is not None and attempt != str(args.attempt):
-            continue
-        found.append((action, attempt, path.parent.name, path))
+        header = (f"==> {att.action_id} {tasks.get(att.action_id, '?')} attempt {att.attempt} "
+                  f"({att.state}) <==\n")
+        printed = 0
+        for source in by_attempt.get((att.action_id, att.attempt), []):
+            prefix = f"{source.label} " if source.label else ""
+            for line in _lines(source, args, pattern):
+                if not printed:
+                    sys.stdout.write(header)
+                printed += 1
+                sys.stdout.write(f"{prefix}{line}\n")
+        if not printed and pattern is None:
+            sys.stdout.write(header + "(no output)\n")
+        matched += printed
+        sys.stdout.flush()
+    return _grep_result(run, pattern, matched)
+
+
+def _rank_logs(records: Records, run: str, args: argparse.Namespace,
+               pattern: re.Pattern[str] | None) -> int:
+    """Logs of one rank, every attempt and gang restart, each under its own header."""
+    from shoal._runtime import contract
+    from shoal._storage.logs import log_sources
+    from shoal.errors import NotFoundError
+
+    sources = [s for s in log_sources(contract.home(), records, run) if s.kind == "rank"]
+    found = [s for s in sources if _wanted(args, s)]
     if not found:
-        ranks = sorted({p.stem for p in root.glob("*/r*/rank*.log")})
+        ranks = sorted({f"rank{s.rank}" for s in sources})
         fix = f"use one of {', '.join(ranks)}" if ranks else "it ran no clustered task"
         raise NotFoundError(f"--rank={args.rank}: run {run} has no log of that rank. Fix: {fix}")
-    for action, attempt, restart, path in found:
-        print(f"==> {action} attempt {attempt} restart {restart[1:]} rank {args.rank} <==")
-        sys.stdout.write(path.read_text(errors="replace"))
+    matched = 0
+    for source in found:
+        header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
+                  f"rank {source.rank} <==\n")
+        if pattern is None:
+            sys.stdout.write(header)
+        printed = 0
+        for line in _lines(source, args, pattern):
+            if pattern is not None and not printed:
+                sys.stdout.write(header)
+            printed += 1
+            sys.stdout.write(line + "\n")
+        matched += printed
     sys.stdout.flush()
+    return _grep_result(run, pattern, matched)
+
+
+def _grep_result(run: str, pattern: re.Pattern[str] | None, matched: int) -> int:
+    """As grep: 1 when no line matched."""
+    if pattern is not None and not matched:
+        print(f"shoal: no line of run {run} matches {pattern.pattern!r}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _follow(records: Records, run: str, args: argparse.Namespace,
+            pattern: re.Pattern[str] | None) -> int:
+    from shoal._runtime import contract
+    from shoal._storage.log_lines import LogFollower
+    from shoal._storage.logs import LINE_LIMIT, cut_line
+
+    follower = LogFollower(contract.home(), records, run, keep=lambda s: _wanted(args, s),
+                           limit=None if args.full or pattern is not None else LINE_LIMIT)
+    reaped_at = time.monotonic()
+    while True:
+        # The state is read before the files: once it is terminal, every line is written.
+        ended = records.get_run(run).terminal
+        for source, line in follower.poll(final=ended):
+            if pattern is not None:
+                if not pattern.search(line):
+                    continue
+                line = line if args.full else cut_line(line)
+            sys.stdout.write(f"{source.tag} {line}\n")
+        sys.stdout.flush()
+        if ended:
+            return 0
+        if time.monotonic() - reaped_at > REAP_EVERY:  # a killed driver never ends its run
+            records.reap_dead_runs()
+            reaped_at = time.monotonic()
+        time.sleep(POLL)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 VERBS = {
     "run": "run a task: shoal run FILE TASK [--arg value ...]",
     "runs": "list recent runs",
-    "logs": "print the logs of a run (or one of its actions)",
+    "logs": "print a run's logs, a gang's ranks labelled: shoal logs RUN [--follow] [--grep RE]",
     "metrics": "the metrics a run's tasks logged, per rank: shoal metrics RUN [--csv]",
     "report": "save a task's HTML report: shoal report RUN [--action A] [--out FILE]",
     "cancel": "cancel a running run",

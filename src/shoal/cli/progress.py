@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from shoal._storage.logs import cut_line
+
 SHOWN_PER_TASK = 5
 TAIL_SECONDS = 0.2
 
@@ -121,7 +123,7 @@ class Progress:
             return entry
         end = data.rfind(b"\n") + 1
         for line in data[:end].decode("utf-8", "replace").splitlines():
-            print(f"  [{label}] {line}", file=self.out, flush=True)
+            print(f"  [{label}] {cut_line(line)}", file=self.out, flush=True)
         return (label, path, offset + end)
 
     async def follow(self) -> None:

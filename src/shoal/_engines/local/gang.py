@@ -219,7 +219,9 @@ class GangRunner:
                     log_dir / f"rank{rank}.log")
         self.engine.notify("gang_started", ref.action, {
             "task": self.call.task.name, "restart": restart, "logs": logs,
-            "pids": [p.pid for p in gang.procs], "master_port": port})
+            "pids": [p.pid for p in gang.procs], "master_port": port,
+            # `shoal logs` and the UI place each rank on its node from these.
+            "nnodes": c.replicas, "nproc_per_node": c.nproc_per_node})
         return gang
 
     async def _stop(self, gang: Gang, grace: float) -> None:

@@ -1,0 +1,165 @@
+"""Where a run's logs are, and reading them in whole lines while they grow.
+
+A plain call writes one file, the attempt's ``log_path`` in the records. A gang writes, per
+attempt and gang restart, ``runs/<run>/logs/gang/<action>.<attempt>/r<restart>/``: one
+``node<i>.log`` per node launcher and one ``rank<N>.log`` per rank. Each file is a `LogSource`;
+`log_sources` lists those of a run, `read_chunk` reads one from an offset on. The CLI's
+``shoal logs`` and the web UI both read through these, so a label means the same in both.
+
+The node of a rank is ``rank // nproc_per_node``. The local engine puts ``nnodes`` and
+``nproc_per_node`` into the data of each ``gang_started`` event; that is the topology the
+gang was started with, so it is exact even while rank files are still appearing. Runs whose
+events lack it (recorded before) fall back to counting node launcher logs: the engine creates
+each before its node's ranks start, so the count is right once the gang has started.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shoal._storage.records import Records
+
+__all__ = ["LINE_LIMIT", "LogSource", "cut_line", "gang_log_root", "log_sources", "read_chunk"]
+
+# Longest line the terminal and the UI show whole; the file on disk keeps every byte.
+LINE_LIMIT = 16 * 1024
+
+_RESTART_DIR = re.compile(r"r(\d+)")
+_RANK_FILE = re.compile(r"rank(\d+)\.log")
+_NODE_FILE = re.compile(r"node(\d+)\.log")
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """One log file of a run: a plain call's, a rank's or a gang node launcher's."""
+
+    action: str
+    attempt: int
+    task: str
+    restart: int | None  # None for a plain call
+    node: int | None
+    rank: int | None
+    kind: str  # "task" (a plain call), "rank", "node" (a gang's node launcher)
+    path: Path
+
+    @property
+    def label(self) -> str:
+        """``[node 1 rank 3 attempt 0]`` (``restart 2`` added after a gang restart); ``""``
+        for a plain call, whose lines need no prefix in its own section."""
+        if self.kind == "task":
+            return ""
+        who = f"node {self.node}" + (f" rank {self.rank}" if self.kind == "rank" else " launcher")
+        again = f" restart {self.restart}" if self.restart else ""
+        return f"[{who} attempt {self.attempt}{again}]"
+
+    @property
+    def tag(self) -> str:
+        """The prefix of a line in a stream that mixes actions (``shoal logs --follow``)."""
+        return f"{self.action} {self.label or f'[attempt {self.attempt}]'}"
+
+
+def gang_log_root(home: Path, run: str) -> Path:
+    return home / "runs" / run / "logs" / "gang"
+
+
+def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
+    """Every log file of ``run``, in the order its attempts started, then by gang restart,
+    node and rank (each node's launcher after its ranks: it reports how they ended).
+
+    A plain call's file is listed from the moment its attempt starts, before it exists; a
+    gang's files once they exist (a follower re-lists to find new ones).
+    """
+    tasks = {a.action_id: a.task for a in records.list_actions(run)}
+    per_node = _ranks_per_node(records, run)
+    root = gang_log_root(home, run)
+    out: list[LogSource] = []
+    for att in records.list_attempts(run):
+        task = tasks.get(att.action_id, "?")
+        gang_dir = root / f"{att.action_id}.{att.attempt}"
+        if gang_dir.is_dir():
+            out += _gang_sources(gang_dir, att.action_id, att.attempt, task,
+                                 per_node.get(att.action_id))
+        elif att.log_path:
+            out.append(LogSource(action=att.action_id, attempt=att.attempt, task=task,
+                                 restart=None, node=None, rank=None, kind="task",
+                                 path=Path(att.log_path)))
+    return out
+
+
+def _ranks_per_node(records: Records, run: str) -> dict[str, int]:
+    """action -> nproc_per_node, from the gang_started events that carry it."""
+    found: dict[str, int] = {}
+    for e in records.events(run):
+        if e.kind == "gang_started" and e.action_id and isinstance(e.data, dict):
+            nproc = e.data.get("nproc_per_node")
+            if isinstance(nproc, int) and nproc > 0:
+                found[e.action_id] = nproc
+    return found
+
+
+def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
+                  per_node: int | None) -> list[LogSource]:
+    restarts = sorted((int(m.group(1)), d) for d in gang_dir.iterdir()
+                      if d.is_dir() and (m := _RESTART_DIR.fullmatch(d.name)))
+    out: list[LogSource] = []
+    for restart, folder in restarts:
+        nodes: list[tuple[int, Path]] = []
+        ranks: list[tuple[int, Path]] = []
+        for f in folder.iterdir():
+            if m := _NODE_FILE.fullmatch(f.name):
+                nodes.append((int(m.group(1)), f))
+            elif m := _RANK_FILE.fullmatch(f.name):
+                ranks.append((int(m.group(1)), f))
+        nproc = per_node
+        if nproc is None:  # a run recorded before the events carried it
+            nproc = -(-(max((r for r, _ in ranks), default=0) + 1) // max(len(nodes), 1))
+        rows = [(n, 1, n, LogSource(action=action, attempt=attempt, task=task, restart=restart,
+                                     node=n, rank=None, kind="node", path=p))
+                for n, p in nodes]
+        rows += [(r // nproc, 0, r, LogSource(action=action, attempt=attempt, task=task,
+                                               restart=restart, node=r // nproc, rank=r,
+                                               kind="rank", path=p))
+                 for r, p in ranks]
+        out += [s for *_, s in sorted(rows, key=lambda row: row[:3])]
+    return out
+
+
+def read_chunk(path: Path, offset: int, max_bytes: int = 1 << 20, *,
+               final: bool = False) -> tuple[bytes, int]:
+    """Up to ``max_bytes`` of ``path`` from ``offset``, cut after its last newline, and the
+    offset to read from next. A file not (yet) there reads as empty.
+
+    Two exceptions to whole lines, so a reader always gets on: a line longer than
+    ``max_bytes`` comes in pieces of ``max_bytes`` (a piece is the only chunk that does not
+    end in a newline), and with ``final`` (the writer is gone) a last line without its newline
+    comes as it is.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(max_bytes)
+    except FileNotFoundError:
+        return b"", offset
+    end = data.rfind(b"\n") + 1
+    at_eof = len(data) < max_bytes
+    if (final and at_eof) or (end == 0 and not at_eof):
+        end = len(data)
+    return data[:end], offset + end
+
+
+def cut_line(line: str, limit: int = LINE_LIMIT) -> str:
+    """``line`` if its UTF-8 form fits in ``limit`` bytes; else its first ``limit`` bytes and
+    a marker saying how many were cut (the file on disk keeps them)."""
+    raw = line.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return line
+    head = raw[:limit].decode("utf-8", "ignore")
+    return head + cut_marker(len(raw) - len(head.encode("utf-8")))
+
+
+def cut_marker(cut: int) -> str:
+    return f" ...[{cut} bytes cut; `shoal logs --full` prints the whole line]"
