@@ -159,7 +159,7 @@ def current() -> MetricsWriter | None:
     return _current
 
 
-class metrics_scope:  # noqa: N801 - used as a context manager, like report_scope
+class metrics_scope:
     """Around a call's body: `shoal.log_metrics` points go to this call's (rank's) file.
 
     A process runs one call at a time (a warm worker, a rank), so the writer is process-wide:
