@@ -171,3 +171,15 @@ def test_a_hanging_bridge_is_abandoned_within_the_bound(
     assert time.monotonic() - started < 1.5
     assert "did not finish within 0.5s; abandoned" in capfd.readouterr().err
     hung.release.set()
+
+
+def test_wandb_rank0_sends_rank_0_and_plain_calls_only(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal._driver.bridges.wandb_bridge import WandbBridge
+
+    sent: list[dict[str, object]] = []
+    bridge = WandbBridge(tmp_path, "r", rank0_only=True)
+    monkeypatch.setattr(bridge, "_send", sent.append)
+    for rank in (None, 0, 1, 3):
+        bridge.write(Stream("a1", 0, rank), [("loss", 0, 1.0, 2.0)])
+    assert [m["stream"]["rank"] for m in sent] == [None, 0]  # type: ignore[index]

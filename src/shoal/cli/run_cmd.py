@@ -51,6 +51,10 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.cli.progress import Progress
 
     engine = args.engine or contract_engine()
+    if engine == "kubernetes" and args.metrics is not None:
+        raise SpecError("--metrics", args.metrics, "bridges run beside the local driver; a "
+                        "Kubernetes run's driver and ranks are pods, whose metric files this "
+                        "machine cannot follow", "leave --metrics out with --engine kubernetes")
     options = _run_options(args.metrics)
     init(engine="local" if engine == "kubernetes" else engine, store=args.store)
     if args.resume is not None:

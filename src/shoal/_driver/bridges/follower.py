@@ -9,6 +9,7 @@ waits for the last drain and close at most its ``timeout``, then abandons a brid
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -96,6 +97,8 @@ class BridgeThread:
         except Exception as e:  # any failure of a bridge ends the bridge, never the run
             self.failed = f"{type(e).__name__}: {e}"
             self._warn(f"failed ({self.failed}); switched off, the run goes on")
+            with contextlib.suppress(Exception):  # what it holds, released if it can be
+                self.bridge.close()
         finally:
             self._done.set()
 

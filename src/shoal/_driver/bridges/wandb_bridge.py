@@ -39,10 +39,12 @@ class WandbBridge(Bridge):
         self.log_path = home / "runs" / run / "wandb-bridge.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._mode = "offline"
+        self._streams: set[Stream] = set()  # those sent: a W&B run each
 
     def open(self) -> None:
         env = dict(os.environ)
-        env.setdefault("WANDB_MODE", "offline")
+        self._mode = env.setdefault("WANDB_MODE", "offline")
         env.setdefault("WANDB_SILENT", "true")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
@@ -56,6 +58,7 @@ class WandbBridge(Bridge):
     def write(self, stream: Stream, points: Sequence[Point]) -> None:
         if self.rank0_only and stream.rank not in (None, 0):
             return
+        self._streams.add(stream)
         self._send({"stream": {"action": stream.action, "attempt": stream.attempt,
                                "rank": stream.rank}, "points": list(points)})
 
@@ -89,3 +92,7 @@ class WandbBridge(Bridge):
         if code != 0:
             raise RuntimeError(f"the wandb process exited with code {code}; see "
                                f"{self.log_path}")
+        if self._mode == "offline" and self._streams:
+            runs = self.folder / "wandb"
+            print(f"shoal: W&B offline runs of run {self.run} are in {runs}; upload them with "
+                  f"`wandb sync {runs}/offline-run-*`", file=sys.stderr, flush=True)
