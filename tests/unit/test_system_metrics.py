@@ -7,6 +7,11 @@ import os
 import subprocess
 import sys
 import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from shoal._runtime.system_metrics import (
     CPU,
@@ -14,6 +19,7 @@ from shoal._runtime.system_metrics import (
     GPU_UTIL,
     PSS,
     RSS,
+    Gpus,
     GpuState,
     TreeSampler,
     gpu_points,
@@ -70,3 +76,87 @@ def test_without_visible_processes_the_rank_gets_its_visible_device() -> None:
     by_uuid = gpu_points(states, {5}, visible_device(0, "GPU-0001"))
     assert by_uuid[GPU_MEMORY] == 2000.0
     assert gpu_points(states, {5}, None) == {}
+
+
+class FakeNvml(types.ModuleType):
+    """pynvml's calls as this module uses them, answering for two GPUs (this machine has none;
+    NVML is the one part faked). Process 4242 runs on GPU 1."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, fail_init: bool = False) -> None:
+        super().__init__("pynvml")
+        self.fail_init = fail_init
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise self.NVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(gpu=[10, 80][h])
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(used=[1 << 30, 2 << 30][h])
+
+    def nvmlDeviceGetUUID(self, h: int) -> bytes:
+        return f"GPU-{h}".encode()
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        if h == 0:
+            raise self.NVMLError("Not Supported")
+        return [types.SimpleNamespace(pid=4242, usedGpuMemory=None)]
+
+
+def test_nvml_answers_become_gpu_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    gpus = Gpus.open()
+    assert gpus is not None
+    states = gpus.states()
+    assert [(s.index, s.uuid, s.util_percent, s.process_memory) for s in states] == [
+        (0, "GPU-0", 10.0, {}), (1, "GPU-1", 80.0, {4242: 0})]
+    # NVML does not know the process's memory (None): the GPU's memory in use stands for it.
+    assert gpu_points(states, {4242}, "0") == {GPU_UTIL: 80.0, GPU_MEMORY: float(2 << 30)}
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(fail_init=True))
+    assert Gpus.open() is None  # no driver: CPU and memory only, silently
+
+
+def test_the_node_sampler_writes_each_ranks_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal._runtime.contract import NodeEnv
+    from shoal._runtime.node_sampler import NodeSampler
+    from shoal._storage.metrics import RunMetrics
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    node = NodeEnv(home=str(tmp_path), store="", run="r", action="a3", attempt=1,
+                   env_name="e", code_file="", task="t", io="", node_rank=1, nnodes=2,
+                   nproc_per_node=2, master_addr="", master_port=0, restart_attempt=2)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        sampler = NodeSampler(node, lambda: {0: os.getpid(), 1: child.pid}, interval=0.1)
+        sampler.start()
+        time.sleep(0.5)
+        sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    metrics = RunMetrics(tmp_path, "r")
+    metrics.refresh()
+    rss = {s.rank: s for s in metrics.series(name=RSS)}
+    assert sorted(rss) == [2, 3]  # node 1's local ranks 0 and 1
+    assert all(s.source == "system" and s.restart == 2 and s.node == 1 for s in rss.values())
+    assert len(rss[2].values) >= 2 and rss[2].steps[0] == 0
+    # Local rank 0 uses CUDA_VISIBLE_DEVICES[0] = GPU 1; local rank 1 uses GPU 0.
+    util = {s.rank: max(s.values) for s in metrics.series(name=GPU_UTIL)}
+    assert util == {2: 80.0, 3: 10.0}
+    assert (tmp_path / "runs/r/metrics/a3.1/r2.rank3.system.jsonl").is_file()

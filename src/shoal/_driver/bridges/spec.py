@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -39,6 +38,8 @@ def parse_bridges(text: str | None, field: str) -> tuple[BridgeSpec, ...]:
         kind, _, arg = item.partition(":")
         kind = kind.strip().lower()
         if kind not in KINDS:
+            import difflib
+
             near = difflib.get_close_matches(kind, KINDS, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
             raise SpecError(field, item, f"unknown bridge {kind!r}; known: {', '.join(KINDS)}",
