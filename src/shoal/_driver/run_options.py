@@ -21,6 +21,8 @@ class RunOptions:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # The root call's `shoal.custom_context` (over what the block around the run set).
     custom_context: Mapping[str, str] = field(default_factory=dict)
+    # Where the run's metrics are forwarded ("tensorboard:DIR,wandb"); None: the env var's.
+    metrics: str | None = None
 
     @property
     def cache_read(self) -> bool:
@@ -61,4 +63,4 @@ class RunOptions:
                 "env_vars": sorted(self.env_vars), "interruptible": self.interruptible,
                 "overwrite_cache": self.overwrite_cache,
                 "disable_run_cache": self.disable_run_cache,
-                "custom_context": dict(self.custom_context)}
+                "custom_context": dict(self.custom_context), "metrics": self.metrics}

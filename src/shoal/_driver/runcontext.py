@@ -6,7 +6,8 @@ over the environment's), ``overwrite_cache`` (cached calls run again and rewrite
 ``raw_data_path`` (the run's store root: outputs, files and cache entries of the run go there),
 ``labels``/``annotations`` and Flyte's ``project``/``domain``/``version`` (recorded with the run),
 ``log_level`` (Shoal's logger), ``user_log_level`` (`shoal.logger`'s), ``custom_context`` (the
-root call's `shoal.custom_context`, over a block's around the run), ``mode`` ("local": the
+root call's `shoal.custom_context`, over a block's around the run), ``metrics`` (Shoal's own:
+the bridges the run's metrics go to, "tensorboard:DIR,wandb[:rank0]"), ``mode`` ("local": the
 local engine; "remote": the engine chosen by init/init_from_config, from Python the local
 engine, said once on stderr).
 Accepted because Shoal already does what they ask: ``copy_style`` (no bundle locally; the
@@ -26,6 +27,7 @@ from typing import Any
 from shoal._api.custom_context import check_custom_context
 from shoal._api.environment import _check_env_vars
 from shoal._api.task import TaskTemplate
+from shoal._driver.bridges.spec import check_installed, parse_bridges
 from shoal._driver.handle import Run, start
 from shoal._driver.initialize import refuse_unless, set_log_level, set_user_log_level
 from shoal._driver.run_options import RunOptions
@@ -116,7 +118,8 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
                     user_log_level: int | str | None = None, queue: str | None = None,
                     max_action_concurrency: int | None = None, notifications: Any = None,
                     custom_context: Mapping[str, str] | None = None, debug: bool = False,
-                    tracked: bool = False, tracked_strict: bool = False) -> RunContext:
+                    tracked: bool = False, tracked_strict: bool = False,
+                    metrics: str | None = None) -> RunContext:
     """Settings for the next run: ``shoal.with_runcontext(name="nightly").run(task, ...)``."""
     _refuse_the_rest(service_account=service_account, dry_run=dry_run,
                      copy_bundle_to=copy_bundle_to, run_base_dir=run_base_dir,
@@ -155,9 +158,21 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
         overwrite_cache=_bool("overwrite_cache", overwrite_cache),
         disable_run_cache=_bool("disable_run_cache", disable_run_cache),
         labels=label_map, annotations=_str_map("annotations", annotations),
-        custom_context=check_custom_context(f"{_W}(custom_context=...)", custom_context or {}))
+        custom_context=check_custom_context(f"{_W}(custom_context=...)", custom_context or {}),
+        metrics=_bridges(metrics))
     return RunContext(name=None if name is None else check_run_name(name), options=options,
                       store=store)
+
+
+def _bridges(metrics: object) -> str | None:
+    """``metrics="tensorboard:DIR,wandb"``: checked now (syntax, packages), kept as given."""
+    if metrics is None:
+        return None
+    field = f"{_W}(metrics=...)"
+    if not isinstance(metrics, str):
+        raise SpecError(field, metrics, "must be a string", 'e.g. metrics="tensorboard:tb"')
+    check_installed(parse_bridges(metrics, field), field)
+    return metrics
 
 
 def _refuse_the_rest(**given: Any) -> None:

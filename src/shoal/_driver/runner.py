@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shoal._driver.bridges.run_bridges import FINAL_DRAIN_SECONDS, start_bridges
+from shoal._driver.bridges.spec import BridgeSpec, check_installed, parse_bridges
 from shoal._driver.controller import Controller, Reporter
 from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
@@ -49,6 +51,28 @@ def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) 
     raise SpecError("engine", kind, "must be 'local' or 'kubernetes'", "use engine='local'")
 
 
+def metric_bridges(options: RunOptions) -> tuple[BridgeSpec, ...]:
+    """The bridges a run forwards its metrics to: ``with_runcontext(metrics=)`` / ``shoal run
+    --metrics`` (already checked), else ``$SHOAL_METRICS_BRIDGES``; each package installed."""
+    if options.metrics is not None:
+        field, specs = "metrics", parse_bridges(options.metrics, "metrics")
+    else:
+        field = contract.METRICS_BRIDGES
+        specs = parse_bridges(os.environ.get(contract.METRICS_BRIDGES), field)
+    check_installed(specs, field)
+    return specs
+
+
+def check_system_metrics_interval() -> None:
+    try:
+        contract.system_metrics_interval()
+    except ValueError:
+        raise SpecError(contract.SYSTEM_METRICS_INTERVAL,
+                        os.environ.get(contract.SYSTEM_METRICS_INTERVAL),
+                        "must be a number of seconds >= 0 between system-metric samples",
+                        f"e.g. {contract.SYSTEM_METRICS_INTERVAL}=2, or 0 for none") from None
+
+
 class Runner:
     def __init__(self, call: CallSpec, *, envs: list[EnvSpec] | None = None,
                  name: str | None = None, engine: str = "local",
@@ -69,6 +93,8 @@ class Runner:
         self.resumes = [r.name for r in self.records.lineage(resume)] if resume else []
         self.lineage_root = self.resumes[-1] if self.resumes else self.name
         self.engine_kind = engine
+        self.bridges = metric_bridges(self.options)
+        check_system_metrics_interval()
         self.reporter = reporter
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,
                                   lineage=self.lineage_root, **(engine_options or {}))
@@ -105,6 +131,7 @@ class Runner:
                                 engine=self.engine, home=self.home, reporter=self.reporter,
                                 resumes=self.resumes, envs=self.envs, options=self.options)
         rec.set_run_state(name, "running")
+        bridges = start_bridges(self.bridges, self.home, name)
         root = asyncio.ensure_future(self._drive(controller))
         watchers = [asyncio.ensure_future(self._heartbeat()),
                     asyncio.ensure_future(self._watch_cancel(root))]
@@ -123,6 +150,8 @@ class Runner:
             for w in watchers:
                 w.cancel()
             await self.engine.close()
+            if bridges is not None:  # the last points out, waited for a bounded time
+                await asyncio.to_thread(bridges.stop, FINAL_DRAIN_SECONDS)
         rec.set_run_state(name, "succeeded", outputs=output)
         return RunOutcome(name, "succeeded", output=output)
 

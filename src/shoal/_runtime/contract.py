@@ -34,6 +34,12 @@ UI_URL = "SHOAL_UI_URL"
 DEFAULT_UI_PORT = 8484
 # Registry of built `shoal.Image`s that name none themselves (config key image.registry).
 IMAGE_REGISTRY = "SHOAL_IMAGE_REGISTRY"
+# Where a run's metrics are forwarded while it runs: "tensorboard:DIR,wandb[:rank0]" (the
+# syntax of `shoal run --metrics`; parsed in `shoal._driver.bridges.spec`).
+METRICS_BRIDGES = "SHOAL_METRICS_BRIDGES"
+# Seconds between the engine's samples of each rank's CPU, memory and GPUs; "0": none taken.
+SYSTEM_METRICS_INTERVAL = "SHOAL_SYSTEM_METRICS_INTERVAL"
+DEFAULT_SYSTEM_METRICS_INTERVAL = 2.0
 # S3-compatible endpoint override (a MinIO or loopback server); credentials use the standard
 # AWS_* variables, which Shoal passes through untouched.
 S3_ENDPOINT = "SHOAL_S3_ENDPOINT"
@@ -150,6 +156,19 @@ def checkpoint_local_dir(uri: str) -> Path:
 def gpus_emulated(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process's GPUs are emulated on CPU (``SHOAL_GPUS_EMULATED=1``)."""
     return (os.environ if environ is None else environ).get(GPUS_EMULATED) == "1"
+
+
+def system_metrics_interval(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds between system-metric samples (``$SHOAL_SYSTEM_METRICS_INTERVAL``, default 2);
+    0 turns sampling off. A value that is not a number >= 0 raises ValueError, which the
+    driver turns into a SpecError before the run starts."""
+    raw = (os.environ if environ is None else environ).get(SYSTEM_METRICS_INTERVAL, "")
+    if not raw.strip():
+        return DEFAULT_SYSTEM_METRICS_INTERVAL
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{raw!r} is not a number of seconds >= 0")
+    return value
 
 
 def retry_backoff() -> float:

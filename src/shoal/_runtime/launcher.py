@@ -11,7 +11,8 @@ Driven only by the `NodeEnv` variables of the contract, it
    (a peer blocked in a collective would otherwise wait for the timeout), and the launcher
    writes a node report (which rank, exit code or signal, when) and exits non-zero;
 5. on SIGTERM (preemption, gang stop) passes SIGTERM to the ranks, waits the grace period so
-   they can checkpoint, then kills whatever is left.
+   they can checkpoint, then kills whatever is left;
+6. samples every rank's CPU, memory and GPUs in a thread (`node_sampler`), written per rank.
 
 Console script: ``shoal-node``.
 """
@@ -32,6 +33,7 @@ from typing import NoReturn
 
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
+from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -166,6 +168,12 @@ class Node:
                 self.children[subprocess.Popen(rank_argv(), env={**base, **rank_env}).pid] = \
                     local_rank
 
+    def rank_pids(self) -> dict[int, int]:
+        """Local rank -> pid of each rank this launcher started (under torchrun: found)."""
+        if -1 in self.children.values():
+            return torchrun_ranks()
+        return {local_rank: pid for pid, local_rank in self.children.items()}
+
     def signal_all(self, sig: int) -> None:
         """Signal every descendant. As the init of its own PID namespace, kill(-1) reaches
         exactly the node's processes (the kernel's view, whatever /proc shows); otherwise the
@@ -286,8 +294,12 @@ def main() -> None:
     wait_for_master(node)
     runner = Node(node)
 
+    sampler: NodeSampler | None = None
+
     def stop_and_exit(signum: int) -> None:
         runner.stop(node.grace_period)
+        if sampler is not None:
+            sampler.stop()
         os._exit(128 + signum)
 
     def on_term(signum: int, frame: object) -> None:
@@ -298,7 +310,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, on_term)
     watch_lifeline(runner, min(node.grace_period, 5.0))
     runner.start()
+    sampler = start_sampler(node, runner.rank_pids)  # after the forks: no thread may precede them
     code = runner.watch()
+    if sampler is not None:
+        sampler.stop()
     sys.stdout.flush()
     os._exit(code)
 

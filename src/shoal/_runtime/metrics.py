@@ -140,6 +140,18 @@ class MetricsWriter:
             self._fd = None
 
 
+def open_writer(home: str | Path, run: str, action: str, attempt: int, *,
+                restart: int | None = None, node: int | None = None, rank: int | None = None,
+                source: str = "user") -> MetricsWriter:
+    """The writer of one call's (rank's) file: ``source="system"`` for the engine's samples of
+    its processes, which go to the ``.system.jsonl`` file beside the user's."""
+    return MetricsWriter(
+        metrics_path(home, run, action, attempt, restart, rank, source=source),
+        {"run": run, "action": action, "attempt": attempt, "restart": restart,
+         "node": node, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+         "source": source, "started": time.time()})
+
+
 _current: MetricsWriter | None = None
 
 
@@ -157,11 +169,8 @@ class metrics_scope:
     def __init__(self, home: str, run: str, action: str, attempt: int, *,
                  restart: int | None = None, node: int | None = None,
                  rank: int | None = None) -> None:
-        self.writer = MetricsWriter(
-            metrics_path(home, run, action, attempt, restart, rank),
-            {"run": run, "action": action, "attempt": attempt, "restart": restart,
-             "node": node, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
-             "source": "user", "started": time.time()})
+        self.writer = open_writer(home, run, action, attempt, restart=restart, node=node,
+                                  rank=rank)
 
     def __enter__(self) -> MetricsWriter:
         global _current

@@ -35,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--override", action="append", default=[], metavar="ENV.FIELD=N",
                    help="shrink a clustered topology for this machine, e.g. "
                         "--override pretrain.replicas=2 --override pretrain.nproc_per_node=1")
+    p.add_argument("--metrics", default=None, metavar="BRIDGES",
+                   help="also send the run's metrics to TensorBoard and/or Weights & Biases: "
+                        "tensorboard:DIR (event files, a folder per rank), wandb (a W&B run per "
+                        "rank, offline unless WANDB_MODE is set), wandb:rank0 (rank 0 only); "
+                        "comma-separated (default: $SHOAL_METRICS_BRIDGES)")
     p.epilog = "Task arguments follow TASK, typed from its signature: --steps 10 --lr 0.1"
 
 
@@ -46,6 +51,11 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.cli.progress import Progress
 
     engine = args.engine or contract_engine()
+    if engine == "kubernetes" and args.metrics is not None:
+        raise SpecError("--metrics", args.metrics, "bridges run beside the local driver; a "
+                        "Kubernetes run's driver and ranks are pods, whose metric files this "
+                        "machine cannot follow", "leave --metrics out with --engine kubernetes")
+    options = _run_options(args.metrics)
     init(engine="local" if engine == "kubernetes" else engine, store=args.store)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
@@ -63,7 +73,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         return _kubernetes(task, call, args)
     progress = Progress(stream_logs=not args.quiet)
     runner = Runner(call, envs=envs, name=args.name, engine=args.engine or contract_engine(),
-                    reporter=progress, resume=args.resume)
+                    reporter=progress, resume=args.resume, options=options)
     if args.dry_run:
         print(runner.dry_run())
         for env in envs:
@@ -82,6 +92,17 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"shoal: run {runner.name} succeeded; logs: shoal logs {runner.name}", file=sys.stderr)
     print(_render(value))
     return 0
+
+
+def _run_options(metrics: str | None) -> Any:
+    """``--metrics``, checked before anything starts (syntax, then each bridge's package)."""
+    from shoal._driver.bridges.spec import check_installed, parse_bridges
+    from shoal._driver.run_options import RunOptions
+
+    if metrics is None:
+        return None
+    check_installed(parse_bridges(metrics, "--metrics"), "--metrics")
+    return RunOptions(metrics=metrics)
 
 
 def _kubernetes(task: Any, call: Any, args: argparse.Namespace) -> int:

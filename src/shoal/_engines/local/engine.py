@@ -34,6 +34,8 @@ from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
 from shoal._runtime import messages as m
 from shoal._runtime.contract import WorkerEnv
+from shoal._runtime.metrics import open_writer
+from shoal._runtime.system_metrics import CallSampler
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal.errors import EngineError, FailureInfo, ShoalError
 
@@ -311,21 +313,47 @@ class LocalEngine(Engine):
 
     async def _within_memory(self, worker: Worker, order: m.Run, call: CallSpec) -> m.Done:
         """The worker's answer to ``order``; `OutOfMemory` once its process tree holds more than
-        the environment's memory limit, as a container past its cgroup limit is OOM-killed."""
+        the environment's memory limit, as a container past its cgroup limit is OOM-killed.
+        Meanwhile the tree's CPU and memory are written as the call's system metrics."""
         resources = call.task.env.resources
         limit = resources.memory_limit_bytes if resources is not None else None
         answer = worker.order(order)
-        if limit is None:
+        system = self._system_sampler(order)
+        if limit is None and system is None:
             return await answer
-        while True:
-            done, _ = await asyncio.wait({answer}, timeout=MEMORY_SAMPLE_SECONDS)
-            if done:
-                return answer.result()
-            used = await asyncio.to_thread(procs.tree_memory, worker.pid)
-            if used > limit:
-                raise OutOfMemory(f"its processes held {used / 2**20:.0f} MiB, over its memory "
-                                  f"limit of {limit / 2**20:.0f} MiB; they were killed "
-                                  "(raise Resources(memory=...) or use less)")
+        tick = MEMORY_SAMPLE_SECONDS if limit is not None or system is None \
+            else system.interval
+        try:
+            if system is not None:
+                await asyncio.to_thread(system.prime, worker.pid)
+            while True:
+                done, _ = await asyncio.wait({answer}, timeout=tick)
+                if done:
+                    return answer.result()
+                if limit is not None:
+                    used = await asyncio.to_thread(procs.tree_memory, worker.pid)
+                    if used > limit:
+                        raise OutOfMemory(
+                            f"its processes held {used / 2**20:.0f} MiB, over its memory limit "
+                            f"of {limit / 2**20:.0f} MiB; they were killed "
+                            "(raise Resources(memory=...) or use less)")
+                if system is not None and system.due():
+                    await asyncio.to_thread(system.sample, worker.pid)
+        finally:
+            if system is not None:
+                system.close()
+
+    def _system_sampler(self, order: m.Run) -> CallSampler | None:
+        """CPU and memory of a plain call, every ``SHOAL_SYSTEM_METRICS_INTERVAL`` seconds
+        (checked by the driver before the run starts; a bad value here means off)."""
+        try:
+            interval = contract.system_metrics_interval()
+        except ValueError:
+            return None
+        if interval == 0:
+            return None
+        return CallSampler(open_writer(self.home, order.run, order.action, order.attempt,
+                                       source="system"), interval)
 
     def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
                 exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:
