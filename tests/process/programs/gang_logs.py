@@ -34,6 +34,7 @@ def shout(gate: str = "", big: int = 0) -> int:
             time.sleep(0.05)
     print(f"late line of rank {ctx.rank}", flush=True)
     if ctx.rank == 3:
+        time.sleep(1.0)  # every rank has seen the gate open and printed, however loaded
         raise ValueError("rank 3 cannot count")
-    time.sleep(0.5)  # the others outlive rank 3, so the gang is stopped for its failure
+    time.sleep(3.0)  # the others outlive rank 3, so the gang is stopped for its failure
     return ctx.rank
