@@ -152,6 +152,7 @@ def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int) -> Gu
     ui = UI(home)
     routes = [
         Route("/", ui.runs_page),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/runs/{run}", ui.run_page),
         Route("/runs/{run}/logs", ui.logs_page),
         Route("/runs/{run}/metrics", ui.metrics_page),

@@ -64,7 +64,8 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
         logs = folder / f"r{restart}"
         ranks, nodes = _layout(logs)
         how = _how_it_ended(events, restart, restart == restarts[-1], att.state)
-        states = dict.fromkeys(ranks, how)
+        # Ranks that did not fail were stopped with their gang (or ended as it did).
+        states = dict.fromkeys(ranks, "stopped" if how == "restarted" else how)
         failure = None
         with contextlib.suppress(ShoalError, OSError):
             failure = first_failure(store, join(io, f"r{restart}"))

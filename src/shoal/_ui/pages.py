@@ -22,11 +22,11 @@ def _page(title: str, body: str, script: str, *, run: str = "", extra_head: str 
 <html lang="en"><head><meta charset="utf-8">
 <title>{escape(title)} · shoal</title>
 <link rel="stylesheet" href="/static/app.css">{extra_head}
-<script src="/static/common.js"></script>
 </head><body data-run="{escape(run)}">
 <header><b>shoal</b> <nav>{nav}</nav></header>
 <main>{body}</main>
-<script src="/static/{script}"></script>
+<script src="/static/common.js"></script>
+{f'<script src="/static/{script}"></script>' if script else ""}
 </body></html>"""
 
 
@@ -76,4 +76,4 @@ def metrics_page(run: str) -> str:
 def not_found_page(what: str, message: str) -> str:
     body = (f'<h1>Not found: {escape(what)}</h1><p class="error">{escape(message)}</p>'
             '<p><a href="/">all runs</a></p>')
-    return _page("not found", body, "common.js")
+    return _page("not found", body, "")
