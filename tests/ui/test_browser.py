@@ -116,5 +116,11 @@ def test_live_points_and_log_lines_show_within_seconds(ui_server: Server, page: 
     assert "[cut: 96000 more characters here" in shown  # the huge line, cut in the view
     assert log.read_text().count("x") == 100_000  # and whole on disk
     writer.close()
+
+    page.goto(f"{ui_server.base}/runs/{run.name}")  # the button POSTs from the page
+    page.click("#cancel")
+    page.wait_for_function("() => document.getElementById('control-result').textContent"
+                           " === 'cancel requested'")
+    assert records.cancel_requested(run.name)
     print(f"\nmetric point -> chart {metric_latency * 1000:.0f} ms; "
           f"log line -> browser {log_latency * 1000:.0f} ms")

@@ -52,12 +52,12 @@ def _run(records: Records, home: Path, **inputs: object) -> RunRecord:
 
 
 def _write(home: Path, run: str, rank: int | None, points: list[tuple[str, int, float]],
-           action: str = "a0", restart: int | None = None) -> None:
+           action: str = "a0", restart: int | None = None, source: str = "user") -> None:
     restart = 0 if rank is not None and restart is None else restart
-    writer = MetricsWriter(metrics_path(home, run, action, 0, restart, rank),
+    writer = MetricsWriter(metrics_path(home, run, action, 0, restart, rank, source),
                            {"run": run, "action": action, "attempt": 0, "restart": restart,
                             "node": None if rank is None else rank // 2, "rank": rank,
-                            "source": "user"})
+                            "source": source})
     for name, step, value in points:
         writer.add([(name, value)], step, 1000.0 + step)
     writer.close()
@@ -147,9 +147,12 @@ def test_metrics_json_a_line_per_rank_with_non_finite_flagged(
     _write(shoal_home, run.name, 1, [("loss", 5, math.nan), ("loss", 6, math.inf)])
     # rank 1's gang restart: its steps 3.. replace the first start's (it resumed)
     _write(shoal_home, run.name, 1, [("loss", 3, 9.0)], restart=1)
+    _write(shoal_home, run.name, 0, [("cpu_percent", 0, 55.0)], source="system")
     client.get(f"/?token={TOKEN}")
     doc = client.get(f"/api/runs/{run.name}/metrics").json()
-    (chart,) = doc["charts"]
+    chart, system = doc["charts"]  # the user's metrics first, the system's beside them
+    assert (system["source"], system["name"], system["lines"][0]["y"]) == (
+        "system", "cpu_percent", [55.0])
     assert chart["name"] == "loss" and not chart["band"]
     assert [line["label"] for line in chart["lines"]] == [f"rank {r}" for r in range(4)]
     r1 = chart["lines"][1]

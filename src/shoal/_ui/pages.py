@@ -68,8 +68,11 @@ def metrics_page(run: str) -> str:
 · smoothing <input id="smooth" type="range" min="0" max="0.99" step="0.01" value="0">
 <span id="smooth-value">0</span> · <span id="metrics-status"></span>
 · drag on a chart to zoom, double-click to reset</p>
-<section><h2>Training</h2><div id="charts-user" class="charts"></div></section>
-<section><h2>System</h2><div id="charts-system" class="charts"></div></section>"""
+<section><h2>Training</h2><div id="charts-user" class="charts">
+<p class="empty">no points yet (tasks call shoal.log_metrics)</p></div></section>
+<section><h2>System</h2><div id="charts-system" class="charts">
+<p class="empty">none recorded (CPU, memory and GPUs, sampled per rank by the engine)</p>
+</div></section>"""
     return _page(f"metrics {run}", body, "metrics.js", run=run, extra_head=_UPLOT)
 
 

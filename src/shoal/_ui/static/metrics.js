@@ -35,6 +35,7 @@ function draw(chart, x, alpha) {
     const box = document.getElementById("charts-" + (chart.source === "system" ? "system" : "user"));
     let holder = document.querySelector(`[data-chart="${CSS.escape(key)}"]`);
     if (!holder) {
+      for (const empty of box.querySelectorAll(".empty")) empty.remove();
       holder = el("div", {class: "chart", "data-chart": key});
       box.append(holder);
     }
