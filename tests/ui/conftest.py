@@ -60,7 +60,10 @@ def stop_ui(server: Server) -> None:
 
 @pytest.fixture
 def ui_server(shoal_home: Path) -> Iterator[Server]:
+    pytest.importorskip("starlette", reason="the ui extra is not installed: pip install -e '.[ui]'")
+    pytest.importorskip("uvicorn", reason="the ui extra is not installed: pip install -e '.[ui]'")
     server = start_ui()
+    assert server.base.startswith("http://127.0.0.1:"), server.url  # loopback by default
     try:
         yield server
     finally:
