@@ -235,3 +235,61 @@ def test_a_port_in_use_is_one_clear_error(capsys: pytest.CaptureFixture[str]) ->
         assert main(["ui", "--port", str(port)]) == 2
     out = capsys.readouterr().err
     assert f"--port={port}: is already in use" in out and "--port 0" in out
+
+
+def test_gang_json_grid_failure_preemption_and_checkpoints(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    """The gang panel's data from what a 2-node × 2-rank gang leaves: a start whose rank 2
+    raised, a start preempted, a start that is still running, and two checkpoints."""
+    from shoal._runtime import contract
+    from shoal._storage.checkpoint_layout import Version, Versions
+    from shoal._storage.store import join, open_store
+
+    run = _run(records, shoal_home)
+    records.create_action(run=run.name, action_id="a0", task="g.train", env="g", inputs={})
+    logs = shoal_home / "runs" / run.name / "logs"
+    records.start_attempt(run.name, "a0", 0, pid=None, log_path=str(logs / "a0.0.log"))
+    for restart in range(3):
+        folder = logs / "gang" / "a0.0" / f"r{restart}"
+        folder.mkdir(parents=True)
+        for n in range(2):
+            (folder / f"node{n}.log").write_text("")
+        for r in range(4):
+            (folder / f"rank{r}.log").write_text(f"rank {r} line\n")
+        records.add_event(run.name, "gang_started", "started", action_id="a0",
+                          data={"restart": restart})
+        if restart == 0:
+            (folder / "rank2.log").write_text("about to fail\nValueError: bad batch\n")
+            records.add_event(run.name, "gang_restart", "rank 2 failed", action_id="a0",
+                              data={"restart": 0, "rank": 2, "left": 1})
+        if restart == 1:
+            records.add_event(run.name, "gang_preempted", "preempted", action_id="a0",
+                              data={"restart": 1})
+    store = open_store(run.store)
+    io = join(run.store, "runs", run.name, "a0", "0")
+    store.put_bytes(join(io, "r0", "rank-2.failure.json"), json.dumps({
+        "rank": 2, "node": 1, "at": time.time(), "message": "ValueError: bad batch",
+        "error_type": "ValueError", "traceback": "Traceback ...\nValueError: bad batch\n",
+    }).encode())
+    versions = Versions(store, contract.checkpoint_uri(run.store, run.name, "a0"))
+    for step in (5, 10):
+        versions.commit(Version(step=step, kind="bytes", world_size=4, shards=()))
+
+    client.get(f"/?token={TOKEN}")
+    doc = client.get(f"/api/runs/{run.name}/gangs/a0").json()
+    (attempt,) = doc["attempts"]
+    starts = attempt["starts"]
+    assert [s["ended"] for s in starts] == ["restarted", "preempted", "running"]
+    grid = [[(r["rank"], r["state"]) for r in n["ranks"]] for n in starts[0]["nodes"]]
+    assert grid == [[(0, "stopped"), (1, "stopped")], [(2, "raised"), (3, "stopped")]]
+    first = starts[0]["first_failure"]
+    assert (first["rank"], first["node"], first["error_type"]) == (2, 1, "ValueError")
+    assert "ValueError: bad batch" in first["traceback"]
+    assert first["log_tail"] == "about to fail\nValueError: bad batch"
+    assert starts[1]["first_failure"] is None
+    assert [e["kind"] for e in doc["events"]] == [
+        "gang_started", "gang_restart", "gang_started", "gang_preempted", "gang_started"]
+    assert [(c["step"], c["version"], c["written_by"]) for c in doc["checkpoints"]] == [
+        (5, "v000000000005", {"attempt": 0, "restart": 2}),
+        (10, "v000000000010", {"attempt": 0, "restart": 2})]
+    assert client.get(f"/api/runs/{run.name}/gangs/a7").status_code == 404
