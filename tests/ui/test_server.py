@@ -206,7 +206,8 @@ def test_logs_stream_cut_huge_lines_and_download_whole(
     log = shoal_home / "runs" / run.name / "logs" / "a0.0.log"
     log.parent.mkdir(parents=True)
     huge = "y" * 50_000
-    log.write_text(f"hello\n{huge}\nlast\n")
+    longer = "z" * 600_000  # longer than one read of the tail: it comes in pieces
+    log.write_text(f"hello\n{huge}\nlast\n{longer}\nend\n")
     records.start_attempt(run.name, "a0", 0, pid=None, log_path=str(log))
     client.get(f"/?token={TOKEN}")
     (source,) = client.get(f"/api/runs/{run.name}/logs").json()["sources"]
@@ -216,10 +217,12 @@ def test_logs_stream_cut_huge_lines_and_download_whole(
     events = [json.loads(b.split("data: ", 1)[1]) for b in body.split("\n\n")
               if b.startswith("event: lines")]
     lines = [line for batch in events for line in batch]
-    assert lines[0] == "hello" and lines[2] == "last"
+    assert [line[:5] for line in lines] == ["hello", "yyyyy", "last", "zzzzz", "end"]
     assert lines[1].startswith("y" * 4000) and "[cut: 46000 more characters" in lines[1]
+    assert lines[3].startswith("z" * 4000) and "[cut: 596000 more characters" in lines[3]
     download = client.get(f"{base}/download")
-    assert download.status_code == 200 and download.text == f"hello\n{huge}\nlast\n"
+    assert download.status_code == 200
+    assert download.text == f"hello\n{huge}\nlast\n{longer}\nend\n"
     assert "attachment" in download.headers["content-disposition"]
     assert client.get(f"/api/runs/{run.name}/logs/a9.0.task/stream").status_code == 404
 

@@ -21,6 +21,7 @@ from shoal._storage.records import Records
 
 START_BYTES = 1 << 20
 VIEW_CHARS = 4000
+CHUNK_BYTES = 256 * 1024
 POLL_SECONDS = 0.2
 KEEPALIVE_SECONDS = 15.0
 
@@ -42,19 +43,29 @@ def sources_json(home: Path, records: Records, run: str) -> list[dict[str, Any]]
             size = 0
         out.append({"key": source_key(s), "action": s.action, "attempt": s.attempt,
                     "task": s.task, "restart": s.restart, "node": s.node, "rank": s.rank,
-                    "kind": s.kind, "label": s.label or f"[{s.action} attempt {s.attempt}]",
-                    "size": size})
+                    "kind": s.kind, "label": s.label, "title": _title(s), "size": size})
     return out
+
+
+def _title(s: LogSource) -> str:
+    """How the source picker names a log: task, action, then who and which start."""
+    if s.kind == "task":
+        return f"{s.task} {s.action} attempt {s.attempt}"
+    who = f"rank {s.rank}" if s.kind == "rank" else "launcher"
+    return (f"{s.task} {s.action} node {s.node} {who} attempt {s.attempt} "
+            f"restart {s.restart}")
 
 
 def find_source(home: Path, records: Records, run: str, key: str) -> LogSource | None:
     return next((s for s in log_sources(home, records, run) if source_key(s) == key), None)
 
 
-def cut_line(line: str) -> str:
-    if len(line) <= VIEW_CHARS:
+def cut_line(line: str, hidden: int = 0) -> str:
+    """``line`` (of which ``hidden`` more characters were not even kept) cut to VIEW_CHARS."""
+    total = len(line) + hidden
+    if total <= VIEW_CHARS:
         return line
-    return (f"{line[:VIEW_CHARS]} … [cut: {len(line) - VIEW_CHARS} more characters here; the "
+    return (f"{line[:VIEW_CHARS]} … [cut: {total - VIEW_CHARS} more characters here; the "
             "file and its download keep the whole line]")
 
 
@@ -80,12 +91,22 @@ async def tail_events(request: Request, path: Path, follow: bool) -> AsyncIterat
     if skipped:
         yield f"event: skipped\ndata: {offset}\n\n"
     idle = 0.0
+    piece, hidden = "", 0  # the start of a line longer than one read, and what is beyond it
     while True:
-        data, offset = await asyncio.to_thread(read_chunk, path, offset, 256 * 1024)
+        data, offset = await asyncio.to_thread(read_chunk, path, offset, CHUNK_BYTES)
         if data:
             idle = 0.0
-            lines = [cut_line(t) for t in data.decode("utf-8", "replace").splitlines()]
-            yield f"event: lines\ndata: {json.dumps(lines)}\n\n"
+            text = data.decode("utf-8", "replace")
+            if not text.endswith("\n"):  # a piece of a line longer than one read
+                keep = max(0, VIEW_CHARS - len(piece))
+                piece += text[:keep]
+                hidden += len(text) - len(text[:keep])
+                continue
+            lines = text[:-1].split("\n")
+            lines[0] = piece + lines[0]
+            out = [cut_line(lines[0], hidden)] + [cut_line(t) for t in lines[1:]]
+            piece, hidden = "", 0
+            yield f"event: lines\ndata: {json.dumps(out)}\n\n"
             continue
         if not follow:
             yield "event: end\ndata: {}\n\n"

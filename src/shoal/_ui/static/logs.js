@@ -44,8 +44,7 @@ poll(async () => {
   if (keys === known) return;
   known = keys;
   const current = select.value || new URL(location.href).searchParams.get("source");
-  select.replaceChildren(...data.sources.map(s => el("option", {value: s.key},
-    `${s.task} ${s.label}` + (s.restart !== null ? ` restart ${s.restart}` : ""))));
+  select.replaceChildren(...data.sources.map(s => el("option", {value: s.key, text: s.title})));
   const pick = data.sources.find(s => s.key === current) || data.sources[0];
   if (!pick) return;
   select.value = pick.key;
