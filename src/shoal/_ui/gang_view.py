@@ -62,7 +62,9 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
     starts = []
     for restart in restarts:
         logs = folder / f"r{restart}"
-        ranks, nodes = _layout(logs)
+        start_event = next((e for e in started if (e.data or {}).get("restart") == restart),
+                           None)
+        ranks, nodes, per_node = _layout(logs, (start_event.data or {}) if start_event else {})
         how = _how_it_ended(events, restart, restart == restarts[-1], att.state)
         # Ranks that did not fail were stopped with their gang (or ended as it did).
         states = dict.fromkeys(ranks, "stopped" if how == "restarted" else how)
@@ -74,9 +76,6 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
                 if isinstance(rank, int):
                     states[rank] = ("raised" if report["kind"] == "rank"
                                     else "killed" if report.get("signal") else "exited")
-        per_node = max(1, len(ranks) // max(1, len(nodes)))
-        start_event = next((e for e in started if (e.data or {}).get("restart") == restart),
-                           None)
         first = None
         if failure is not None:
             first = {"rank": failure.rank, "node": failure.node, "message": failure.message,
@@ -95,8 +94,12 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
             "ended": att.ended_at, "starts": starts}
 
 
-def _layout(folder: Path) -> tuple[list[int], list[int]]:
-    """The ranks and nodes of one start, from the logs the launchers created."""
+def _layout(folder: Path, started: dict[str, Any]) -> tuple[list[int], list[int], int]:
+    """The ranks, nodes and ranks per node of one start: from its gang_started event, or
+    (records of an older Shoal) from the logs its launchers created."""
+    nnodes, nproc = started.get("nnodes"), started.get("nproc_per_node")
+    if isinstance(nnodes, int) and isinstance(nproc, int) and nnodes > 0 and nproc > 0:
+        return list(range(nnodes * nproc)), list(range(nnodes)), nproc
     ranks: list[int] = []
     nodes: list[int] = []
     if folder.is_dir():
@@ -104,7 +107,8 @@ def _layout(folder: Path) -> tuple[list[int], list[int]]:
             m = _LOG.match(path.name)
             if m:
                 (ranks if m.group(1) == "rank" else nodes).append(int(m.group(2)))
-    return sorted(ranks), sorted(nodes) or [0]
+    nodes = sorted(nodes) or [0]
+    return sorted(ranks), nodes, max(1, len(ranks) // len(nodes))
 
 
 def _how_it_ended(events: list[EventRecord], restart: int, last: bool, attempt: str) -> str:
