@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import shoal
+from shoal._runtime import contract
 from shoal._runtime.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
 
@@ -28,9 +29,12 @@ def _status(url: str) -> int:
         return e.code
 
 
-def test_gang_run_in_the_browser(ui_server: Server, page: Any, shoal_home: Path) -> None:
-    """A 2×2 gang logging metrics, one rank killed once: every rank's points are charted,
-    rank 3's log shows, the gang panel shows the restart; no token, no answer."""
+def test_gang_run_in_the_browser(ui_server: Server, page: Any, shoal_home: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2×2 gang logging metrics, one rank killed once: every rank's points are charted (and
+    the engine's samples of each rank beside them), rank 3's log shows, the gang panel shows
+    the restart and the checkpoints; no token, no answer."""
+    monkeypatch.setenv(contract.SYSTEM_METRICS_INTERVAL, "0.3")
     run = shoal.run(metrics_gang.train, 30, 4)
     assert run.outputs()[0] > 0
     shots = screenshots_dir()
@@ -66,6 +70,10 @@ def test_gang_run_in_the_browser(ui_server: Server, page: Any, shoal_home: Path)
     # The restart resumed after the step-0 checkpoint: steps 1..29 at least (the first start's
     # points are there too if its writers flushed before the gang was stopped).
     assert all(n >= 29 for n in by_rank.values()), by_rank
+    system = page.evaluate("() => Object.values(window.shoalCharts)"
+                           ".filter(c => c.source === 'system')")
+    assert system, "no system metrics charted"
+    assert {line["rank"] for line in system[0]["lines"]} == {0, 1, 2, 3}, system[0]
     page.wait_for_selector("[data-chart='user/loss'] canvas")
     page.screenshot(path=str(shots / "metrics.png"), full_page=True)
 

@@ -10,6 +10,16 @@ let lastVersion = null, lastX = null, lastSmooth = null, lastData = null;
 const xMode = () => document.querySelector("input[name=x]:checked").value;
 const smoothing = () => parseFloat(document.getElementById("smooth").value);
 
+// Axis ticks in few characters: 1.5G, 350M, 12k, 0.003 (uPlot's default cuts long numbers).
+function compact(v) {
+  if (v === null) return "";
+  const a = Math.abs(v);
+  for (const [div, unit] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e4, "k"]]) {
+    if (a >= div) return +(v / div).toPrecision(4) + unit;
+  }
+  return String(+v.toPrecision(4));
+}
+
 function smooth(ys, alpha) {
   if (!alpha) return ys;
   let acc = null;
@@ -43,7 +53,8 @@ function draw(chart, x, alpha) {
     const series = [{label: x}].concat(chart.lines.map((l, i) => ({
       label: l.label, stroke: chart.band ? (i === 1 ? "#1f77b4" : "#9bbbd9") : COLORS[i % COLORS.length],
       spanGaps: true, points: {show: false}})));
-    const opts = {width: 560, height: 260, series,
+    const axes = [{}, {size: 60, values: (u, ticks) => ticks.map(compact)}];
+    const opts = {width: 560, height: 260, series, axes,
       scales: {x: {time: x === "time"}}, cursor: {drag: {x: true, y: false}},
       hooks: {setSelect: [u => { if (u.select.width > 0) charts[key].zoomed = true; }]}};
     if (chart.band) opts.bands = [{series: [3, 1], fill: "rgba(31,119,180,0.15)"}];
