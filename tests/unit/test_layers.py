@@ -45,7 +45,8 @@ def test_everything_else_is_private() -> None:
 
 def test_import_shoal_stays_light() -> None:
     code = ("import sys, shoal; heavy = ['torch', 'jax', 'numpy', 'kubernetes', 'obstore', "
-            "'fsspec', 'flask', 'fastapi', 'yaml', 'psutil', 'sqlite3', 'pandas', 'pyarrow', "
+            "'fsspec', 'flask', 'fastapi', 'starlette', 'uvicorn', 'yaml', 'psutil', "
+            "'sqlite3', 'pandas', 'pyarrow', "
             "'pydantic']; import shoal.io; "
             "print([m for m in heavy if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -72,7 +73,17 @@ RULES = {
     "_storage": ("shoal._engines", "shoal._driver", "shoal.cli"),
     "_engines": ("shoal._api", "shoal._driver", "shoal.cli"),
     "_driver": ("shoal.cli",),
+    # The web UI reads the records, the store and the run's files; it never drives a run.
+    "_ui": ("shoal._engines", "shoal._driver", "shoal._api", "shoal.cli"),
 }
+
+
+def test_only_the_cli_imports_the_ui() -> None:
+    bad = [f"{path.relative_to(SRC)} imports {name}"
+           for path in SRC.rglob("*.py")
+           if path.parent.name != "cli" and "_ui" not in path.relative_to(SRC).parts
+           for name in _imports(path) if name == "shoal._ui" or name.startswith("shoal._ui.")]
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("layer", sorted(RULES))

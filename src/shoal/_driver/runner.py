@@ -22,12 +22,11 @@ from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
-from shoal._storage.records import Records
+from shoal._storage.records import PREEMPT_REQUEST, Records
 from shoal._storage.store import open_store
 from shoal.errors import RunCancelled, ShoalError, SpecError
 
 HEARTBEAT_SECONDS = 2.0
-PREEMPT_REQUEST = "preempt_requested"  # an event `shoal preempt` adds; the runner acts on it
 CANCEL_POLL_SECONDS = 0.5
 
 

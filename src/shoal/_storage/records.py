@@ -45,6 +45,7 @@ from shoal.errors import NotFoundError, SpecError
 __all__ = [
     "ACTION_STATES",
     "ATTEMPT_STATES",
+    "PREEMPT_REQUEST",
     "RUN_STATES",
     "SCHEMA_VERSION",
     "TERMINAL_STATES",
@@ -55,6 +56,9 @@ __all__ = [
     "RunRecord",
 ]
 
+
+# The event `shoal preempt` (and the UI's preempt button) adds; the run's driver acts on it.
+PREEMPT_REQUEST = "preempt_requested"
 
 # A reused pid has a different start time; psutil reports it to 1/100 s, so 1 s is generous.
 _START_TIME_TOLERANCE_S = 1.0
@@ -251,6 +255,15 @@ class Records(ActionsAndEvents):
             return bool(cur.rowcount)
 
         return self._write(update)
+
+    def request_preempt(self, name: str, by: str) -> bool:
+        """Ask the run's driver to preempt its running gangs; False if the run already ended.
+        ``by`` names who asked, for the event's message."""
+        run = self.get_run(name)
+        if run.terminal:
+            return False
+        self.add_event(run.name, PREEMPT_REQUEST, f"preemption requested by {by}")
+        return True
 
     def cancel_requested(self, name: str) -> bool:
         def read(conn: sqlite3.Connection) -> bool:

@@ -14,17 +14,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._driver.runner import PREEMPT_REQUEST
     from shoal._runtime import contract
     from shoal._storage.records import Records
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
     run = records.get_run(args.run)
-    if run.terminal:
+    if not records.request_preempt(run.name, "`shoal preempt`"):
         print(f"run {run.name} already ended ({run.state}); nothing to preempt")
         return 1
-    records.add_event(run.name, PREEMPT_REQUEST, "preemption requested by `shoal preempt`")
     print(f"preemption requested for {run.name}; its driver (pid {run.engine_pid}) carries it "
           "out within a second")
     return 0

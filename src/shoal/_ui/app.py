@@ -1,0 +1,171 @@
+"""The routes of `shoal ui`: pages, their JSON, log streams, and the two buttons that act.
+
+Only ``POST /api/runs/<run>/cancel`` and ``.../preempt`` change anything, through the same
+`Records` calls as `shoal cancel` and `shoal preempt`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from shoal._storage.logs import LogSource
+from shoal._storage.records import Records, RunRecord
+from shoal._ui import gang_view, logs_view, pages, views
+from shoal._ui.guard import Guard
+from shoal._ui.metrics_view import MetricsCache
+from shoal.errors import NotFoundError
+
+STATIC = Path(__file__).parent / "static"
+REAP_SECONDS = 5.0
+
+
+class _Missing(Exception):
+    def __init__(self, what: str, message: str) -> None:
+        super().__init__(message)
+        self.what = what
+        self.message = message
+
+
+class UI:
+    """What the routes share: the records, the home folder, the metrics cache."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.records = Records(home / "shoal.db")
+        self.metrics = MetricsCache(home)
+        self._reaped = 0.0
+
+    def run(self, request: Request) -> RunRecord:
+        name = request.path_params["run"]
+        try:
+            return self.records.get_run(name)
+        except NotFoundError as e:
+            raise _Missing(f"run {name}", str(e)) from None
+
+    def reap(self) -> None:
+        if time.monotonic() - self._reaped > REAP_SECONDS:
+            self._reaped = time.monotonic()
+            self.records.reap_dead_runs()
+
+    # -- pages ------------------------------------------------------------------------------
+    def runs_page(self, request: Request) -> Response:
+        return HTMLResponse(pages.runs_page())
+
+    def run_page(self, request: Request) -> Response:
+        return HTMLResponse(pages.run_page(self.run(request).name))
+
+    def logs_page(self, request: Request) -> Response:
+        return HTMLResponse(pages.logs_page(self.run(request).name))
+
+    def metrics_page(self, request: Request) -> Response:
+        return HTMLResponse(pages.metrics_page(self.run(request).name))
+
+    # -- JSON -------------------------------------------------------------------------------
+    def runs_api(self, request: Request) -> Response:
+        self.reap()
+        return JSONResponse(views.runs_json(self.records))
+
+    def run_api(self, request: Request) -> Response:
+        return JSONResponse(views.run_json(self.records, self.run(request)))
+
+    def gang_api(self, request: Request) -> Response:
+        run = self.run(request)
+        action = request.path_params["action"]
+        if self.records.find_action(run.name, action) is None:
+            raise _Missing(f"action {action}", f"run {run.name} has no action {action!r}")
+        return JSONResponse(gang_view.gang_json(self.records, self.home, run, action))
+
+    def metrics_api(self, request: Request) -> Response:
+        run = self.run(request)
+        x = request.query_params.get("x", "step")
+        if x not in ("step", "time"):
+            return JSONResponse({"error": f"x={x!r}: use step or time"}, status_code=400)
+        return Response(self.metrics.answer(run.name, x), media_type="application/json")
+
+    def logs_api(self, request: Request) -> Response:
+        run = self.run(request)
+        return JSONResponse({"sources": logs_view.sources_json(self.home, self.records,
+                                                               run.name)})
+
+    def _source(self, request: Request) -> LogSource:
+        run = self.run(request)
+        key = request.path_params["key"]
+        source = logs_view.find_source(self.home, self.records, run.name, key)
+        if source is None:
+            raise _Missing(f"log {key}", f"run {run.name} has no log {key!r}")
+        return source
+
+    async def log_stream(self, request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+
+        source = await run_in_threadpool(self._source, request)
+        follow = request.query_params.get("follow", "1") != "0"
+        return StreamingResponse(logs_view.tail_events(request, source.path, follow),
+                                 media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache"})
+
+    def log_download(self, request: Request) -> Response:
+        source = self._source(request)
+        if not source.path.exists():
+            raise _Missing(f"log {request.path_params['key']}", f"{source.path} is not written "
+                           "yet")
+        name = f"{request.path_params['run']}.{request.path_params['key']}.log"
+        return FileResponse(source.path, media_type="text/plain", filename=name)
+
+    # -- the two that act -------------------------------------------------------------------
+    def cancel_api(self, request: Request) -> Response:
+        run = self.run(request)
+        asked = self.records.request_cancel(run.name)
+        return JSONResponse({"run": run.name, "requested": asked,
+                             "message": "cancel requested" if asked
+                             else f"already ended ({run.state})"})
+
+    def preempt_api(self, request: Request) -> Response:
+        run = self.run(request)
+        asked = self.records.request_preempt(run.name, "the web UI")
+        return JSONResponse({"run": run.name, "requested": asked,
+                             "message": "preemption requested" if asked
+                             else f"already ended ({run.state})"})
+
+
+def _missing(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, _Missing)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": exc.message, "missing": exc.what}, status_code=404)
+    return HTMLResponse(pages.not_found_page(exc.what, exc.message), status_code=404)
+
+
+def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int) -> Guard:
+    ui = UI(home)
+    routes = [
+        Route("/", ui.runs_page),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Route("/runs/{run}", ui.run_page),
+        Route("/runs/{run}/logs", ui.logs_page),
+        Route("/runs/{run}/metrics", ui.metrics_page),
+        Route("/api/runs", ui.runs_api),
+        Route("/api/runs/{run}", ui.run_api),
+        Route("/api/runs/{run}/gangs/{action}", ui.gang_api),
+        Route("/api/runs/{run}/metrics", ui.metrics_api),
+        Route("/api/runs/{run}/logs", ui.logs_api),
+        Route("/api/runs/{run}/logs/{key}/stream", ui.log_stream),
+        Route("/api/runs/{run}/logs/{key}/download", ui.log_download),
+        Route("/api/runs/{run}/cancel", ui.cancel_api, methods=["POST"]),
+        Route("/api/runs/{run}/preempt", ui.preempt_api, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={_Missing: _missing})
+    return Guard(app, token=token, hosts=hosts, port=port)

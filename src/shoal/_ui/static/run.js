@@ -1,0 +1,151 @@
+// The run page: call tree, timeline, gang panels, the selected action, events; live.
+"use strict";
+let selected = null;
+let last = null;
+const TERMINAL = ["succeeded", "failed", "cancelled", "crashed"];
+
+function treeRow(a, depth) {
+  const group = a.group.length ? el("span", {class: "group", text: a.group.join(" / ") + " › "}) : "";
+  const kind = a.kind === "trace" ? " (trace)" : a.clustered ? " (gang)" : "";
+  const tries = a.attempts.length > 1 ? ` · ${a.attempts.length} attempts` : "";
+  return el("div", {class: "tree-row", "data-action": a.id, style: `padding-left:${depth * 18}px`,
+                    onclick: () => { selected = a.id; render(last); }},
+    a.id + " ", group, el("b", {text: a.task}), kind + " ",
+    el("span", {class: "state " + a.state, text: a.state}), " " + fmtDur(a.duration) + tries);
+}
+
+function renderTree(data) {
+  const depth = {};
+  const rows = data.actions.map(a => {
+    depth[a.id] = a.parent && a.parent in depth ? depth[a.parent] + 1 : 0;
+    return treeRow(a, depth[a.id]);
+  });
+  document.getElementById("tree").replaceChildren(...rows);
+}
+
+function renderTimeline(data) {
+  const starts = data.actions.map(a => a.created).filter(Boolean);
+  const t0 = Math.min(...starts, data.run.started || data.now);
+  const t1 = Math.max(data.run.ended || data.now, ...data.actions.map(a => a.ended || 0));
+  const span = Math.max(t1 - t0, 0.001);
+  const box = document.getElementById("timeline");
+  const left = 210, width = Math.max(box.clientWidth - left - 10, 200);
+  const px = t => left + ((t - t0) / span) * width;
+  const rows = data.actions.map(a => {
+    const row = el("div", {class: "tl-row", "data-action": a.id},
+                   el("span", {class: "tl-label", text: a.id + " " + a.task}));
+    if (!a.attempts.length && (a.state === "cached" || a.state === "replayed")) {
+      const x = px(a.created);
+      row.append(el("div", {class: "tl-bar " + a.state, style: `left:${x}px;width:6px`,
+                            title: `${a.task}: ${a.state}`}));
+    }
+    for (const att of a.attempts) {
+      const x = px(att.started), w = Math.max(px(att.ended || data.now) - x, 2);
+      row.append(el("div", {class: "tl-bar " + att.state, style: `left:${x}px;width:${w}px`,
+        "data-attempt": att.attempt,
+        title: `${a.task} attempt ${att.attempt}: ${att.state} ${fmtDur((att.ended || data.now) - att.started)}`},
+        "#" + att.attempt));
+    }
+    for (const m of data.marks.filter(m => m.action === a.id)) {
+      row.append(el("div", {class: "tl-mark", style: `left:${px(m.at)}px`, title: m.message}));
+    }
+    return row;
+  });
+  box.replaceChildren(...rows,
+    el("div", {class: "tl-row"}, el("span", {class: "tl-label", text: fmtDur(span) + " in all"})));
+}
+
+function renderDetail(data) {
+  const a = data.actions.find(x => x.id === selected) || data.actions[0];
+  const box = document.getElementById("detail");
+  if (!a) { box.textContent = "no actions yet"; return; }
+  const cut = p => p && p.cut ? ` … (${p.cut} more characters)` : "";
+  box.replaceChildren(
+    el("p", {}, el("b", {text: `${a.id} ${a.task}`}), ` env ${a.env}, `,
+       el("span", {class: "state " + a.state, text: a.state}),
+       a.cache_hit ? " (cache hit)" : ""),
+    el("div", {}, "inputs:", el("pre", {text: a.inputs.text + cut(a.inputs)})),
+    el("div", {}, "outputs:", el("pre", {text: a.outputs ? a.outputs.text + cut(a.outputs) : "(none yet)"})),
+    a.error ? el("pre", {class: "error", text: a.error}) : "",
+    el("ul", {}, ...a.attempts.map(t => el("li", {},
+      `attempt ${t.attempt}: ${t.state}` + (t.exit_code !== null ? ` exit ${t.exit_code}` : "") +
+      (t.signal ? ` ${t.signal}` : "") + ` ${fmtDur((t.ended || data.now) - t.started)}`))));
+}
+
+async function renderGangs(data) {
+  const box = document.getElementById("gangs");
+  const gangs = data.actions.filter(a => a.clustered);
+  const panels = [];
+  for (const a of gangs) {
+    const g = await api(`/api/runs/${encodeURIComponent(RUN)}/gangs/${encodeURIComponent(a.id)}`);
+    panels.push(gangPanel(a, g));
+  }
+  box.replaceChildren(...panels);
+}
+
+function gangPanel(a, g) {
+  const panel = el("div", {class: "gang", "data-action": a.id},
+                   el("h2", {text: `Gang ${a.id} ${a.task}`}));
+  for (const att of g.attempts) {
+    for (const s of att.starts) {
+      const grid = el("table", {class: "grid", "data-restart": s.restart},
+        el("caption", {text: `attempt ${att.attempt} restart ${s.restart}: ${s.ended}`}),
+        ...s.nodes.map(n => el("tr", {}, el("th", {text: "node " + n.node}),
+          ...n.ranks.map(r => el("td", {class: "cell " + r.state, "data-rank": r.rank},
+                                 `rank ${r.rank}`, el("br"), r.state)))));
+      panel.append(grid);
+      if (s.first_failure) {
+        const f = s.first_failure;
+        panel.append(el("div", {class: "first-failure"},
+          el("p", {class: "error", text: `restart ${s.restart}: rank ${f.rank} (node ${f.node}) failed first: ${f.message}` +
+                   (f.signal ? ` (${f.signal})` : f.exit_code !== null ? ` (exit ${f.exit_code})` : "")}),
+          f.traceback ? el("pre", {class: "error", text: f.traceback}) : "",
+          el("pre", {class: "log-tail", text: f.log_tail || "(no log)"})));
+      }
+    }
+  }
+  panel.append(el("h3", {text: "Restarts and preemptions"}),
+    el("ol", {class: "gang-events"}, ...g.events.map(e => el("li", {"data-kind": e.kind},
+      `${fmtTime(e.at)} ${e.kind}: ${e.message}`))));
+  const cps = g.checkpoints;
+  panel.append(el("h3", {text: "Checkpoints"}), cps.length ? el("table", {class: "checkpoints"},
+    el("tr", {}, ...["version", "step", "size", "time", "written by (inferred)"].map(h => el("th", {text: h}))),
+    ...cps.map(c => el("tr", {}, el("td", {text: c.version}), el("td", {text: c.step}),
+      el("td", {text: (c.size / 1024).toFixed(1) + " KiB"}), el("td", {text: fmtTime(c.at)}),
+      el("td", {text: c.written_by ? `attempt ${c.written_by.attempt} restart ${c.written_by.restart}` : "?"}))))
+    : el("p", {text: "none written"}));
+  return panel;
+}
+
+function render(data) {
+  if (!data) return;
+  document.getElementById("run-state").textContent = data.run.state;
+  document.getElementById("run-state").className = "state " + data.run.state;
+  document.getElementById("run-summary").textContent =
+    `task ${data.run.task} · engine ${data.run.engine} · started ${fmtTime(data.run.started)} · ${fmtDur(data.run.duration)}`;
+  renderTree(data);
+  renderTimeline(data);
+  renderDetail(data);
+  document.getElementById("events").replaceChildren(...data.events.map(e =>
+    el("li", {}, `${fmtTime(e.at)} ${e.action || ""} ${e.kind}: ${e.message}`)));
+}
+
+async function control(what) {
+  const out = document.getElementById("control-result");
+  try {
+    const res = await api(`/api/runs/${encodeURIComponent(RUN)}/${what}`, {method: "POST"});
+    out.textContent = res.message;
+  } catch (e) { out.textContent = String(e); }
+}
+document.getElementById("cancel").addEventListener("click", () => control("cancel"));
+document.getElementById("preempt").addEventListener("click", () => control("preempt"));
+
+let ended = 0;
+poll(async () => {
+  if (ended > 2) return;  // a finished run changes no more: stop asking
+  const data = await api(`/api/runs/${encodeURIComponent(RUN)}`);
+  last = data;
+  render(data);
+  await renderGangs(data);
+  if (TERMINAL.includes(data.run.state)) ended += 1;
+}, 1000);
