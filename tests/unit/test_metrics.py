@@ -49,12 +49,12 @@ def test_a_half_written_last_line_waits_and_damage_is_skipped(tmp_path: Path) ->
         shoal.log_metrics({"x": 1.0}, step=0)
     path = rt.metrics_path(tmp_path, "run-1", "a0", 0)
     with path.open("a") as f:
-        f.write('garbage\n{"p": [[0, 1, 1.0, 2.0]]}\n{"p": [[0, 2,')
+        f.write('garbage\n{"s": [[0, [1], [1.0], [2.0]]]}\n{"s": [[0, [2], [1.0],')
     m = RunMetrics(tmp_path, "run-1")
     m.refresh()
     assert list(m.series()[0].values) == [1.0, 2.0]
     with path.open("a") as f:
-        f.write(' 1.0, 3.0]]}\n')
+        f.write(' [3.0]]]}\n')
     m.refresh()
     assert list(m.series()[0].values) == [1.0, 2.0, 3.0]
 

@@ -7,7 +7,10 @@ points are counted as dropped, and the count is written with the next flush, nev
 lost. A flush also happens when the call ends (`close`), before a rank's ``os._exit``.
 
 One file per call and rank (layout in `metrics_path`), the first line of which says whose
-points follow; `shoal._storage.metrics` reads them back. A process killed by SIGKILL loses at
+points follow (run, action, attempt, restart, node, rank, host, pid, source); then one line per
+flush: ``{"names": [names new in this line], "s": [[name_id, [steps], [times], [values]], ...],
+"dropped": n}``, names numbered in the order they first appear in the file, NaN and infinities
+as Python's json writes them. `shoal._storage.metrics` reads them back. A process killed by SIGKILL loses at
 most its last `FLUSH_INTERVAL` of points; a half-written last line is skipped by the reader.
 """
 
@@ -96,14 +99,20 @@ class MetricsWriter:
         if not points and not dropped:
             return
         new_names: list[str] = []
-        rows = []
+        columns: dict[int, tuple[list[int], list[float], list[float]]] = {}
         for name, step, at, value in points:
             ident = self._names.get(name)
             if ident is None:
                 ident = self._names[name] = len(self._names)
                 new_names.append(name)
-            rows.append((ident, step, round(at, 3), value))
-        line: dict[str, Any] = {"p": rows}
+            column = columns.get(ident)
+            if column is None:
+                column = columns[ident] = ([], [], [])
+            column[0].append(step)
+            column[1].append(round(at, 3))
+            column[2].append(value)
+        # Column-wise: a reader parses flat arrays of numbers several times faster than rows.
+        line: dict[str, Any] = {"s": [[ident, *column] for ident, column in columns.items()]}
         if new_names:
             line["names"] = new_names
         if dropped:

@@ -121,22 +121,27 @@ def _read_new(state: _File) -> bool:
 
 
 def _apply(state: _File, line: dict[str, Any]) -> bool:
-    header = state.header or {}
     state.names.extend(line.get("names", ()))
     state.dropped += int(line.get("dropped", 0))
-    rows = line.get("p", ())
-    for ident, step, at, value in rows:
-        s = state.series.get(ident)
-        if s is None:
-            s = state.series[ident] = Series(
-                name=state.names[ident], action=str(header.get("action")),
-                attempt=int(header.get("attempt") or 0), restart=header.get("restart"),
-                node=header.get("node"), rank=header.get("rank"),
-                source=str(header.get("source", "user")))
-        s.steps.append(int(step))
-        s.times.append(float(at))
-        s.values.append(float(value))
-    return bool(rows)
+    columns = line.get("s") or ()
+    for ident, steps, times, values in columns:
+        s = _series(state, ident)
+        s.steps.extend(steps)
+        s.times.extend(times)
+        s.values.extend(values)
+    return bool(columns)
+
+
+def _series(state: _File, ident: int) -> Series:
+    s = state.series.get(ident)
+    if s is None:
+        header = state.header or {}
+        s = state.series[ident] = Series(
+            name=state.names[ident], action=str(header.get("action")),
+            attempt=int(header.get("attempt") or 0), restart=header.get("restart"),
+            node=header.get("node"), rank=header.get("rank"),
+            source=str(header.get("source", "user")))
+    return s
 
 
 def downsample(xs: array[Any] | list[float], ys: array[float] | list[float],
