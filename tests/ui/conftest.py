@@ -70,8 +70,10 @@ def ui_server(shoal_home: Path) -> Iterator[Server]:
         stop_ui(server)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # Module-scoped, not session: Playwright's sync API keeps an event loop running in this
+    # thread while it is open, and later tests' asyncio.run() would refuse to start.
     if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
         pytest.skip("no chromium at /usr/bin/chromium: apt-get install -y chromium")
     try:

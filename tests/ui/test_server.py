@@ -275,8 +275,11 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
         "error_type": "ValueError", "traceback": "Traceback ...\nValueError: bad batch\n",
     }).encode())
     versions = Versions(store, contract.checkpoint_uri(run.store, run.name, "a0"))
-    for step in (5, 10):
-        versions.commit(Version(step=step, kind="bytes", world_size=4, shards=()))
+    # step 5 as commits before they recorded their writer; step 10 recorded (restart 1 wrote
+    # it, although restart 2 was running at its time: the record wins over the inference)
+    versions.commit(Version(step=5, kind="bytes", world_size=4, shards=()))
+    versions.commit(Version(step=10, kind="bytes", world_size=4, shards=(),
+                            written_by={"attempt": 0, "restart": 1}))
 
     client.get(f"/?token={TOKEN}")
     doc = client.get(f"/api/runs/{run.name}/gangs/a0").json()
@@ -292,7 +295,8 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
     assert starts[1]["first_failure"] is None
     assert [e["kind"] for e in doc["events"]] == [
         "gang_started", "gang_restart", "gang_started", "gang_preempted", "gang_started"]
-    assert [(c["step"], c["version"], c["written_by"]) for c in doc["checkpoints"]] == [
-        (5, "v000000000005", {"attempt": 0, "restart": 2}),
-        (10, "v000000000010", {"attempt": 0, "restart": 2})]
+    assert [(c["step"], c["version"], c["written_by"], c["inferred"])
+            for c in doc["checkpoints"]] == [
+        (5, "v000000000005", {"attempt": 0, "restart": 2}, True),
+        (10, "v000000000010", {"attempt": 0, "restart": 1}, False)]
     assert client.get(f"/api/runs/{run.name}/gangs/a7").status_code == 404

@@ -96,9 +96,12 @@ class Version:
     kind: str  # "bytes" | "file" | "dir" | "sharded"
     world_size: int
     shards: tuple[Shard, ...]
+    # The call attempt and gang restart that committed it ({"attempt": 0, "restart": 1}), for
+    # people reading the history (the UI's gang page); loading never looks at it.
+    written_by: dict[str, int] | None = None
 
     def encode(self) -> bytes:
-        doc = {
+        doc: dict[str, object] = {
             "format": FORMAT,
             "step": self.step,
             "kind": self.kind,
@@ -106,6 +109,8 @@ class Version:
             "created_at": time.time(),
             "shards": [s.to_json() for s in self.shards],
         }
+        if self.written_by is not None:
+            doc["written_by"] = self.written_by
         return json.dumps(doc, indent=1).encode()
 
     @classmethod

@@ -137,6 +137,7 @@ class Checkpoint:
         self.keep = keep
         self.uri = join(uri)
         self.local_dir = Path(local_dir)
+        self._written_by = _start_of(gang_id)
         gang = re.sub(r"[^A-Za-z0-9_.-]", "_", gang_id or "") or "default"
         self._gang = "g" + gang if gang.startswith((".", TMP_PREFIX)) else gang
         self._versions = Versions(store_for(self.uri), self.uri)
@@ -230,7 +231,7 @@ class Checkpoint:
             written.append(self._versions.seal_uri(step, save_id))
             if not self._versions.seal(step, [save_id]):
                 raise self._late(step)
-            version = Version(step, payload.kind, 1, (shard,))
+            version = Version(step, payload.kind, 1, (shard,), self._written_by)
             try:
                 won = self._versions.commit(version)
             except StoreError:
@@ -380,7 +381,8 @@ class Checkpoint:
         shards = tuple(Shard.from_json(doc["shard"]) for doc in docs)
         if not self._versions.seal(step, [s.save_id for s in shards]):
             raise self._late(step)
-        if not self._versions.commit(Version(step, "sharded", self.world_size, shards)):
+        if not self._versions.commit(Version(step, "sharded", self.world_size, shards,
+                                             self._written_by)):
             return False
         self._after_commit(self._versions.read(step), self._versions.scan())
         return True
@@ -571,3 +573,14 @@ class Checkpoint:
         for entry in loaded.iterdir():
             if entry.name.startswith("v") and entry.name.split("-")[0] not in live:
                 shutil.rmtree(entry, ignore_errors=True)
+
+
+def _start_of(gang_id: str | None) -> dict[str, int] | None:
+    """``"2.1"`` (attempt 2, gang restart 1; what engines pass) or ``"2"`` as a dict."""
+    parts = (gang_id or "").split(".")
+    if not all(p.isdigit() for p in parts) or len(parts) > 2:
+        return None
+    start = {"attempt": int(parts[0])}
+    if len(parts) == 2:
+        start["restart"] = int(parts[1])
+    return start

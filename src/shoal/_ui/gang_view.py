@@ -135,9 +135,9 @@ def _tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 64 * 1024) -> st
 def checkpoints_json(records: Records, store: Store, run: RunRecord, action: str,
                      attempts: list[AttemptRecord],
                      events: list[EventRecord]) -> list[dict[str, Any]]:
-    """The committed versions of the call's checkpoint, oldest first. A commit does not record
-    which attempt or gang restart wrote it: ``written_by`` is the start that was running at
-    the commit's time (marked ``inferred``)."""
+    """The committed versions of the call's checkpoint, oldest first, with the attempt and gang
+    restart that wrote each (``written_by``: from the commit; for commits written before it was
+    recorded, the start running at the commit's time, marked ``inferred``)."""
     lineage = records.lineage(run.name)[-1].name  # checkpoints belong to the first run
     versions = Versions(store, contract.checkpoint_uri(run.store, lineage, action))
     out = []
@@ -150,9 +150,11 @@ def checkpoints_json(records: Records, store: Store, run: RunRecord, action: str
             size = sum(int(o.get("size", 0)) for s in doc.get("shards", ())
                        for o in s.get("objects", ()))
             at = doc.get("created_at")
+            recorded = doc.get("written_by")
             out.append({"step": step, "version": f"v{step:012d}", "kind": doc.get("kind"),
                         "world_size": doc.get("world_size"), "size": size, "at": at,
-                        "written_by": _writer(at, attempts, events), "inferred": True})
+                        "written_by": recorded or _writer(at, attempts, events),
+                        "inferred": recorded is None})
     return out
 
 

@@ -109,12 +109,19 @@ function gangPanel(a, g) {
       `${fmtTime(e.at)} ${e.kind}: ${e.message}`))));
   const cps = g.checkpoints;
   panel.append(el("h3", {text: "Checkpoints"}), cps.length ? el("table", {class: "checkpoints"},
-    el("tr", {}, ...["version", "step", "size", "time", "written by (inferred)"].map(h => el("th", {text: h}))),
+    el("tr", {}, ...["version", "step", "size", "time", "written by"].map(h => el("th", {text: h}))),
     ...cps.map(c => el("tr", {}, el("td", {text: c.version}), el("td", {text: c.step}),
       el("td", {text: (c.size / 1024).toFixed(1) + " KiB"}), el("td", {text: fmtTime(c.at)}),
-      el("td", {text: c.written_by ? `attempt ${c.written_by.attempt} restart ${c.written_by.restart}` : "?"}))))
+      el("td", {text: writtenBy(c)}))))
     : el("p", {text: "none written"}));
   return panel;
+}
+
+function writtenBy(c) {
+  const w = c.written_by;
+  if (!w) return "?";
+  const text = `attempt ${w.attempt}` + (w.restart == null ? "" : ` restart ${w.restart}`);
+  return c.inferred ? `${text} (inferred)` : text;
 }
 
 function render(data) {
