@@ -75,6 +75,21 @@ def test_bytes_round_trip_and_empty_checkpoint(store_root: str, tmp_path: Path) 
         cp.load_sync(step=7)
 
 
+def test_a_commit_records_the_start_that_wrote_it(store_root: str, tmp_path: Path) -> None:
+    import json
+
+    from shoal._storage.store import open_store
+
+    uri = _uri(store_root)
+    Checkpoint(uri, local_dir=tmp_path / "a", gang_id="2.1").save_sync(b"x", step=4)
+    Checkpoint(uri, local_dir=tmp_path / "b", gang_id="3").save_sync(b"y", step=5)
+    Checkpoint(uri, local_dir=tmp_path / "c").save_sync(b"z", step=6)
+    store = open_store(store_root)
+    written = [json.loads(store.get_bytes(f"{uri}/v{step:012d}.commit.json")).get("written_by")
+               for step in (4, 5, 6)]
+    assert written == [{"attempt": 2, "restart": 1}, {"attempt": 3}, None]
+
+
 def test_file_and_dir_round_trip(store_root: str, tmp_path: Path) -> None:
     cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
     big = os.urandom(9 * MiB + 123)  # more than one chunk, and more than one S3 part
