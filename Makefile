@@ -19,12 +19,14 @@ $(VENV)/.dev: pyproject.toml $(BIN)/shoal
 	@touch $@
 
 $(VENV)/.examples: pyproject.toml $(BIN)/shoal
-	$(BIN)/pip install -q -e '.[examples]' '$(TORCH)'
+	$(BIN)/pip install -q -e '.[examples,ui]' '$(TORCH)'
 	@touch $@
 
 ## demo: set up and run the pretraining example (data -> 2x2 GPT training -> eval) locally
 demo: $(VENV)/.examples
 	$(BIN)/shoal run examples/pretrain/pipeline.py main
+	@echo "See every rank's loss, logs and the gang of this run in the web UI:"
+	@echo "    $(BIN)/shoal ui $$($(BIN)/shoal runs --last)"
 
 ## test: set up and run the whole test suite
 test: $(VENV)/.dev

@@ -31,16 +31,19 @@ class Server:
     proc: subprocess.Popen[str]
 
 
-def start_ui(port: int = 0, timeout: float = 30.0) -> Server:
-    """`shoal ui --port 0` as a user runs it; the printed URL tells where it listens."""
-    proc = subprocess.Popen([sys.executable, "-m", "shoal.cli.main", "ui", "--port", str(port)],
+def start_ui(port: int = 0, timeout: float = 30.0, extra: list[str] | None = None,
+             path: str = "/") -> Server:
+    """`shoal ui --port 0 [EXTRA]` as a user runs it; the printed URL (of ``path``) tells
+    where it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "shoal.cli.main", "ui", "--port", str(port),
+                             *(extra or [])],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=os.environ.copy())
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
-        m = re.search(r"(http://[^/]+)/\?token=(\S+)", line)
+        m = re.search(r"(http://[^/]+)" + re.escape(path) + r"\?token=(\S+)", line)
         if m:
             return Server(m.group(0), m.group(1), m.group(2), proc)
         if not line and proc.poll() is not None:

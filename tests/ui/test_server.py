@@ -300,3 +300,23 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
         (5, "v000000000005", {"attempt": 0, "restart": 2}, True),
         (10, "v000000000010", {"attempt": 0, "restart": 1}, False)]
     assert client.get(f"/api/runs/{run.name}/gangs/a7").status_code == 404
+
+
+def test_shoal_ui_run_prints_that_runs_page(records: Records, shoal_home: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from .conftest import start_ui, stop_ui
+
+    run = _run(records, shoal_home)
+    assert main(["ui", "no-such-run", "--port", "0"]) == 2
+    assert "no-such-run" in capsys.readouterr().err
+    server = start_ui(extra=[run.name[:-2]], path=f"/runs/{run.name}")
+    try:
+        import http.cookiejar
+        import urllib.request
+
+        browser_like = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        with browser_like.open(server.url, timeout=10) as reply:  # the token, cookie, the page
+            assert reply.status == 200 and run.name in reply.read().decode()
+    finally:
+        stop_ui(server)

@@ -84,12 +84,15 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
           f"(store {runner.store_uri})", file=sys.stderr)
     outcome = asyncio.run(_main(runner, progress))
     print(progress.summary(), file=sys.stderr)
+    see = (f"shoal: logs: shoal logs {runner.name}; metrics: shoal metrics {runner.name}; "
+           f"web UI: shoal ui {runner.name}")
     if outcome.state != "succeeded":
         print(f"shoal: run {runner.name} {outcome.state}: {outcome.error}", file=sys.stderr)
-        print(f"shoal: logs: shoal logs {runner.name}", file=sys.stderr)
+        print(see, file=sys.stderr)
         return 1
     value = task.decode_output(outcome.output)
-    print(f"shoal: run {runner.name} succeeded; logs: shoal logs {runner.name}", file=sys.stderr)
+    print(f"shoal: run {runner.name} succeeded", file=sys.stderr)
+    print(see, file=sys.stderr)
     print(_render(value))
     return 0
 

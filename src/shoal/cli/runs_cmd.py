@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with RUN: show each action's inputs and outputs (literals, shortened)")
     p.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
     p.add_argument("--state", default=None, help="only runs in this state")
+    p.add_argument("--last", action="store_true",
+                   help="print only the name of the latest run (for scripts: "
+                        "`shoal ui $(shoal runs --last)`)")
 
 
 def _ago(t: float | None) -> str:
@@ -44,10 +48,14 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     records.reap_dead_runs()
     if args.run is not None:
         return _tree(records, args.run, io=args.io)
-    runs = records.list_runs(limit=args.limit, state=args.state)
-    if not runs:
-        print("no runs yet: start one with `shoal run FILE TASK`")
+    runs = records.list_runs(limit=1 if args.last else args.limit, state=args.state)
+    if args.last and runs:
+        print(runs[0].name)
         return 0
+    if not runs:
+        print("no runs yet: start one with `shoal run FILE TASK`", file=sys.stderr if args.last
+              else sys.stdout)
+        return 1 if args.last else 0
     rows = [("RUN", "TASK", "STATE", "STARTED", "DURATION")]
     rows += [(r.name, r.task, r.state, _ago(r.created_at), _duration(r.started_at, r.ended_at))
              for r in runs]

@@ -1,7 +1,8 @@
-"""`shoal ui [--port P] [--host 127.0.0.1]`: the web UI of this machine's runs.
+"""`shoal ui [RUN] [--port P] [--host 127.0.0.1]`: the web UI of this machine's runs.
 
-It prints one URL with a fresh random token (``?token=...``); only requests carrying it (or
-the cookie the first one sets) are answered. Needs the ``ui`` extra: ``pip install
+It prints one URL with a fresh random token (``?token=...``), of the runs page or, given RUN,
+of that run's page; only requests carrying the token (or the cookie the first one sets) are
+answered. Needs the ``ui`` extra: ``pip install
 'shoal[ui]'``.
 """
 
@@ -14,6 +15,8 @@ import sys
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from shoal._runtime import contract
 
+    p.add_argument("run", metavar="RUN", nargs="?", default=None,
+                   help="print the URL of this run's page (a unique prefix is enough)")
     p.add_argument("--port", type=int, default=contract.DEFAULT_UI_PORT,
                    help=f"port to listen on (default {contract.DEFAULT_UI_PORT}, the port "
                    "run URLs name; 0: any free port)")
@@ -27,6 +30,11 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
     if not 0 <= args.port <= 65535:
         raise SpecError("--port", args.port, "is not a TCP port", "pass 0..65535, e.g. 8484")
+    page = "/"
+    if args.run is not None:
+        from shoal._storage.records import Records
+
+        page = f"/runs/{Records(contract.home() / 'shoal.db').get_run(args.run).name}"
     try:
         from shoal._ui.server import serve
     except ImportError as e:
@@ -35,6 +43,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         return 2
 
     def announce(url: str) -> None:
+        url = url.replace("/?token=", f"{page}?token=", 1)
         print(f"shoal ui: open {url}", flush=True)
         print("(Ctrl-C stops it)", flush=True)
 
