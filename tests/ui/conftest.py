@@ -73,16 +73,24 @@ def ui_server(shoal_home: Path) -> Iterator[Server]:
         stop_ui(server)
 
 
+def _missing(why: str) -> None:
+    """Skip where the browser cannot be had; fail in CI (`SHOAL_REQUIRE_BROWSER=1`, set by
+    .ci/run), where a skipped tier would pass unnoticed."""
+    if os.environ.get("SHOAL_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{why} (SHOAL_REQUIRE_BROWSER=1: the browser tests must run here)")
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     # Module-scoped, not session: Playwright's sync API keeps an event loop running in this
     # thread while it is open, and later tests' asyncio.run() would refuse to start.
     if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        pytest.skip("no chromium at /usr/bin/chromium: apt-get install -y chromium")
+        _missing("no chromium at /usr/bin/chromium: apt-get install -y chromium")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("playwright (Python) is not installed: pip install -e '.[dev]'")
+        _missing("playwright (Python) is not installed: pip install -e '.[dev]'")
     with sync_playwright() as pw:
         exe = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
         b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
