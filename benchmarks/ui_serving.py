@@ -14,7 +14,7 @@ ranks each wrote ``--points`` points of one metric through the real `MetricsWrit
   events stream has it; median of ``--rounds``. (The browser test measures the same into
   chromium's page: tests/ui/test_browser.py.)
 
-Writes ``benchmarks/results/<date>-cpu<N>-ui_serving.md``; about 10 s.
+Writes ``benchmarks/results/<date>-cpu<N>-ui-serving.md``; about 10 s.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def main() -> None:
 
     live_ms = statistics.median(live) * 1e3
     tail_ms = statistics.median(latencies) * 1e3
-    section = "(g) web UI"
+    section = "(h) metrics and UI"
     headline(section, f"metrics JSON of 4 ranks x {args.points:,} points, live poll",
              f"{live_ms:.0f} ms", f"< {GOAL_MS:.0f} ms", live_ms < GOAL_MS)
     headline(section, "the same, first request (reads every file)", f"{cold * 1e3:.0f} ms")
@@ -122,7 +122,7 @@ def main() -> None:
              f"- log line -> live-tail client: median {tail_ms:.0f} ms (max "
              f"{max(latencies) * 1e3:.0f}) over {args.rounds} lines; goal < 1000 ms"]
     print("\n".join(lines))
-    path = results_file("ui_serving")
+    path = results_file("ui-serving")
     path.write_text("\n".join([
         f"# shoal ui serving, {path.name[:10]}, {ncpu()} CPUs", "",
         f"Command: `{command_line('ui_serving.py')}`", "",
