@@ -11,15 +11,16 @@ points follow (run, action, attempt, restart, node, rank, host, pid, source); th
 flush: ``{"names": [names new in this line], "s": [[name_id, [steps], [times], [values]], ...],
 "dropped": n}``, names numbered in the order they first appear in the file, NaN and infinities
 as Python's json writes them. `shoal._storage.metrics` reads them back. A process killed by
-SIGKILL loses at most its last `FLUSH_INTERVAL` of points; a half-written last line is skipped
-by the reader; a rank stopped by SIGTERM flushes first (`flush_on_sigterm`).
+SIGKILL or SIGTERM loses at most its last `FLUSH_INTERVAL` of points, and a half-written last
+line is skipped by the reader. No SIGTERM handler flushes first: a Python handler runs only
+when the main thread is back in the interpreter, so a rank blocked in a collective would no
+longer die of SIGTERM at once, and every gang stop or restart would wait out its grace period.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import threading
 import time
@@ -141,13 +142,6 @@ class MetricsWriter:
             written = os.write(self._fd, data)
             data = data[written:]
 
-    def drain(self, timeout: float) -> None:
-        """Flush from another thread, waiting at most ``timeout`` (from a signal handler: the
-        interrupted thread may hold the buffer's lock, so flushing inline could deadlock)."""
-        flusher = threading.Thread(target=self.flush, name="shoal-metrics-drain", daemon=True)
-        flusher.start()
-        flusher.join(timeout)
-
     def close(self) -> None:
         self._stop = True
         self._wake.set()
@@ -171,23 +165,6 @@ def open_writer(home: str | Path, run: str, action: str, attempt: int, *,
 
 
 _current: MetricsWriter | None = None
-
-
-def flush_on_sigterm() -> None:
-    """A rank stopped by SIGTERM (its gang stopping, a preemption) writes what it buffered,
-    then dies of the signal as it would have. Left alone when something else handles SIGTERM
-    already (then the scope's close flushes, if that handler lets the task end)."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
-
-    def on_term(signum: int, frame: object) -> None:
-        writer = _current
-        if writer is not None:
-            writer.drain(timeout=1.0)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-    signal.signal(signal.SIGTERM, on_term)
 
 
 def current() -> MetricsWriter | None:

@@ -22,7 +22,7 @@ from shoal._api.context import TaskContext, running
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.frameworks import prepare_runtime
-from shoal._runtime.metrics import flush_on_sigterm, metrics_scope
+from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.report_scope import report_scope
 
 
@@ -111,7 +111,6 @@ def main() -> None:
     local_rank = int(os.environ.get(contract.TORCH_LOCAL_RANK, "0"))
     if node.rank_log_dir:
         _redirect(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
-    flush_on_sigterm()
     try:
         run_rank(node, rank, local_rank)
     except BaseException as e:  # every failure of this rank is reported, then it exits non-zero
