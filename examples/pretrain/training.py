@@ -183,6 +183,8 @@ def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
         interval_steps += 1
         done = step + 1
         if metrics is not None:
+            if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor; every rank takes part
+                grad_norm = grad_norm.full_tensor()
             recent.append((done, loss.detach(), grad_norm.detach()))
 
         if done % cfg.log_every == 0 or done == cfg.steps:
