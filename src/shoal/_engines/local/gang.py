@@ -201,6 +201,7 @@ class GangRunner:
                 node_addr=f"127.0.0.{node_rank + 1}",
                 checkpoint_uri=contract.checkpoint_uri(self.engine.store, self.engine.lineage,
                                                        ref.action),
+                profile=env.profile.to_text() if env.profile is not None else "",
             )
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
