@@ -70,10 +70,11 @@ class Profile:
                                for r in ranks)):
                 raise SpecError("Profile.ranks", ranks, 'must be "all" or a non-empty list of '
                                 "ranks >= 0", 'e.g. ranks=[0, 3] or ranks="all"')
-            if len(set(ranks)) != len(ranks):
+            chosen = [int(r) for r in ranks]
+            if len(set(chosen)) != len(chosen):
                 raise SpecError("Profile.ranks", ranks, "names a rank twice",
-                                f"use ranks={sorted(set(ranks))}")
-            object.__setattr__(self, "ranks", tuple(sorted(ranks)))
+                                f"use ranks={sorted(set(chosen))}")
+            object.__setattr__(self, "ranks", tuple(sorted(chosen)))
         steps = _window("Profile.steps", self.steps, int)
         seconds = _window("Profile.seconds", self.seconds, float)
         if steps is not None and seconds is not None:
@@ -93,7 +94,7 @@ class Profile:
                                 f"use {name}=True")
 
     def spec(self) -> ProfileSpec:
-        ranks = None if self.ranks == "all" else tuple(self.ranks)
+        ranks = None if self.ranks == "all" else tuple(int(r) for r in self.ranks)
         return ProfileSpec(ranks=ranks, steps=self.steps, seconds=self.seconds, tool=self.tool,
                            record_shapes=self.record_shapes, with_stack=self.with_stack)
 

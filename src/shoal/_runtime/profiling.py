@@ -5,8 +5,9 @@ Off (no ``SHOAL_PROFILE``, or a rank not chosen) this module imports nothing and
 the task body, because torch.profiler records the ops of the thread that started it:
 
 - ``steps=(A, B)``: the metrics writer calls `RankProfiler.on_step` on each
-  ``shoal.log_metrics(step=N)``; a report of step A-1 opens the window (step A starts; A=0
-  opens it when the task starts), each later report is a ``prof.step()`` (so the trace has
+  ``shoal.log_metrics(step=N)`` (a report of step N ends step N). A report of step A-2 starts
+  the profiler in torch's warm-up for step A-1 (its start-up cost stays out of the window; the
+  task's start does it for A <= 1), each later report is a ``prof.step()`` (so the trace has
   ``ProfilerStep#N`` spans numbered as the task numbers its steps), a report of step >= B
   closes it.
 - ``seconds=(a, b)``: a timer thread sends this process `WINDOW_SIGNAL` at a and b seconds
@@ -96,6 +97,8 @@ class RankProfiler:
 
     # -- the window's edges ------------------------------------------------------------------
     def open(self, first_step: int = 0) -> None:
+        """Start the profiler with the step that starts now; a step before the window is
+        torch's warm-up (the profiler's start-up cost lands there, not in the window)."""
         if self.prof is not None or self.done:
             return
         import torch
@@ -104,10 +107,13 @@ class RankProfiler:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        # A schedule that always records: torch marks ProfilerStep# spans only with one.
+        window = self.spec.steps[0] if self.spec.steps is not None else 0
+
+        def schedule(step: int) -> ProfilerAction:  # with one, torch marks ProfilerStep#N
+            return ProfilerAction.WARMUP if step < window else ProfilerAction.RECORD
+
         self.prof = profile(activities=activities, record_shapes=self.spec.record_shapes,
-                            with_stack=self.spec.with_stack,
-                            schedule=lambda step: ProfilerAction.RECORD)
+                            with_stack=self.spec.with_stack, schedule=schedule)
         self.prof.step_num = first_step  # the first ProfilerStep# is the task's own step
         self.prof.start()
 
@@ -133,7 +139,7 @@ class RankProfiler:
         assert self.spec.steps is not None
         first, last = self.spec.steps
         if self.prof is None:
-            if first - 1 <= step < last:
+            if first - 2 <= step < last:  # one step early: the warm-up step
                 self.open(first_step=step + 1)
         elif step >= last:
             self.close()
@@ -165,7 +171,7 @@ class RankProfiler:
             writer = metrics.current()
             if writer is not None:
                 writer.on_step = self.on_step
-            if self.spec.steps[0] == 0:
+            if self.spec.steps[0] <= 1:
                 self.open(first_step=0)
         elif self.spec.seconds is not None:
             start, end = self.spec.seconds
