@@ -93,7 +93,7 @@ def test_an_environment_takes_a_profile_into_its_spec_and_a_run_can_replace_it()
     options = RunOptions(profiles={"profiled_env": other})
     assert options.apply_env(env.spec()).profile == other
     assert options.apply_env(EnvSpec(name="elsewhere")).profile is None
-    with pytest.raises(SpecError, match="shoal.Profile"):
+    with pytest.raises(SpecError, match=r"shoal\.Profile"):
         shoal.TaskEnvironment(name="bad_profile", profile="ranks=0")
 
 
@@ -107,7 +107,7 @@ def test_profiles_are_checked_against_the_world_size_and_the_tool_before_a_run(
         check_profiles([EnvSpec(name="p", profile=ProfileSpec(tool="nsys"))], local=True)
     monkeypatch.setenv("PATH", "/nonexistent")
     nsys = EnvSpec(name="g", cluster=gang, profile=ProfileSpec(tool="nsys"))
-    with pytest.raises(SpecError, match="nsys.*on PATH") as e:
+    with pytest.raises(SpecError, match=r"nsys.*on PATH") as e:
         check_profiles([nsys], local=True)
     assert "tool=torch" in e.value.fix
     check_profiles([nsys], local=False)  # a pod's image is not this machine
@@ -120,9 +120,8 @@ def test_profile_region_is_a_no_op_that_imports_nothing_when_off() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
-    with pytest.raises(SpecError):
-        with shoal.profile_region(""):
-            pass
+    with pytest.raises(SpecError), shoal.profile_region(""):
+        pass
 
 
 # -- the summary on hand-made traces ---------------------------------------------------------
