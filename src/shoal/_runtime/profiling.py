@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,7 @@ class RankProfiler:
         self.last_step: int | None = None
         self._timer: threading.Thread | None = None
         self._stop_timer = threading.Event()
+        self._handled = threading.Event()
         self._old_handler: Any = None
 
     # -- the window's edges ------------------------------------------------------------------
@@ -107,13 +109,16 @@ class RankProfiler:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        window = self.spec.steps[0] if self.spec.steps is not None else 0
+        options: dict[str, Any] = {}
+        if self.spec.steps is not None:
+            window = self.spec.steps[0]
 
-        def schedule(step: int) -> ProfilerAction:  # with one, torch marks ProfilerStep#N
-            return ProfilerAction.WARMUP if step < window else ProfilerAction.RECORD
+            def schedule(step: int) -> ProfilerAction:  # with one, torch marks ProfilerStep#N
+                return ProfilerAction.WARMUP if step < window else ProfilerAction.RECORD
 
+            options["schedule"] = schedule
         self.prof = profile(activities=activities, record_shapes=self.spec.record_shapes,
-                            with_stack=self.spec.with_stack, schedule=schedule)
+                            with_stack=self.spec.with_stack, **options)
         self.prof.step_num = first_step  # the first ProfilerStep# is the task's own step
         self.prof.start()
 
@@ -153,18 +158,28 @@ class RankProfiler:
             self.open()
         else:
             self.close()
+        self._handled.set()
 
-    def _tick(self, delays: tuple[float, float]) -> None:
-        main = self.owner
-        for delay in delays:
-            if self._stop_timer.wait(delay):
+    def _tick(self, edges: tuple[float, float]) -> None:
+        main, started = self.owner, time.monotonic()
+        for edge in edges:
+            if self._stop_timer.wait(max(0.0, started + edge - time.monotonic())):
                 return
+            self._handled.clear()
             signal.pthread_kill(main, WINDOW_SIGNAL)
+            # The end is signalled only once the start is handled: a handler never runs
+            # inside the other (the main thread may be in a long op when the first arrives).
+            while not self._handled.wait(0.05):
+                if self._stop_timer.is_set():
+                    return
 
     # -- the scope ---------------------------------------------------------------------------
     def __enter__(self) -> RankProfiler:
         global _active
         _active = self
+        # torch.profiler's first start imports torch._dynamo (~1 s of CPU here): paid now,
+        # before the task runs, not inside the window.
+        import torch._dynamo  # noqa: F401
         if self.spec.steps is not None:
             from shoal._runtime import metrics
 
@@ -176,7 +191,7 @@ class RankProfiler:
         elif self.spec.seconds is not None:
             start, end = self.spec.seconds
             self._old_handler = signal.signal(WINDOW_SIGNAL, self._on_signal)
-            self._timer = threading.Thread(target=self._tick, args=((start, end - start),),
+            self._timer = threading.Thread(target=self._tick, args=((start, end),),
                                            name="shoal-profile-window", daemon=True)
             self._timer.start()
         return self
