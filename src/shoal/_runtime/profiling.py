@@ -216,8 +216,14 @@ def profiling_scope(*, home: str, store: str, run: str, action: str, attempt: in
                     restart: int, rank: int) -> Iterator[None]:
     """Around a rank's task body (inside its metrics scope): profiles it if asked to."""
     spec = setting()
-    if spec is None or spec.tool != "torch" or not spec.profiles_rank(rank):
+    if spec is None or not spec.profiles_rank(rank):
         yield
+        return
+    if spec.tool == "nsys":
+        from shoal._runtime.nsys_rank import nsys_steps
+
+        with nsys_steps(spec) if spec.steps is not None else contextlib.nullcontext():
+            yield
         return
     folder = profile_folder(home, run, action, attempt, restart, spec.window)
     uri = store_folder(store, run, action, attempt, restart, spec.window)
