@@ -16,9 +16,7 @@ import pytest
 import yaml
 
 import shoal
-
-from shoal._engines.kubernetes import to_yaml
-from shoal._engines.kubernetes import compile_call
+from shoal._engines.kubernetes import compile_call, to_yaml
 from tests.kubernetes import seed_program
 from tests.kubernetes.conftest import CODE, CONFIG, RUN, call_of, seed_manifests
 
