@@ -3,8 +3,8 @@
 Run:
     PYTHONPATH=src .venv/bin/python benchmarks/profile_overhead.py [--no-write]
 
-One process runs the same CPU training loop (a 3-layer MLP of ``--width``, forward, backward, SGD step,
-``shoal.log_metrics(step=)`` each step) in a call's metrics scope, as a rank does, rounds
+One process runs the same CPU training loop (a 3-layer MLP of ``--width``, forward, backward,
+SGD step, ``shoal.log_metrics(step=)`` each step) in a call's metrics scope, as a rank does, rounds
 interleaved:
 - off: no profile (no ``SHOAL_PROFILE``: nothing imported, no step hook);
 - on: a ``Profile(steps=(A, B))`` window through the same `RankProfiler` a rank uses — torch's
@@ -89,7 +89,8 @@ def main() -> None:
     runs: dict[str, list[list[float]]] = {"off": [], "on": []}
     sizes: list[int] = []
     with tempfile.TemporaryDirectory(prefix="shoal-bench-profile-") as tmp:
-        loop(Path(tmp) / "warm", args.steps, (first, last), args.width)  # imports, the dynamo import
+        # a first loop pays the imports (torch, torch._dynamo) outside the measured ones
+        loop(Path(tmp) / "warm", args.steps, (first, last), args.width)
         for i in range(args.rounds):
             for row in (["off", "on"] if i % 2 == 0 else ["on", "off"]):
                 times, size = loop(Path(tmp) / f"{row}{i}", args.steps,
