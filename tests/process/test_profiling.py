@@ -108,3 +108,32 @@ def test_a_plain_task_is_profiled_in_its_worker_and_profile_names_known_envs(
     assert "profiled_plain" in bad.stderr
     none = shoal_cli("profile", "r-profile-plain", "--action", "a9")
     assert none.returncode == 2 and "has no profiles for action a9" in none.stderr
+
+
+def test_a_window_that_never_opens_says_why_in_the_task_log(shoal_home: Path) -> None:
+    out = shoal_cli("run", "--quiet", "--name", "r-profile-late", "--profile",
+                    "profiled_plain:steps=50-52", PROGRAM, "plain_steps")
+    assert out.returncode == 0, out.stderr
+    assert profile_files.windows(shoal_home, "r-profile-late") == []
+    logs = shoal_cli("logs", "r-profile-late")
+    assert ("its window (steps-50-52) never opened: the last step the task reported was 5"
+            in logs.stdout)
+
+
+@pytest.mark.s3
+def test_on_an_object_store_the_traces_are_kept_in_it_and_read_back_from_it(
+        shoal_home: Path, s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from shoal._runtime import contract
+    from shoal._storage.store import open_store
+
+    monkeypatch.setenv(contract.STORE, s3_root)
+    run = shoal.run(profiled.straggler, 6)
+    run.wait()
+    keys = open_store(s3_root).list(f"{s3_root}/runs/{run.name}/profiles")
+    assert sorted(k.rsplit("/", 1)[-1] for k in keys) == ["rank0.json", "rank1.json"]
+    shutil.rmtree(shoal_home / "runs" / run.name / "profiles")  # as on a pod: gone
+    out = shoal_cli("profile", run.name, "--store", s3_root)
+    assert out.returncode == 0, out.stderr
+    assert "rank 1 is the straggler" in out.stdout

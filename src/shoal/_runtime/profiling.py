@@ -209,6 +209,15 @@ class RankProfiler:
             signal.signal(WINDOW_SIGNAL, self._old_handler or signal.SIG_DFL)
         self.close()  # a window the task outlived: what was recorded is written
         _active = None
+        if not self.done:
+            why = ("the task ended first; give a window that starts before it ends"
+                   if self.spec.steps is None else
+                   ("the task reported no step" if self.last_step is None else
+                    f"the last step the task reported was {self.last_step}")
+                   + "; report steps with shoal.log_metrics(..., step=N), or profile a time "
+                   "window (seconds=a-b)")
+            print(f"shoal: rank {self.rank} was not profiled: its window ({self.spec.window}) "
+                  f"never opened: {why}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
