@@ -23,7 +23,7 @@ def _summary(home: Path, run: str, gang: bool = True,
              ) -> tuple[profile_files.ProfileWindow, dict[str, Any]]:
     (window,) = profile_files.windows(home, run)
     # a gang's is written when it ends; a plain call's by the first `shoal profile`
-    assert (window.folder / profile_files.SUMMARY).exists() == gang
+    assert window.summary_path.exists() == gang
     summary = profile_files.window_summary(window)
     assert summary is not None
     return window, summary

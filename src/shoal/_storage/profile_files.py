@@ -1,13 +1,14 @@
 """A run's profiles on disk: one folder per call, restart and window, one trace per rank.
 
     $SHOAL_HOME/runs/<run>/profiles/<action>.<attempt>/r<restart>/<window>/rank<r>.json
-                                                                         /rank<r>.nsys-rep
-                                                                         /rank<r>.nsys-stats.txt
-                                                                         /summary.json
+                                                                 /<window>/rank<r>.nsys-rep
+                                                                 /<window>/rank<r>.nsys-stats.txt
+                                                                 /<window>.summary.json
 
 ``<window>`` is ``steps-10-12`` or ``seconds-30-40``. HTA (``TraceAnalysis(trace_dir=...)``)
-and Perfetto read a window folder as it is. `summary.json` is `profile_summary.summarize` of
-the folder's traces, written next to them once and reread after (the UI shows it).
+and Perfetto read a window folder as it is; the summary (`profile_summary.summarize` of the
+folder's traces, written once and reread after; the UI shows it) lies beside the folder, not
+in it, because HTA takes every ``.json`` file of the folder for a rank's trace.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from shoal._storage.profile_summary import FORMAT, summarize
 
 TRACE = re.compile(r"^rank(\d+)\.json$")
-SUMMARY = "summary.json"
+SUMMARY_SUFFIX = ".summary.json"
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,12 @@ class ProfileWindow:
         return {int(m.group(1)): p for p in sorted(self.folder.iterdir())
                 if (m := TRACE.match(p.name))}
 
+    @property
+    def summary_path(self) -> Path:
+        return self.folder.with_name(self.folder.name + SUMMARY_SUFFIX)
+
     def other_files(self) -> list[Path]:
-        return [p for p in sorted(self.folder.iterdir())
-                if not TRACE.match(p.name) and p.name != SUMMARY]
+        return [p for p in sorted(self.folder.iterdir()) if not TRACE.match(p.name)]
 
 
 def profiles_dir(home: str | Path, run: str) -> Path:
@@ -69,9 +73,9 @@ def windows(home: str | Path, run: str, action: str | None = None) -> list[Profi
 
 
 def window_summary(w: ProfileWindow, *, rewrite: bool = False) -> dict[str, Any] | None:
-    """The window's summary: read from its `summary.json`, else computed from its traces and
+    """The window's summary: read from its summary file, else computed from its traces and
     written there. None when the folder holds no torch trace (an nsys window)."""
-    path = w.folder / SUMMARY
+    path = w.summary_path
     if path.exists() and not rewrite:
         kept: dict[str, Any] = json.loads(path.read_text())
         if kept.get("format") == FORMAT and sorted(kept.get("traces", [])) == sorted(
