@@ -3,7 +3,8 @@
 For every profiled window of the run (``shoal run --profile ENV:...`` or ``shoal.Profile``):
 the verdict ("data-bound: 61% of step time waiting for data, on all ranks"), compute,
 communication (and how much of it overlapped compute), data loading and idle per rank and
-step, and the straggler table. The summary is kept as ``<window>.summary.json`` beside the traces' folder.
+step, and the straggler table. The summary is kept as ``<window>.summary.json`` beside the
+traces' folder.
 """
 
 from __future__ import annotations
