@@ -220,3 +220,51 @@ def test_the_straggler_is_the_rank_that_waits_least_in_collectives() -> None:
     even = ps.summarize({0: _rank(30, 0, 60), 1: _rank(28, 0, 60)})
     assert even["stragglers"]["straggler"] is None
     assert even["stragglers"]["text"].startswith("no straggler")
+
+
+# -- where nsys comes in ------------------------------------------------------------------------
+def _node(profile: str) -> Any:
+    from shoal._runtime.contract import NodeEnv
+
+    return NodeEnv(home="/h", store="file:///s", run="r", action="a0", attempt=0, env_name="e",
+                   code_file="/c.py", task="e.t", io="file:///s/io", node_rank=1, nnodes=2,
+                   nproc_per_node=2, master_addr="127.0.0.1", master_port=1234,
+                   restart_attempt=0, profile=profile)
+
+
+def test_only_the_chosen_ranks_run_under_nsys_and_torchrun_starts_them_through_its_wrapper(
+        ) -> None:
+    from shoal._runtime.launcher import nsys_profiled, torchrun_argv
+
+    node = _node(ProfileSpec(ranks=(3,), tool="nsys").to_text())
+    assert [r for r in range(4) if nsys_profiled(node, r)] == [3]
+    assert torchrun_argv(node)[-2:] == ["-m", "shoal._runtime.nsys_rank"]
+    torch_profiled = _node(ProfileSpec(ranks=(3,)).to_text())
+    assert not nsys_profiled(torch_profiled, 3)
+    assert torchrun_argv(torch_profiled)[-2:] == ["-m", "shoal._runtime.rank"]
+    assert "SHOAL_PROFILE" not in _node("").to_env()  # an unprofiled node carries nothing
+
+
+def test_the_nsys_command_line_follows_the_window(tmp_path: Any) -> None:
+    from shoal._runtime.nsys_rank import profile_argv
+
+    out = tmp_path / "rank3"
+    seconds = profile_argv("/bin/nsys", ProfileSpec(seconds=(30, 40), steps=None, tool="nsys"),
+                           out, capture_steps=False)
+    assert seconds[:6] == ["/bin/nsys", "profile", "-o", str(out), "--trace=cuda,nvtx,osrt",
+                           "--force-overwrite=true"]
+    assert seconds[6:8] == ["--delay=30", "--duration=10"]
+    assert seconds[-3:] == [sys.executable, "-m", "shoal._runtime.rank"]
+    steps = profile_argv("/bin/nsys", ProfileSpec(tool="nsys"), out, capture_steps=True)
+    assert "--capture-range=cudaProfilerApi" in steps and "--capture-range-end=stop" in steps
+    whole = profile_argv("/bin/nsys", ProfileSpec(tool="nsys"), out, capture_steps=False)
+    assert not any(a.startswith(("--capture-range", "--delay")) for a in whole)
+
+
+def test_profile_on_the_command_line_is_refused_for_a_kubernetes_run(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from shoal.cli.main import main
+
+    assert main(["run", "--engine", "kubernetes", "--profile", "train", "f.py", "t"]) == 2
+    err = capsys.readouterr().err
+    assert "driver pod" in err and "profile=shoal.Profile(...)" in err

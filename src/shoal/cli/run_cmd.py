@@ -59,6 +59,11 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         raise SpecError("--metrics", args.metrics, "bridges run beside the local driver; a "
                         "Kubernetes run's driver and ranks are pods, whose metric files this "
                         "machine cannot follow", "leave --metrics out with --engine kubernetes")
+    if engine == "kubernetes" and args.profile:
+        raise SpecError("--profile", args.profile[0], "a Kubernetes run's calls are made by "
+                        "its driver pod from the code, which this option does not reach",
+                        "give the environment profile=shoal.Profile(...) in the code (its "
+                        "pods then carry the setting)")
     init(engine="local" if engine == "kubernetes" else engine, store=args.store)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
