@@ -103,6 +103,9 @@ def test_profiles_are_checked_against_the_world_size_and_the_tool_before_a_run(
     with pytest.raises(SpecError, match=r"world size \(4\)"):
         check_profiles([EnvSpec(name="g", cluster=gang, profile=ProfileSpec(ranks=(4,)))],
                        local=True)
+    jax = ClusterSpec(replicas=2, nproc_per_node=1, runtime="jax")
+    with pytest.raises(SpecError, match="JaxRun ranks run JAX"):
+        check_profiles([EnvSpec(name="j", cluster=jax, profile=ProfileSpec())], local=True)
     with pytest.raises(SpecError, match="clustered task"):
         check_profiles([EnvSpec(name="p", profile=ProfileSpec(tool="nsys"))], local=True)
     monkeypatch.setenv("PATH", "/nonexistent")

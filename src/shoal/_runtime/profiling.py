@@ -1,7 +1,7 @@
 """torch.profiler on a rank, over the window a `shoal.Profile` names.
 
-Off (no ``SHOAL_PROFILE``, or a rank not chosen) this module imports nothing and hooks nothing:
-`profiling_scope` is an empty block. On, the window opens and closes on the thread that runs
+Off (no ``SHOAL_PROFILE``, or a rank not chosen) nothing is imported (no torch) and nothing
+hooked: `profiling_scope` is an empty block. On, the window opens and closes on the thread that runs
 the task body, because torch.profiler records the ops of the thread that started it:
 
 - ``steps=(A, B)``: the metrics writer calls `RankProfiler.on_step` on each
@@ -256,6 +256,10 @@ def check_profiles(envs: Any, *, local: bool) -> None:
         if outside:
             raise SpecError(f"{where}: ranks", list(spec.ranks or ()), f"must be < its world "
                             f"size ({world})", f"use ranks between 0 and {world - 1}, or all")
+        if spec.tool == "torch" and env.cluster is not None and env.cluster.runtime == "jax":
+            raise SpecError(f"{where}: tool", "torch", "torch.profiler records torch's ops, "
+                            "and JaxRun ranks run JAX", "profile JAX ranks with tool=nsys, or "
+                            "with jax.profiler inside the task")
         if spec.tool == "nsys" and env.cluster is None:
             raise SpecError(f"{where}: tool", "nsys", "Nsight Systems wraps the ranks of a "
                             "clustered task; a plain task runs in a warm worker process",
