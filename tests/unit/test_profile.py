@@ -271,3 +271,16 @@ def test_profile_on_the_command_line_is_refused_for_a_kubernetes_run(
     assert main(["run", "--engine", "kubernetes", "--profile", "train", "f.py", "t"]) == 2
     err = capsys.readouterr().err
     assert "driver pod" in err and "profile=shoal.Profile(...)" in err
+
+
+def test_the_metrics_writer_tells_a_profiler_of_each_step_even_an_empty_report(
+        tmp_path: Any) -> None:
+    from shoal._runtime import metrics
+
+    seen: list[int] = []
+    with metrics.metrics_scope(str(tmp_path), "r", "a0", 0, rank=0) as writer:
+        shoal.log_metrics({"loss": 1.0}, step=3)  # no hook: nothing else happens
+        writer.on_step = seen.append
+        shoal.log_metrics({}, step=4)  # marks a step, stores nothing
+        shoal.log_metrics({"loss": 1.0})  # the step after the last: 5
+    assert seen == [4, 5]
