@@ -3,6 +3,7 @@ small hand-made traces (the real ones are in tests/process/test_profiling.py).""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -284,3 +285,16 @@ def test_the_metrics_writer_tells_a_profiler_of_each_step_even_an_empty_report(
         shoal.log_metrics({}, step=4)  # marks a step, stores nothing
         shoal.log_metrics({"loss": 1.0})  # the step after the last: 5
     assert seen == [4, 5]
+
+
+def test_off_a_rank_imports_no_torch_and_its_writer_has_no_hook(tmp_path: Any) -> None:
+    code = ("import sys\n"
+            "from shoal._runtime import metrics, profiling\n"
+            f"with metrics.metrics_scope({str(tmp_path)!r}, 'r', 'a0', 0, rank=0) as w, \\\n"
+            f"        profiling.profiling_scope(home={str(tmp_path)!r}, store='file:///x', "
+            "run='r', action='a0', attempt=0, restart=0, rank=0):\n"
+            "    print('torch' in sys.modules, w.on_step is None, profiling.active())\n")
+    env = {k: v for k, v in os.environ.items() if k != "SHOAL_PROFILE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout.split()
+    assert out == ["False", "True", "False"]
