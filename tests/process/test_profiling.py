@@ -40,6 +40,7 @@ def test_a_slow_dataset_is_data_bound_and_the_traces_are_laid_out_per_rank(
     assert sorted(traces) == [0, 1]
     for rank, path in traces.items():
         trace = json.loads(path.read_text())
+        assert not any("Input Dims" in e.get("args", {}) for e in trace["traceEvents"])
         assert trace["distributedInfo"]["rank"] == rank  # what HTA reads ranks from
         steps = {e["name"] for e in trace["traceEvents"]
                  if e.get("name", "").startswith("ProfilerStep#")}
@@ -84,10 +85,13 @@ def test_a_rank_that_sleeps_each_step_is_named_the_straggler(shoal_home: Path) -
 def test_a_task_without_steps_is_profiled_over_seconds_from_the_command_line(
         shoal_home: Path) -> None:
     out = shoal_cli("run", "--quiet", "--name", "r-profile-seconds", "--profile",
-                    "profiled:ranks=1:seconds=0.5-1.5", PROGRAM, "no_steps", "--seconds", "2.5")
+                    "profiled:ranks=1:seconds=0.5-1.5:shapes=1", PROGRAM, "no_steps",
+                    "--seconds", "2.5")
     assert out.returncode == 0, out.stderr
     window, summary = _summary(shoal_home, "r-profile-seconds")
     assert window.window == "seconds-0.5-1.5" and sorted(window.traces()) == [1]
+    events = json.loads(window.traces()[1].read_text())["traceEvents"]
+    assert any("Input Dims" in e.get("args", {}) for e in events)  # shapes=1 reached torch
     (rank,) = summary["ranks"]
     (only,) = rank["steps"]
     assert only["step"] is None and 700 < only["total_ms"] < 1600
