@@ -22,6 +22,7 @@ from shoal._api.logger import logger
 from shoal._api.map import map
 from shoal._api.metrics import log_metrics
 from shoal._api.pod_template import PodTemplate
+from shoal._api.profile import Profile, profile_region
 from shoal._api.resources import Resources
 from shoal._api.reuse import ReusePolicy
 from shoal._api.secret import Secret
@@ -51,6 +52,7 @@ __all__ = [
     "Image",
     "Neuron",
     "PodTemplate",
+    "Profile",
     "Resources",
     "RetryStrategy",
     "ReusePolicy",
@@ -73,6 +75,7 @@ __all__ = [
     "log_metrics",
     "logger",
     "map",
+    "profile_region",
     "report",
     "run",
     "trace",

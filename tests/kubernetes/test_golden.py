@@ -10,12 +10,15 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from shoal._engines.kubernetes import to_yaml
-from tests.kubernetes.conftest import seed_manifests
+import shoal
+from shoal._engines.kubernetes import compile_call, to_yaml
+from tests.kubernetes import seed_program
+from tests.kubernetes.conftest import CODE, CONFIG, RUN, call_of, seed_manifests
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SHOAL_UPDATE_GOLDEN") == "1"
@@ -44,3 +47,31 @@ def test_yaml_reads_back_as_the_same_objects() -> None:
 
 def test_compiling_is_deterministic() -> None:
     assert seed_manifests() == seed_manifests()
+
+
+def profiled_pretrain() -> list[dict[str, Any]]:
+    """The seed's gang with ``--profile pretrain:ranks=0,3:steps=10-12:tool=nsys``: every pod
+    carries the setting, and the launcher in it starts ranks 0 and 3 under ``nsys profile``
+    (reports go to the pod's home, then to the store)."""
+    from shoal._driver.run_options import RunOptions
+
+    call = call_of(seed_program.train)
+    profile = shoal.Profile(ranks=[0, 3], steps=(10, 12), tool="nsys").spec()
+    call = RunOptions(profiles={call.task.env.name: profile}).apply(call)
+    return compile_call(call, run=RUN, action="a0.1", attempt=0, config=CONFIG, code=CODE)
+
+
+def test_a_profiled_gang_matches_its_golden_file() -> None:
+    text = to_yaml(profiled_pretrain())
+    path = GOLDEN / "pretrain_nsys.yaml"
+    if UPDATE:
+        path.write_text(text)
+    expected = path.read_text()
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                        "golden/pretrain_nsys.yaml", "generated"))
+    assert text == expected, f"rewrite with SHOAL_UPDATE_GOLDEN=1 if intended:\n{diff}"
+    plain = to_yaml(seed_manifests()["pretrain"])
+    changed = [line.split() for line in difflib.ndiff(plain.splitlines(), text.splitlines())
+               if line.startswith(("+ ", "- "))]
+    assert changed == [["+", "-", "name:", "SHOAL_PROFILE"],
+                       ["+", "value:", "ranks=0,3:steps=10-12:tool=nsys"]]

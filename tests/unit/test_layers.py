@@ -22,6 +22,7 @@ PUBLIC = {
     "trace", "with_runcontext",
     "Backoff", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
     "Checkpoint", "latest_checkpoint", "logger", "log_metrics",
+    "Profile", "profile_region",
 }
 
 

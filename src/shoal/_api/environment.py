@@ -111,6 +111,7 @@ class TaskEnvironment:
         reusable: Any = None,
         plugin_config: Any = None,
         queue: str | None = None,
+        profile: Any = None,
     ) -> None:
         from shoal._api.image import Image
         from shoal._api.pod_template import PodTemplate
@@ -124,7 +125,7 @@ class TaskEnvironment:
             image=image, resources=resources, env_vars=env_vars, secrets=secrets, cache=cache,
             depends_on=depends_on, pod_template=pod_template, description=description,
             interruptible=interruptible, reusable=reusable, plugin_config=plugin_config,
-            queue=queue)
+            queue=queue, profile=profile)
         if image is not None and not isinstance(image, Image | str):
             raise SpecError(
                 f"{kind}({name!r}).image", image, "must be a shoal.Image or an image URI string",
@@ -172,6 +173,12 @@ class TaskEnvironment:
                             "Flyte plugins (Ray, Spark, Dask, ...) do not run on Shoal",
                             "use shoal.clustered.ClusteredTaskEnvironment for multi-node "
                             "torch/JAX, or start the framework inside a task")
+        from shoal._api.profile import Profile
+
+        if profile is not None and not isinstance(profile, Profile):
+            raise SpecError(f"{kind}({name!r}).profile", profile, "must be shoal.Profile(...)",
+                            "e.g. profile=shoal.Profile(ranks=[0], steps=(10, 12))")
+        self.profile: Profile | None = profile
         self.tasks: dict[str, TaskTemplate[Any]] = {}
         _REGISTRY[self.name] = self
 
@@ -218,6 +225,7 @@ class TaskEnvironment:
             pod_template=self.pod_template,
             interruptible=self.interruptible,
             reuse=self.reusable.spec() if self.reusable is not None else None,
+            profile=self.profile.spec() if self.profile is not None else None,
             cluster=self._cluster_spec(),
             image_tag=(self.image if isinstance(self.image, str)
                        else self.image.uri() if self.image is not None else ""),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shoal._spec.call import CallSpec, EnvSpec, frozen_map
+from shoal._spec.profile import ProfileSpec
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class RunOptions:
     custom_context: Mapping[str, str] = field(default_factory=dict)
     # Where the run's metrics are forwarded ("tensorboard:DIR,wandb"); None: the env var's.
     metrics: str | None = None
+    # `shoal run --profile ENV:...`: replaces those environments' own `profile=`.
+    profiles: Mapping[str, ProfileSpec] = field(default_factory=dict)
 
     @property
     def cache_read(self) -> bool:
@@ -34,7 +37,7 @@ class RunOptions:
 
     @property
     def changes_envs(self) -> bool:
-        return bool(self.env_vars) or self.interruptible is not None
+        return bool(self.env_vars) or self.interruptible is not None or bool(self.profiles)
 
     def apply_env(self, env: EnvSpec) -> EnvSpec:
         if not self.changes_envs:
@@ -44,7 +47,9 @@ class RunOptions:
             changes["env_vars"] = frozen_map({**env.env_vars, **self.env_vars})
         if self.interruptible is not None:
             changes["interruptible"] = self.interruptible
-        return replace(env, **changes)
+        if env.name in self.profiles:
+            changes["profile"] = self.profiles[env.name]
+        return replace(env, **changes) if changes else env
 
     def apply(self, call: CallSpec) -> CallSpec:
         if not self.changes_envs:
@@ -63,4 +68,5 @@ class RunOptions:
                 "env_vars": sorted(self.env_vars), "interruptible": self.interruptible,
                 "overwrite_cache": self.overwrite_cache,
                 "disable_run_cache": self.disable_run_cache,
-                "custom_context": dict(self.custom_context), "metrics": self.metrics}
+                "custom_context": dict(self.custom_context), "metrics": self.metrics,
+                "profiles": {k: v.to_text() for k, v in self.profiles.items()}}

@@ -21,6 +21,7 @@ from shoal._driver.controller import Controller, Reporter
 from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
 from shoal._runtime import contract
+from shoal._runtime.profiling import check_profiles
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._storage.records import PREEMPT_REQUEST, Records
 from shoal._storage.store import open_store
@@ -93,6 +94,7 @@ class Runner:
         self.lineage_root = self.resumes[-1] if self.resumes else self.name
         self.engine_kind = engine
         self.bridges = metric_bridges(self.options)
+        check_profiles(self.envs, local=engine == "local")
         check_system_metrics_interval()
         self.reporter = reporter
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,

@@ -87,6 +87,9 @@ PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch 
 # "1": the task asked for more GPUs than this machine has, so they are emulated on CPU (no
 # CUDA device is visible); torch's NCCL process groups then run on gloo (see frameworks.py).
 GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
+# What to profile in this task's processes, in `ProfileSpec.to_text` form
+# ("ranks=0,3:steps=10-12:tool=torch"); unset: nothing is profiled.
+PROFILE = "SHOAL_PROFILE"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------
@@ -247,6 +250,7 @@ class NodeEnv:
     master_wait: float = 300.0
     node_addr: str = ""
     checkpoint_uri: str = ""
+    profile: str = ""  # `ProfileSpec.to_text()`; "": no rank of the gang is profiled
 
     _NAMES: ClassVar[dict[str, str]] = {
         "home": HOME, "store": STORE, "run": RUN, "action": ACTION, "attempt": ATTEMPT,
@@ -257,11 +261,13 @@ class NodeEnv:
         "torch_max_restarts": TORCH_MAX_RESTARTS, "launch": LAUNCH,
         "rank_log_dir": RANK_LOG_DIR, "collective_timeout": COLLECTIVE_TIMEOUT,
         "grace_period": GRACE_PERIOD, "master_wait": MASTER_WAIT, "node_addr": NODE_ADDR,
-        "checkpoint_uri": CHECKPOINT_URI,
+        "checkpoint_uri": CHECKPOINT_URI, "profile": PROFILE,
     }
 
     def to_env(self) -> dict[str, str]:
-        return {self._NAMES[f.name]: str(getattr(self, f.name)) for f in fields(self)}
+        # An unprofiled gang's pods and nodes carry no SHOAL_PROFILE at all.
+        return {self._NAMES[f.name]: str(getattr(self, f.name)) for f in fields(self)
+                if f.name != "profile" or self.profile}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NodeEnv:

@@ -77,11 +77,24 @@ def torchrun_argv(node: NodeEnv) -> list[str]:
                  f"--rdzv-conf=is_host={is_host},join_timeout={int(node.master_wait)}"]
     else:
         argv += [f"--master-addr={node.master_addr}", f"--master-port={node.master_port}"]
-    return [*argv, "-m", "shoal._runtime.rank"]
+    # Under Nsight Systems every rank starts as nsys_rank, which wraps the chosen ones.
+    return [*argv, "-m", "shoal._runtime.nsys_rank" if nsys_profiled(node) else
+            "shoal._runtime.rank"]
 
 
 def rank_argv() -> list[str]:
     return [sys.executable, "-m", "shoal._runtime.rank"]
+
+
+def nsys_profiled(node: NodeEnv, rank: int | None = None) -> bool:
+    """Whether ``rank`` (any rank of the node: None) runs under ``nsys profile``: such ranks
+    are started as `shoal._runtime.nsys_rank`, never forked."""
+    if "tool=nsys" not in node.profile:
+        return False
+    from shoal._api.profile import profile_from_text
+
+    spec = profile_from_text(node.profile, contract.PROFILE)
+    return rank is None or spec.profiles_rank(rank)
 
 
 def preimport_torch() -> bool:
@@ -162,7 +175,11 @@ class Node:
         forking = n.runtime == "torch" and preimport_torch()
         for local_rank in range(n.nproc_per_node):
             rank_env = contract.torch_rank_env(n, local_rank)
-            if forking:
+            if nsys_profiled(n, n.node_rank * n.nproc_per_node + local_rank):
+                argv = [sys.executable, "-m", "shoal._runtime.nsys_rank"]
+                self.children[subprocess.Popen(argv, env={**base, **rank_env}).pid] = \
+                    local_rank
+            elif forking:
                 self.children[fork_rank(rank_env)] = local_rank
             else:
                 self.children[subprocess.Popen(rank_argv(), env={**base, **rank_env}).pid] = \

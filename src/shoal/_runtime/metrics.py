@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ class MetricsWriter:
         self._stop = False
         self._wake = threading.Event()  # set to flush early: the buffer is filling, or close()
         self._error: str | None = None
+        # Set only while a profiler watches this rank's steps (`shoal._runtime.profiling`).
+        self.on_step: Callable[[int], None] | None = None
         self._thread = threading.Thread(target=self._flush_loop, name="shoal-metrics",
                                         daemon=True)
         self._thread.start()
@@ -74,6 +77,8 @@ class MetricsWriter:
         if step is None:
             step = self._auto_step
         self._auto_step = step + 1
+        if self.on_step is not None:
+            self.on_step(step)
         with self._lock:
             if len(self._points) + len(points) > MAX_BUFFERED:
                 self._dropped += len(points)

@@ -23,6 +23,7 @@ from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.frameworks import prepare_runtime
 from shoal._runtime.metrics import metrics_scope
+from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
 
 
@@ -88,8 +89,11 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
                           restart=node.restart_attempt)
     metrics = metrics_scope(node.home, node.run, node.action, node.attempt,
                             restart=node.restart_attempt, node=context.node_rank, rank=rank)
+    profiled = profiling_scope(home=node.home, store=node.store, run=node.run,
+                               action=node.action, attempt=node.attempt,
+                               restart=node.restart_attempt, rank=rank)
     try:
-        with running(context), report, metrics:
+        with running(context), report, metrics, profiled:
             value: Any = task.func(**kwargs)
             if asyncio.iscoroutine(value):
                 value = asyncio.run(value)

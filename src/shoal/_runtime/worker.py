@@ -20,6 +20,7 @@ from shoal._runtime.client import ControllerClient
 from shoal._runtime.contract import WorkerEnv
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
+from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
 from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed, UserError
 
@@ -115,8 +116,11 @@ class Worker:
         report = report_scope(task, store=self.wenv.store, run=order.run, action=order.action,
                               attempt=order.attempt)
         metrics = metrics_scope(self.wenv.home, order.run, order.action, order.attempt)
+        profiled = profiling_scope(home=self.wenv.home, store=self.wenv.store, run=order.run,
+                                   action=order.action, attempt=order.attempt, restart=0,
+                                   rank=0)
         try:
-            with running(context), report, metrics:
+            with running(context), report, metrics, profiled:
                 if task.is_async:
                     value = self.loop.run_until_complete(task.func(**kwargs))
                 else:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from shoal._spec.profile import ProfileSpec
+
 
 def frozen_map(values: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(values or {}))
@@ -85,6 +87,7 @@ class EnvSpec:
     image_tag: str = ""  # content hash of the image (or its URI), computed once
     image_packages: tuple[str, ...] = ()  # pip distributions the image declares
     reuse: ReuseSpec | None = None
+    profile: ProfileSpec | None = None  # `shoal.Profile` / `shoal run --profile`
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -17,6 +17,7 @@ VERBS = {
     "runs": "list recent runs",
     "logs": "print a run's logs, a gang's ranks labelled: shoal logs RUN [--follow] [--grep RE]",
     "metrics": "the metrics a run's tasks logged, per rank: shoal metrics RUN [--csv]",
+    "profile": "where profiled steps' time went, per rank: shoal profile RUN [--action A]",
     "report": "save a task's HTML report: shoal report RUN [--action A] [--out FILE]",
     "cancel": "cancel a running run",
     "preempt": "preempt the running gangs of a run (they requeue and resume)",

@@ -40,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "tensorboard:DIR (event files, a folder per rank), wandb (a W&B run per "
                         "rank, offline unless WANDB_MODE is set), wandb:rank0 (rank 0 only); "
                         "comma-separated (default: $SHOAL_METRICS_BRIDGES)")
+    p.add_argument("--profile", action="append", default=[], metavar="ENV[:OPTS]",
+                   help="profile the ranks of an environment, e.g. pretrain:ranks=0,3:"
+                        "steps=10-12 (also seconds=30-40 for a task that reports no steps, "
+                        "tool=nsys for Nsight Systems); repeatable; see `shoal profile RUN`")
     p.epilog = "Task arguments follow TASK, typed from its signature: --steps 10 --lr 0.1"
 
 
@@ -55,7 +59,11 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         raise SpecError("--metrics", args.metrics, "bridges run beside the local driver; a "
                         "Kubernetes run's driver and ranks are pods, whose metric files this "
                         "machine cannot follow", "leave --metrics out with --engine kubernetes")
-    options = _run_options(args.metrics)
+    if engine == "kubernetes" and args.profile:
+        raise SpecError("--profile", args.profile[0], "a Kubernetes run's calls are made by "
+                        "its driver pod from the code, which this option does not reach",
+                        "give the environment profile=shoal.Profile(...) in the code (its "
+                        "pods then carry the setting)")
     init(engine="local" if engine == "kubernetes" else engine, store=args.store)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
@@ -68,6 +76,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         apply_overrides(task, args.override)
         values = parse_task_args(task, rest)
         call = task.make_call((), values, parent_action=None)
+    options = _run_options(args.metrics, _profiles(task, args.profile))
     envs = [e.spec() for e in task.env.reachable().values()]
     if engine == "kubernetes":
         return _kubernetes(task, call, args)
@@ -97,15 +106,36 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
-def _run_options(metrics: str | None) -> Any:
-    """``--metrics``, checked before anything starts (syntax, then each bridge's package)."""
+def _run_options(metrics: str | None, profiles: dict[str, Any]) -> Any:
+    """``--metrics`` and ``--profile``, checked before anything starts (syntax, then each
+    bridge's package; the profiles' tools are checked by the runner)."""
     from shoal._driver.bridges.spec import check_installed, parse_bridges
     from shoal._driver.run_options import RunOptions
 
-    if metrics is None:
+    if metrics is None and not profiles:
         return None
-    check_installed(parse_bridges(metrics, "--metrics"), "--metrics")
-    return RunOptions(metrics=metrics)
+    if metrics is not None:
+        check_installed(parse_bridges(metrics, "--metrics"), "--metrics")
+    return RunOptions(metrics=metrics, profiles=profiles)
+
+
+def _profiles(task: Any, items: list[str]) -> dict[str, Any]:
+    """``--profile ENV[:ranks=..][:steps=A-B]...`` -> {env name: ProfileSpec}, for the
+    environments this task reaches."""
+    from shoal._api.profile import parse_profile
+
+    envs = task.env.reachable()
+    out: dict[str, Any] = {}
+    for item in items:
+        name, profile = parse_profile(item)
+        if name not in envs:
+            raise SpecError("--profile", item, f"{name!r} is not an environment this task "
+                            "reaches", f"use one of: {', '.join(sorted(envs))}")
+        if name in out:
+            raise SpecError("--profile", item, f"profiles {name!r} twice",
+                            "give one --profile per environment")
+        out[name] = profile.spec()
+    return out
 
 
 def _kubernetes(task: Any, call: Any, args: argparse.Namespace) -> int:

@@ -108,6 +108,7 @@ def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config:
         collective_timeout=c.collective_timeout, grace_period=c.grace_period,
         master_wait=config.master_wait, node_addr="",  # "": the pod's own hostname
         checkpoint_uri=contract.checkpoint_uri(config.store, lineage or run, action),
+        profile=call.task.env.profile.to_text() if call.task.env.profile is not None else "",
     )
     values = node.to_env()
     values[CODE_BUNDLE] = code.uri

@@ -131,6 +131,8 @@ class GangRunner:
                 outcome = await self._start_and_watch(restart)
             finally:
                 reservation.release()
+            if self.call.task.env.profile is not None:
+                await self._summarize_profiles(restart)
             if outcome == "succeeded":
                 return AttemptOutcome(output=self._output(restart))
             if outcome == "preempted" and self.cluster.resume_after_preemption:
@@ -201,6 +203,7 @@ class GangRunner:
                 node_addr=f"127.0.0.{node_rank + 1}",
                 checkpoint_uri=contract.checkpoint_uri(self.engine.store, self.engine.lineage,
                                                        ref.action),
+                profile=env.profile.to_text() if env.profile is not None else "",
             )
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
@@ -231,6 +234,18 @@ class GangRunner:
         for p in gang.procs:
             with contextlib.suppress(ProcessLookupError):
                 await asyncio.wait_for(p.wait(), 10)
+
+    async def _summarize_profiles(self, restart: int) -> None:
+        """The profiled windows' summaries, beside their traces (`shoal profile`, the UI)."""
+        from shoal._storage.profile_files import summarize_restart
+
+        ref = self.ref
+        try:
+            await asyncio.to_thread(summarize_restart, self.engine.home, ref.run, ref.action,
+                                    ref.attempt, restart)
+        except (OSError, ValueError) as e:  # a trace cut short: `shoal profile` says which
+            print(f"shoal: the profiles of {ref.action} restart {restart} could not be "
+                  f"summarized: {e}", file=sys.stderr)
 
     def preempt(self) -> None:
         self.preempted.set()

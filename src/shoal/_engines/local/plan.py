@@ -68,6 +68,8 @@ def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str]
     if wenv is not None:
         out.update(wenv.to_env())
     out["PYTHONUNBUFFERED"] = "1"
+    if env.profile is not None:
+        out[contract.PROFILE] = env.profile.to_text()
     if gpus_emulated:
         out["CUDA_VISIBLE_DEVICES"] = ""
         out[contract.GPUS_EMULATED] = "1"
@@ -79,7 +81,8 @@ def worker_key(env: EnvSpec, capacity: Request) -> str:
     one this call's spec asks for. ``task.override(env_vars=...)`` gives a call of the same
     environment other variables, and a worker cannot change the variables it started with."""
     emulated = request_for(env).gpu > capacity.gpu
-    facts = repr((sorted(env.env_vars.items()), sorted(map(repr, env.secrets)), emulated))
+    facts = repr((sorted(env.env_vars.items()), sorted(map(repr, env.secrets)), emulated)
+                 + ((env.profile.to_text(),) if env.profile is not None else ()))
     return f"{env.name}#{hashlib.sha1(facts.encode()).hexdigest()[:12]}"
 
 

@@ -1,0 +1,167 @@
+"""One rank under NVIDIA Nsight Systems: ``nsys profile ... python -m shoal._runtime.rank``.
+
+The node launcher starts a rank chosen by a ``tool="nsys"`` profile as this program instead of
+forking it (torchrun, when it starts the ranks, starts every rank as this program, and the
+ones not chosen become the plain rank at once through ``exec``). It runs the rank under
+``nsys profile``, then ``nsys stats`` on the report, and leaves both with the run::
+
+    <profile folder>/rank<r>.nsys-rep          the report (Nsight Systems' GUI opens it)
+    <profile folder>/rank<r>.nsys-stats.txt    `nsys stats` of it, as text
+
+and exits as the rank did. Window: ``seconds=(a, b)`` is nsys's ``--delay a --duration b-a``;
+``steps=(A, B)`` with CUDA is a ``cudaProfilerApi`` capture range the rank opens and closes
+at its step reports (`profiling.NsysSteps`); without CUDA nsys records the whole rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from shoal._runtime import contract
+from shoal._runtime.contract import NodeEnv
+from shoal._runtime.profiling import copy_to_store, profile_folder, setting, store_folder
+from shoal._spec.profile import ProfileSpec
+
+RANK_ARGV = (sys.executable, "-m", "shoal._runtime.rank")
+TRACE = "cuda,nvtx,osrt"
+
+
+def profile_argv(nsys: str, spec: ProfileSpec, out: Path, *, capture_steps: bool) -> list[str]:
+    """``nsys profile`` around the rank, writing ``<out>.nsys-rep``."""
+    argv = [nsys, "profile", "-o", str(out), f"--trace={TRACE}", "--force-overwrite=true"]
+    if spec.seconds is not None:
+        start, end = spec.seconds
+        argv += [f"--delay={start:g}", f"--duration={end - start:g}"]
+    elif capture_steps:
+        argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    return [*argv, *RANK_ARGV]
+
+
+class NsysSteps:
+    """A ``steps`` window under Nsight Systems (`nsys_rank`): on CUDA, the rank opens and
+    closes nsys's ``cudaProfilerApi`` capture range at its step reports and marks each step
+    with an NVTX range ``ProfilerStep#N``."""
+
+    def __init__(self, spec: ProfileSpec) -> None:
+        assert spec.steps is not None
+        self.first, self.last = spec.steps
+        self.owner = threading.get_ident()
+        self.open = False
+        self.done = False
+        self.last_step: int | None = None
+
+    def _begin(self, step: int) -> None:
+        import torch
+
+        if not self.open:
+            torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+            self.open = True
+        torch.cuda.nvtx.range_push(f"ProfilerStep#{step}")  # type: ignore[no-untyped-call]
+
+    def _end(self) -> None:
+        import torch
+
+        torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+
+    def on_step(self, step: int) -> None:
+        if step == self.last_step or self.done or threading.get_ident() != self.owner:
+            return
+        self.last_step = step
+        if self.open:
+            self._end()
+            if step >= self.last:
+                self.close()
+                return
+            self._begin(step + 1)
+        elif self.first - 1 <= step < self.last:
+            self._begin(step + 1)
+
+    def close(self) -> None:
+        if self.open:
+            import torch
+
+            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+        self.open, self.done = False, True
+
+
+@contextlib.contextmanager
+def nsys_steps(spec: ProfileSpec) -> Iterator[None]:
+    import torch
+
+    from shoal._runtime import metrics
+
+    writer = metrics.current()
+    if not torch.cuda.is_available() or writer is None:
+        yield  # nsys records the whole rank (see nsys_rank)
+        return
+    window = NsysSteps(spec)
+    writer.on_step = window.on_step
+    if window.first == 0:
+        window._begin(0)
+    try:
+        yield
+    finally:
+        writer.on_step = None
+        if window.open:
+            window._end()
+        window.close()
+
+
+def _exit_as(code: int) -> None:
+    if code < 0:  # the rank died of a signal: so does this process, for the node's report
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+def main() -> None:
+    rank = int(os.environ[contract.TORCH_RANK])
+    spec = setting()
+    if spec is None or spec.tool != "nsys" or not spec.profiles_rank(rank):
+        os.execv(RANK_ARGV[0], list(RANK_ARGV))
+    node = NodeEnv.from_env()
+    if node.rank_log_dir:  # nsys's own lines go with the rank's
+        from shoal._runtime.rank import _redirect
+
+        _redirect(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        print(f"shoal: rank {rank} is to run under Nsight Systems (tool=nsys) but `nsys` is "
+              "not on PATH in this image; install Nsight Systems in it or profile with "
+              "tool=torch", file=sys.stderr, flush=True)
+        sys.exit(1)
+    folder = profile_folder(node.home, node.run, node.action, node.attempt,
+                            node.restart_attempt, spec.window)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"rank{rank}"
+    # A capture range only where the rank will see a GPU to open it; else the whole rank.
+    capture = (spec.steps is not None and not contract.gpus_emulated()
+               and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+               and Path("/dev/nvidiactl").exists())
+    code = subprocess.call(profile_argv(nsys, spec, out, capture_steps=capture))
+    report = out.with_suffix(".nsys-rep")
+    kept = []
+    if report.exists():
+        stats = folder / f"rank{rank}.nsys-stats.txt"
+        with open(stats, "wb") as text:
+            subprocess.call([nsys, "stats", "--force-export=true", str(report)], stdout=text,
+                            stderr=subprocess.STDOUT)
+        kept = [report, stats]
+        print(f"shoal: rank {rank} Nsight Systems report written to {report}", file=sys.stderr,
+              flush=True)
+    copy_to_store(kept, node.store, store_folder(node.store, node.run, node.action,
+                                                  node.attempt, node.restart_attempt,
+                                                  spec.window))
+    _exit_as(code)
+
+
+if __name__ == "__main__":
+    main()

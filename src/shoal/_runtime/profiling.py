@@ -1,0 +1,272 @@
+"""torch.profiler on a rank, over the window a `shoal.Profile` names.
+
+Off (no ``SHOAL_PROFILE``, or a rank not chosen) nothing is imported (no torch) and nothing
+hooked: `profiling_scope` is an empty block. On, the window opens and closes on the thread that runs
+the task body, because torch.profiler records the ops of the thread that started it:
+
+- ``steps=(A, B)``: the metrics writer calls `RankProfiler.on_step` on each
+  ``shoal.log_metrics(step=N)`` (a report of step N ends step N). A report of step A-2 starts
+  the profiler in torch's warm-up for step A-1 (its start-up cost stays out of the window; the
+  task's start does it for A <= 1), each later report is a ``prof.step()`` (so the trace has
+  ``ProfilerStep#N`` spans numbered as the task numbers its steps), a report of step >= B
+  closes it.
+- ``seconds=(a, b)``: a timer thread sends this process `WINDOW_SIGNAL` at a and b seconds
+  after the task started; Python runs the handler on the main thread, between bytecodes.
+
+The trace (Chrome JSON with ``distributedInfo``, which HTA and Perfetto read) goes to
+``$SHOAL_HOME/runs/<run>/profiles/<action>.<attempt>/r<restart>/<window>/rank<r>.json``, and to
+the same path under ``<store>/runs/`` when the store is not this machine's disk (a pod's home is
+gone with the pod). A window still open when the task ends is closed and written then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shoal._runtime import contract
+from shoal._spec.profile import ProfileSpec
+
+# Real-time signals are not used by Python, torch or the usual libraries' handlers.
+WINDOW_SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+
+_active: RankProfiler | None = None
+
+
+def active() -> bool:
+    """Whether this process is profiled (`shoal.profile_region` records then)."""
+    return _active is not None
+
+
+def profile_folder(home: str | Path, run: str, action: str, attempt: int, restart: int,
+                   window: str) -> Path:
+    return Path(home) / "runs" / run / "profiles" / f"{action}.{attempt}" / f"r{restart}" / window
+
+
+def store_folder(store: str, run: str, action: str, attempt: int, restart: int,
+                 window: str) -> str:
+    from shoal._storage.store import join
+
+    return join(store, "runs", run, "profiles", f"{action}.{attempt}", f"r{restart}", window)
+
+
+def setting(environ: Any = None) -> ProfileSpec | None:
+    """This process's profile setting, from the contract; None when off."""
+    text = (os.environ if environ is None else environ).get(contract.PROFILE, "")
+    if not text:
+        return None
+    from shoal._api.profile import profile_from_text
+
+    return profile_from_text(text, contract.PROFILE)
+
+
+def copy_to_store(paths: list[Path], store: str, folder: str) -> None:
+    """Put the files in the run's store folder, unless the store is this machine's disk
+    (``file://``), where the home copy is already kept with the run."""
+    if store.startswith("file://"):
+        return
+    from shoal._storage.store import join, open_store
+
+    target = open_store(store)
+    for path in paths:
+        target.put_file(path, join(folder, path.name))
+
+
+class RankProfiler:
+    """One rank's torch.profiler, opened and closed at its window's edges."""
+
+    def __init__(self, spec: ProfileSpec, folder: Path, rank: int,
+                 store: str | None = None, store_uri: str = "") -> None:
+        self.spec = spec
+        self.folder = folder
+        self.rank = rank
+        self.store, self.store_uri = store, store_uri
+        self.owner = threading.get_ident()
+        self.prof: Any = None
+        self.done = False
+        self.last_step: int | None = None
+        self._timer: threading.Thread | None = None
+        self._stop_timer = threading.Event()
+        self._handled = threading.Event()
+        self._old_handler: Any = None
+
+    # -- the window's edges ------------------------------------------------------------------
+    def open(self, first_step: int = 0) -> None:
+        """Start the profiler with the step that starts now; a step before the window is
+        torch's warm-up (the profiler's start-up cost lands there, not in the window)."""
+        if self.prof is not None or self.done:
+            return
+        import torch
+        from torch.profiler import ProfilerAction, ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        options: dict[str, Any] = {}
+        if self.spec.steps is not None:
+            window = self.spec.steps[0]
+
+            def schedule(step: int) -> ProfilerAction:  # with one, torch marks ProfilerStep#N
+                return ProfilerAction.WARMUP if step < window else ProfilerAction.RECORD
+
+            options["schedule"] = schedule
+        self.prof = profile(activities=activities, record_shapes=self.spec.record_shapes,
+                            with_stack=self.spec.with_stack, **options)
+        self.prof.step_num = first_step  # the first ProfilerStep# is the task's own step
+        self.prof.start()
+
+    def close(self) -> None:
+        if self.prof is None:
+            return
+        prof, self.prof, self.done = self.prof, None, True
+        prof.stop()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"rank{self.rank}.json"
+        prof.export_chrome_trace(str(path))
+        if self.store is not None:
+            copy_to_store([path], self.store, self.store_uri)
+        print(f"shoal: rank {self.rank} profile ({self.spec.window}) written to {path}",
+              file=sys.stderr, flush=True)
+
+    # -- steps -------------------------------------------------------------------------------
+    def on_step(self, step: int) -> None:
+        """Called by the metrics writer on each report; cheap when nothing changes."""
+        if step == self.last_step or self.done or threading.get_ident() != self.owner:
+            return
+        self.last_step = step
+        assert self.spec.steps is not None
+        first, last = self.spec.steps
+        if self.prof is None:
+            if first - 2 <= step < last:  # one step early: the warm-up step
+                self.open(first_step=step + 1)
+        elif step >= last:
+            self.close()
+        else:
+            self.prof.step_num = step  # step() numbers the next span step + 1
+            self.prof.step()
+
+    # -- seconds -----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.prof is None:
+            self.open()
+        else:
+            self.close()
+        self._handled.set()
+
+    def _tick(self, edges: tuple[float, float]) -> None:
+        main, started = self.owner, time.monotonic()
+        for edge in edges:
+            if self._stop_timer.wait(max(0.0, started + edge - time.monotonic())):
+                return
+            self._handled.clear()
+            signal.pthread_kill(main, WINDOW_SIGNAL)
+            # The end is signalled only once the start is handled: a handler never runs
+            # inside the other (the main thread may be in a long op when the first arrives).
+            while not self._handled.wait(0.05):
+                if self._stop_timer.is_set():
+                    return
+
+    # -- the scope ---------------------------------------------------------------------------
+    def __enter__(self) -> RankProfiler:
+        global _active
+        _active = self
+        # torch.profiler's first start imports torch._dynamo (~1 s of CPU here): paid now,
+        # before the task runs, not inside the window.
+        import torch._dynamo  # noqa: F401
+        if self.spec.steps is not None:
+            from shoal._runtime import metrics
+
+            writer = metrics.current()
+            if writer is not None:
+                writer.on_step = self.on_step
+            if self.spec.steps[0] <= 1:
+                self.open(first_step=0)
+        elif self.spec.seconds is not None:
+            start, end = self.spec.seconds
+            self._old_handler = signal.signal(WINDOW_SIGNAL, self._on_signal)
+            self._timer = threading.Thread(target=self._tick, args=((start, end),),
+                                           name="shoal-profile-window", daemon=True)
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        from shoal._runtime import metrics
+
+        writer = metrics.current()
+        if writer is not None:
+            writer.on_step = None
+        self._stop_timer.set()
+        if self._timer is not None:
+            self._timer.join(timeout=1)
+            signal.signal(WINDOW_SIGNAL, self._old_handler or signal.SIG_DFL)
+        self.close()  # a window the task outlived: what was recorded is written
+        _active = None
+        if not self.done:
+            why = ("the task ended first; give a window that starts before it ends"
+                   if self.spec.steps is None else
+                   ("the task reported no step" if self.last_step is None else
+                    f"the last step the task reported was {self.last_step}")
+                   + "; report steps with shoal.log_metrics(..., step=N), or profile a time "
+                   "window (seconds=a-b)")
+            print(f"shoal: rank {self.rank} was not profiled: its window ({self.spec.window}) "
+                  f"never opened: {why}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def profiling_scope(*, home: str, store: str, run: str, action: str, attempt: int,
+                    restart: int, rank: int) -> Iterator[None]:
+    """Around a rank's task body (inside its metrics scope): profiles it if asked to."""
+    spec = setting()
+    if spec is None or not spec.profiles_rank(rank):
+        yield
+        return
+    if spec.tool == "nsys":
+        from shoal._runtime.nsys_rank import nsys_steps
+
+        with nsys_steps(spec) if spec.steps is not None else contextlib.nullcontext():
+            yield
+        return
+    folder = profile_folder(home, run, action, attempt, restart, spec.window)
+    uri = store_folder(store, run, action, attempt, restart, spec.window)
+    with RankProfiler(spec, folder, rank, store=store, store_uri=uri):
+        yield
+
+
+def check_profiles(envs: Any, *, local: bool) -> None:
+    """Before a run starts: each profile's ranks exist, and its tool can run here."""
+    import shutil
+
+    from shoal.errors import SpecError
+
+    for env in envs:
+        spec: ProfileSpec | None = env.profile
+        if spec is None:
+            continue
+        where = f"profile of environment {env.name!r}"
+        world = env.cluster.world_size if env.cluster is not None else 1
+        outside = [r for r in spec.ranks or () if r >= world]
+        if outside:
+            raise SpecError(f"{where}: ranks", list(spec.ranks or ()), f"must be < its world "
+                            f"size ({world})", f"use ranks between 0 and {world - 1}, or all")
+        if spec.tool == "torch" and env.cluster is not None and env.cluster.runtime == "jax":
+            raise SpecError(f"{where}: tool", "torch", "torch.profiler records torch's ops, "
+                            "and JaxRun ranks run JAX", "profile JAX ranks with tool=nsys, or "
+                            "with jax.profiler inside the task")
+        if spec.tool == "nsys" and env.cluster is None:
+            raise SpecError(f"{where}: tool", "nsys", "Nsight Systems wraps the ranks of a "
+                            "clustered task; a plain task runs in a warm worker process",
+                            "use tool=torch for a plain task, or make it a "
+                            "ClusteredTaskEnvironment(replicas=1)")
+        if spec.tool == "nsys" and local and shutil.which("nsys") is None:
+            raise SpecError(f"{where}: tool", "nsys", "needs the `nsys` executable on PATH "
+                            "(NVIDIA Nsight Systems), which this machine lacks",
+                            "install Nsight Systems (e.g. apt-get install nsight-systems-cli) "
+                            "and put nsys on PATH, or profile with tool=torch")
