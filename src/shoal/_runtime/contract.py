@@ -87,6 +87,9 @@ PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch 
 # "1": the task asked for more GPUs than this machine has, so they are emulated on CPU (no
 # CUDA device is visible); torch's NCCL process groups then run on gloo (see frameworks.py).
 GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
+# How a hang diagnosis reads the ranks' Python stacks: "py-spy" | "faulthandler" (the
+# fallback, forced) | unset: py-spy where it is on PATH, else faulthandler.
+HANG_STACKS = "SHOAL_HANG_STACKS"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------

@@ -121,8 +121,8 @@ def fork_rank(rank_env: dict[str, str]) -> int:
         return pid
     code = 1
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
         os.environ.update(rank_env)
         from shoal._runtime import rank
 
@@ -145,6 +145,7 @@ class Node:
         self.node = node
         self.children: dict[int, int] = {}  # pid -> local rank (-1: torchrun)
         self.stopping = threading.Event()
+        self._diagnosed = threading.Lock()  # taken once: one hang report per start
 
     def start(self) -> None:
         base = dict(os.environ)
@@ -227,9 +228,31 @@ class Node:
             code = os.waitstatus_to_exitcode(status)
             if code != 0:
                 self._report(local_rank, code)
+                self._diagnose_if_timed_out(local_rank)
                 self.stop(grace=min(self.node.grace_period, 2.0))
                 return 1
         return 0
+
+    def diagnose(self) -> None:
+        """Record what every rank of this node is doing (`hang`), once, before it is stopped."""
+        if not self._diagnosed.acquire(blocking=False):
+            return
+        from shoal._runtime import hang
+
+        try:
+            hang.write_report(self.node, self.rank_pids())
+        except Exception as e:  # a diagnosis must never keep the node from stopping
+            print(f"shoal-node {self.node.node_rank}: the hang diagnosis failed: {e!r}",
+                  file=sys.stderr, flush=True)
+
+    def _diagnose_if_timed_out(self, local_rank: int) -> None:
+        """A rank timed out in a collective: its peers here are still alive; record them."""
+        from shoal._runtime import hang
+
+        n = self.node
+        if local_rank >= 0 and hang.rank_timed_out(n, n.node_rank * n.nproc_per_node +
+                                                   local_rank):
+            self.diagnose()
 
     def _report(self, local_rank: int, code: int) -> None:
         from shoal._runtime.rank import attempt_folder
@@ -308,6 +331,8 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: threading.Thread(  # the engine asks
+        target=runner.diagnose, name="shoal-hang", daemon=True).start())
     watch_lifeline(runner, min(node.grace_period, 5.0))
     runner.start()
     sampler = start_sampler(node, runner.rank_pids)  # after the forks: no thread may precede them

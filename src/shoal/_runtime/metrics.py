@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,9 @@ class MetricsWriter:
         self._stop = False
         self._wake = threading.Event()  # set to flush early: the buffer is filling, or close()
         self._error: str | None = None
+        # Called on the flusher thread after each flush with the last step (a rank publishes
+        # its status for hang diagnosis from here: never on the training thread).
+        self.on_tick: Callable[[int | None], None] | None = None
         self._thread = threading.Thread(target=self._flush_loop, name="shoal-metrics",
                                         daemon=True)
         self._thread.start()
@@ -84,6 +88,13 @@ class MetricsWriter:
             self._wake.wait(FLUSH_INTERVAL)
             self._wake.clear()
             self.flush()
+            if self.on_tick is not None:
+                self.on_tick(self.last_step)
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the last point added (None before the first)."""
+        return self._auto_step - 1 if self._auto_step else None
 
     def flush(self) -> None:
         with self._flushing:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from shoal._api.context import TaskContext, running
-from shoal._runtime import contract
+from shoal._runtime import contract, rank_status
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.frameworks import prepare_runtime
 from shoal._runtime.metrics import metrics_scope
@@ -89,7 +89,8 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     metrics = metrics_scope(node.home, node.run, node.action, node.attempt,
                             restart=node.restart_attempt, node=context.node_rank, rank=rank)
     try:
-        with running(context), report, metrics:
+        with running(context), report, metrics as writer:
+            rank_status.start(node, rank, writer)
             value: Any = task.func(**kwargs)
             if asyncio.iscoroutine(value):
                 value = asyncio.run(value)
@@ -134,6 +135,7 @@ def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException)
         "rank": rank, "local_rank": local_rank, "node": node.node_rank, "at": time.time(),
         "message": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
         "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        **rank_status.failure_fields(e),
     }
     try:
         open_store(node.store).put_bytes(join(attempt_folder(node), f"rank-{rank}.failure.json"),

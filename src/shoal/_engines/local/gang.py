@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal._engines.base import AttemptOutcome, AttemptRef
-from shoal._engines.local import procs
+from shoal._engines.local import gang_hang, procs
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
@@ -105,6 +105,7 @@ class GangRunner:
         self.io = join(engine.store, "runs", ref.run, ref.action, str(ref.attempt))
         self.preempted = asyncio.Event()
         self.gang: Gang | None = None
+        self.diagnosis: gang_hang.Diagnosis | None = None  # of the last start, if it hung
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -153,18 +154,25 @@ class GangRunner:
     async def _start_and_watch(self, restart: int) -> str:
         gang = await self._start(restart)
         self.gang = gang
+        self.diagnosis = None
         waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(gang.procs)}
         preempt = asyncio.ensure_future(self.preempted.wait())
+        stalled = asyncio.ensure_future(self._stalled(gang))
         try:
-            pending = set(waits)
+            pending: set[asyncio.Future[Any]] = set(waits)
             while pending:
-                done, pending = await asyncio.wait(pending | {preempt},
+                done, pending = await asyncio.wait(pending | {preempt, stalled},
                                                    return_when=asyncio.FIRST_COMPLETED)
-                pending.discard(preempt)
+                pending -= {preempt, stalled}
                 if preempt in done:
                     await self._stop(gang, self.cluster.grace_period)
                     return "preempted"
+                if stalled in done:
+                    await self._diagnose(gang, "no_progress")
+                    await self._stop(gang, FAILURE_GRACE)
+                    return "hung"
                 if any(t.result() != 0 for t in done if t in waits):
+                    await self._diagnose_if_timed_out(gang)
                     await self._stop(gang, FAILURE_GRACE)
                     return "failed"
             return "succeeded"
@@ -173,7 +181,30 @@ class GangRunner:
             raise
         finally:
             preempt.cancel()
+            stalled.cancel()
             self.gang = None
+
+    async def _stalled(self, gang: Gang) -> None:
+        """Returns when the gang stopped making progress; never without a progress_timeout."""
+        if self.cluster.progress_timeout is None:
+            await asyncio.Event().wait()
+            return
+        await gang_hang.watch_progress(gang.log_dir, self.cluster.world_size,
+                                       self.cluster.progress_timeout)
+
+    async def _diagnose_if_timed_out(self, gang: Gang) -> None:
+        first = first_failure(self.store, join(self.io, f"r{gang.restart}"))
+        if first is not None and any(r.get("rank") == first.rank and r.get("collective_timeout")
+                                     for r in first.reports):
+            await self._diagnose(gang, "collective_timeout")
+
+    async def _diagnose(self, gang: Gang, reason: str) -> None:
+        self.diagnosis = await gang_hang.diagnose(
+            gang.procs, self.store, join(self.io, f"r{gang.restart}"), gang.log_dir,
+            self.cluster.world_size, reason)
+        self.engine.notify("gang_hang", self.ref.action, {
+            "task": self.call.task.name, "restart": gang.restart,
+            **self.diagnosis.event()})
 
     async def _start(self, restart: int) -> Gang:
         c, ref, env = self.cluster, self.ref, self.call.task.env
@@ -246,6 +277,15 @@ class GangRunner:
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"the gang was preempted (restart {restart}) and "
                                "resume_after_preemption is off")
+        hung = self.diagnosis
+        if hung is not None and hung.reason == "no_progress":
+            culprits = list(hung.verdict.culprits)
+            return FailureInfo(
+                task=task, action=ref.action, attempt=ref.attempt, kind="timeout",
+                message=f"the gang made no progress for {self.cluster.progress_timeout:g} s "
+                f"(no rank's step advanced; restart {restart}): {hung.verdict.summary()} "
+                f"(stacks: {hung.report_path})",
+                rank=culprits[0] if culprits else None, traceback=_hang_text(hung))
         first = first_failure(self.store, join(self.io, f"r{restart}"))
         if first is None:
             tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
@@ -257,6 +297,9 @@ class GangRunner:
         message = f"rank {rank} failed first (restart {restart}): {first.message}"
         if self.engine.gpus_emulated(self.call.task.env) and _CUDA_WORDS.search(first.message):
             message += EMULATED_GPU_HINT
+        if hung is not None:
+            message = (f"hang: {hung.verdict.summary()} (stacks: {hung.report_path}). "
+                       f"{message}")
         return FailureInfo(
             task=task, action=ref.action, attempt=ref.attempt,
             kind="user" if first.raised else "crash",
@@ -264,3 +307,9 @@ class GangRunner:
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
+
+
+def _hang_text(hung: gang_hang.Diagnosis) -> str:
+    with contextlib.suppress(OSError):
+        return hung.report_path.read_text()
+    return hung.verdict.summary()

@@ -1,0 +1,128 @@
+"""Hang diagnosis of a local gang, before it is stopped (see `shoal._runtime.hang`).
+
+Two triggers: the first failure is a collective timeout, or the gang made no progress (no
+rank's step advanced) for ``progress_timeout`` seconds, judged from the ranks' status files in
+the gang's log folder. Either way the engine asks every live node launcher for its report
+(`hang.HANG_SIGNAL`), waits for them (bounded), decides who stopped answering
+(`hang_verdict.decide`) and writes, beside the rank logs, ``stacks-rank<N>.txt`` per rank and
+``hang.txt`` (the verdict, then every rank), which ``shoal logs`` shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from shoal._runtime.hang import HANG_SIGNAL, node_report_name
+from shoal._runtime.hang_verdict import RankView, Verdict, decide, rank_views
+from shoal._runtime.rank_status import read_status
+from shoal._runtime.reports import read_reports
+from shoal._storage.store import Store, join
+from shoal.errors import ObjectNotFound
+
+POLL = 0.5  # seconds between two looks at the status files (they change at most this often)
+REPORT_WAIT = 6.0  # seconds the launchers get to send their reports (py-spy, faulthandler)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    reason: str  # "collective_timeout" | "no_progress"
+    verdict: Verdict
+    views: list[RankView]
+    took: float  # seconds from the trigger to the verdict
+    report_path: Path
+
+    def event(self) -> dict[str, Any]:
+        """The data of the ``gang_hang`` event: per rank, what the verdict rests on."""
+        return {"reason": self.reason, "took": round(self.took, 2),
+                "culprits": {str(r): why for r, why in self.verdict.culprits.items()},
+                "waiting": {str(r): what for r, what in self.verdict.waiting.items()},
+                "stacks": str(self.report_path),
+                "ranks": [{"rank": v.rank, "node": v.node, "state": v.state, "step": v.step,
+                           "collective": v.collective,
+                           "waited": None if v.waited is None else round(v.waited, 1),
+                           "timed_out": v.timed_out, "stack_note": v.stack_note}
+                          for v in self.views]}
+
+
+def _launcher_pid(pid: int) -> int | None:
+    """The node launcher in a node process: ``pid`` itself, or the child ``unshare`` started
+    (whose own argv names the launcher too, as its arguments)."""
+    with contextlib.suppress(psutil.Error):
+        top = psutil.Process(pid)
+        for p in (top, *top.children()):
+            if p.cmdline()[1:3] == ["-m", "shoal._runtime.launcher"]:
+                return int(p.pid)
+    return None
+
+
+async def watch_progress(log_dir: Path, world: int, timeout: float) -> None:
+    """Return once no rank's step advanced for ``timeout`` s; ranks that report no steps
+    are not judged, and the clock starts at the first step any rank reports."""
+    while True:
+        await asyncio.sleep(POLL)
+        stepped = [s["step_at"] for r in range(world)
+                   if (s := read_status(log_dir, r)) and s.get("step_at")]
+        if stepped and time.time() - max(stepped) > timeout:
+            return
+
+
+async def diagnose(procs: list[asyncio.subprocess.Process], store: Store, folder: str,
+                   log_dir: Path, world: int, reason: str) -> Diagnosis:
+    """Ask the live nodes for their reports, decide, and write the stack files."""
+    started = time.monotonic()
+    asked = set()
+    for node, proc in enumerate(procs):
+        pid = _launcher_pid(proc.pid) if proc.returncode is None else None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, HANG_SIGNAL)
+                asked.add(node)
+    reports: dict[int, dict[str, Any]] = {}
+    deadline = started + REPORT_WAIT
+    while True:
+        for node in range(len(procs)):
+            if node not in reports:
+                with contextlib.suppress(ObjectNotFound, ValueError):
+                    reports[node] = json.loads(store.get_bytes(join(folder,
+                                                                    node_report_name(node))))
+        # a node that was not asked and has no report (it stopped) will not send one
+        if all(n in reports for n in asked) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    statuses = {r: s for r in range(world) if (s := read_status(log_dir, r))}
+    views = rank_views(world, list(reports.values()), statuses,
+                       read_reports(store, folder), time.time())
+    verdict = decide(views)
+    path = write_stacks(log_dir, views, verdict, reason)
+    return Diagnosis(reason=reason, verdict=verdict, views=views,
+                     took=time.monotonic() - started, report_path=path)
+
+
+def _rank_text(v: RankView) -> str:
+    head = (f"rank {v.rank} (node {v.node}): process {v.state or 'not seen'}, "
+            f"step {v.step if v.step is not None else '-'}, "
+            f"collective {v.collective or '-'}"
+            + (f" for {v.waited:.1f} s" if v.waited is not None else "")
+            + (" (timed out)" if v.timed_out else ""))
+    body = v.stack.rstrip() or f"(no stack: {v.stack_note or 'the rank was not seen'})"
+    return f"{head}\n{body}\n"
+
+
+def write_stacks(log_dir: Path, views: list[RankView], verdict: Verdict, reason: str) -> Path:
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    for v in views:
+        (log_dir / f"stacks-rank{v.rank}.txt").write_text(
+            f"# hang diagnosis at {when} ({reason})\n{_rank_text(v)}")
+    path = log_dir / "hang.txt"
+    path.write_text(f"# hang diagnosis at {when} ({reason})\n{verdict.summary()}\n\n"
+                    + "\n".join(_rank_text(v) for v in views))
+    return path
