@@ -45,6 +45,9 @@ def test_a_frozen_rank_is_named_not_the_ranks_that_timed_out(
     assert "rank 3 stopped answering (its process is stopped" in info.message
     assert "last step 3" in info.message
     assert "timed out waiting in all_reduce" in info.message
+    assert info.rank == 3 and info.node == 1  # the rank that stopped, not the first to time out
+    assert "rank 3 (node 1): process stopped" in info.traceback
+    assert "failed first" in info.traceback and "all_reduce" in info.traceback
     data = _hang_event(shoal_home, run.name)
     assert data["reason"] == "collective_timeout"
     assert list(data["culprits"]) == ["3"]
@@ -60,7 +63,7 @@ def test_a_frozen_rank_is_named_not_the_ranks_that_timed_out(
     else:
         assert "cannot run faulthandler" in stacks[3], stacks[3]
     print(f"\nfrozen rank ({method}): failure after {took:.1f} s, diagnosis took "
-          f"{data['took']:.2f} s")
+          f"{data['took']:.2f} s, {data['stalled_for']} s after the last step")
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -87,4 +90,4 @@ def test_a_rank_sleeping_outside_collectives_is_named_by_the_progress_timeout(
     hang = (logs / "hang.txt").read_text()
     assert "rank 1 stopped answering" in hang and "stuck_in_sleep" in hang
     print(f"\nsleeping rank ({method}): failure after {took:.1f} s, diagnosis took "
-          f"{data['took']:.2f} s")
+          f"{data['took']:.2f} s, {data['stalled_for']} s after the last step")

@@ -33,7 +33,7 @@ from shoal._engines.local import gang_hang, procs
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
-from shoal._runtime.reports import first_failure
+from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.store import join, open_store
@@ -279,19 +279,15 @@ class GangRunner:
                                "resume_after_preemption is off")
         hung = self.diagnosis
         if hung is not None and hung.reason == "no_progress":
-            culprits = list(hung.verdict.culprits)
-            return FailureInfo(
-                task=task, action=ref.action, attempt=ref.attempt, kind="timeout",
-                message=f"the gang made no progress for {self.cluster.progress_timeout:g} s "
-                f"(no rank's step advanced; restart {restart}): {hung.verdict.summary()} "
-                f"(stacks: {hung.report_path})",
-                rank=culprits[0] if culprits else None, traceback=_hang_text(hung))
+            return self._hang_failure(hung, restart, log_dir, None)
         first = first_failure(self.store, join(self.io, f"r{restart}"))
         if first is None:
             tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"a node launcher failed (restart {restart})",
                                log_tail="\n".join(t for t in tails if t))
+        if hung is not None and hung.verdict.culprits:
+            return self._hang_failure(hung, restart, log_dir, first)
         rank = first.rank
         tail = procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
         message = f"rank {rank} failed first (restart {restart}): {first.message}"
@@ -308,8 +304,27 @@ class GangRunner:
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
 
-
-def _hang_text(hung: gang_hang.Diagnosis) -> str:
-    with contextlib.suppress(OSError):
-        return hung.report_path.read_text()
-    return hung.verdict.summary()
+    def _hang_failure(self, hung: gang_hang.Diagnosis, restart: int, log_dir: Path,
+                      first: FirstFailure | None) -> FailureInfo:
+        """The failure names the rank that stopped answering (its stack as the traceback,
+        its log's tail), not the rank whose collective timed out first."""
+        culprit = hung.culprit()
+        if first is None:
+            what = (f"the gang made no progress for {self.cluster.progress_timeout:g} s (no "
+                    f"rank's step advanced; restart {restart})")
+        else:
+            what = (f"a collective timed out (restart {restart}; rank {first.rank} failed "
+                    f"first: {first.message})")
+        traceback = hung.stack_text(culprit) if culprit is not None else ""
+        if first is not None and first.traceback:
+            traceback += f"\nrank {first.rank} failed first:\n{first.traceback}"
+        rank = culprit.rank if culprit is not None else None
+        return FailureInfo(
+            task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
+            kind="timeout" if first is None else "user" if first.raised else "crash",
+            message=f"hang: {hung.verdict.summary()}. {what}. Stacks of every rank: "
+                    f"{hung.report_path}",
+            rank=rank, node=culprit.node if culprit is not None else None,
+            log_tail=procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else "",
+            traceback=traceback, error_type=first.error_type if first is not None else "",
+        )

@@ -39,10 +39,19 @@ class Diagnosis:
     views: list[RankView]
     took: float  # seconds from the trigger to the verdict
     report_path: Path
+    stalled_for: float | None  # seconds since the last step any rank reported, at the verdict
+
+    def culprit(self) -> RankView | None:
+        """The first rank that stopped answering, if one was found."""
+        return next((v for v in self.views if v.rank in self.verdict.culprits), None)
+
+    def stack_text(self, view: RankView) -> str:
+        return _rank_text(view)
 
     def event(self) -> dict[str, Any]:
         """The data of the ``gang_hang`` event: per rank, what the verdict rests on."""
         return {"reason": self.reason, "took": round(self.took, 2),
+                "stalled_for": None if self.stalled_for is None else round(self.stalled_for, 1),
                 "culprits": {str(r): why for r, why in self.verdict.culprits.items()},
                 "waiting": {str(r): what for r, what in self.verdict.waiting.items()},
                 "stacks": str(self.report_path),
@@ -103,8 +112,11 @@ async def diagnose(procs: list[asyncio.subprocess.Process], store: Store, folder
                        read_reports(store, folder), time.time())
     verdict = decide(views)
     path = write_stacks(log_dir, views, verdict, reason)
-    return Diagnosis(reason=reason, verdict=verdict, views=views,
-                     took=time.monotonic() - started, report_path=path)
+    stepped = [s["step_at"] for s in statuses.values() if s.get("step_at")]
+    # the launchers that diagnosed on their own (a rank of theirs timed out) did so earlier
+    took = max([time.monotonic() - started, *(r.get("took", 0.0) for r in reports.values())])
+    return Diagnosis(reason=reason, verdict=verdict, views=views, took=took, report_path=path,
+                     stalled_for=time.time() - max(stepped) if stepped else None)
 
 
 def _rank_text(v: RankView) -> str:
