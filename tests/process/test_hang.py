@@ -12,6 +12,7 @@ from shoal._runtime import contract
 from shoal._storage.records import Records
 from shoal.errors import TaskFailed
 
+from .drivers import shoal_cli
 from .programs import gang_hang
 
 pytestmark = pytest.mark.slow
@@ -66,13 +67,17 @@ def test_a_frozen_rank_is_named_not_the_ranks_that_timed_out(
           f"{data['took']:.2f} s, {data['stalled_for']} s after the last step")
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("method", "launch"), [("py-spy", "direct"),
+                                                ("faulthandler", "direct"),
+                                                ("faulthandler", "torchrun")])
 def test_a_rank_sleeping_outside_collectives_is_named_by_the_progress_timeout(
-        method: str, shoal_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        method: str, launch: str, shoal_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 1 sleeps after step 3 outside any collective; rank 0 waits in all_reduce. No step
     advances for progress_timeout=3 s: the gang is diagnosed (live stacks of both) and
-    stopped long before the 60 s collective timeout."""
+    stopped long before the 60 s collective timeout. Under torchrun too (ranks found under
+    its agent)."""
     monkeypatch.setenv(contract.HANG_STACKS, method)
+    monkeypatch.setenv(contract.LAUNCH, launch)
     started = time.monotonic()
     run = shoal.run(gang_hang.sleeps)
     info = _failure(run).info
@@ -89,5 +94,8 @@ def test_a_rank_sleeping_outside_collectives_is_named_by_the_progress_timeout(
     assert "all_reduce" in (logs / "stacks-rank0.txt").read_text()
     hang = (logs / "hang.txt").read_text()
     assert "rank 1 stopped answering" in hang and "stuck_in_sleep" in hang
-    print(f"\nsleeping rank ({method}): failure after {took:.1f} s, diagnosis took "
+    shown = shoal_cli("logs", run.name, "--rank", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert "rank 1 stacks <==" in shown.stdout and "stuck_in_sleep" in shown.stdout
+    print(f"\nsleeping rank ({method}, {launch}): failure after {took:.1f} s, diagnosis took "
           f"{data['took']:.2f} s, {data['stalled_for']} s after the last step")

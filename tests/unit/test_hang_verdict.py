@@ -84,7 +84,7 @@ def test_ranks_that_report_no_steps_are_not_judged_on_steps() -> None:
 
 def test_innermost_frame_of_the_main_thread() -> None:
     assert innermost_frame(PY_SPY) == "stuck_in_sleep (prog.py:28)"
-    assert innermost_frame(FAULTHANDLER) == '"/x/prog.py", line 28 in stuck_in_sleep'
+    assert innermost_frame(FAULTHANDLER) == "stuck_in_sleep (/x/prog.py:28)"
     assert innermost_frame("") == ""
 
 

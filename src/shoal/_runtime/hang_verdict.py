@@ -17,10 +17,12 @@ out, the verdict says so rather than blaming the rank that timed out first.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+_FAULTHANDLER_FRAME = re.compile(r'File "(.+)", line (\d+) in (.+)')
 _CANNOT_ANSWER = {
     "stopped": "its process is stopped (SIGSTOP, or a debugger holds it)",
     "tracing-stop": "its process is stopped by a tracer (a debugger holds it)",
@@ -125,7 +127,9 @@ def innermost_frame(stack: str) -> str:
     starts = [i for i, x in enumerate(lines) if x.startswith(("Thread 0x", "Current thread"))]
     if starts:
         frame = next((x.strip() for x in lines[starts[-1] + 1:] if x.strip()), "")
-        return frame.removeprefix("File ")
+        if m := _FAULTHANDLER_FRAME.fullmatch(frame):  # written as py-spy writes a frame
+            return f"{m.group(3)} ({m.group(1)}:{m.group(2)})"
+        return frame
     return ""
 
 

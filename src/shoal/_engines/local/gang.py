@@ -322,8 +322,8 @@ class GangRunner:
         return FailureInfo(
             task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
             kind="timeout" if first is None else "user" if first.raised else "crash",
-            message=f"hang: {hung.verdict.summary()}. {what}. Stacks of every rank: "
-                    f"{hung.report_path}",
+            message=f"hang: {hung.verdict.summary()}. {what[0].upper()}{what[1:]}. Stacks "
+                    f"of every rank: {hung.report_path}",
             rank=rank, node=culprit.node if culprit is not None else None,
             log_tail=procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else "",
             traceback=traceback, error_type=first.error_type if first is not None else "",
