@@ -113,3 +113,16 @@ def test_progress_timeout_is_validated() -> None:
     for bad in (0, -1, "10", True):
         with pytest.raises(SpecError, match="progress_timeout"):
             ClusterFailurePolicy(progress_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_a_collective_timeout_is_told_from_a_failure_report_or_an_abort_in_a_collective() -> None:
+    """gloo raises (the report says so); NCCL's watchdog aborts the process (SIGABRT) once a
+    collective ran for the timeout: only the status file shows that it was in one."""
+    from shoal._runtime.hang import timed_out
+
+    assert timed_out({"collective_timeout": True}, None, 1, 30, now=0)
+    in_it = {"collective": "all_reduce", "collective_since": 100.0}
+    assert timed_out({}, in_it, -6, 30, now=129.0)  # SIGABRT after ~the timeout
+    assert not timed_out({}, in_it, -6, 30, now=110.0)  # aborted early: another cause
+    assert not timed_out({}, in_it, 1, 30, now=200.0)  # exited: not NCCL's watchdog
+    assert not timed_out({}, {"collective": None}, -6, 30, now=200.0)

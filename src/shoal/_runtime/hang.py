@@ -159,8 +159,10 @@ def write_report(node: NodeEnv, rank_pids: dict[int, int]) -> None:
                                      json.dumps(report).encode())
 
 
-def rank_timed_out(node: NodeEnv, rank: int) -> bool:
-    """Did ``rank`` fail with a collective timeout (its failure report says so)?"""
+def rank_timed_out(node: NodeEnv, rank: int, exit_code: int) -> bool:
+    """Did ``rank`` end in a collective timeout? Its failure report says so (gloo raises), or
+    it was aborted (SIGABRT: NCCL's watchdog ends the process) while its status showed a
+    collective running for about the collective timeout."""
     from shoal._runtime.rank import attempt_folder
     from shoal._storage.store import join, open_store
     from shoal.errors import ObjectNotFound
@@ -169,5 +171,15 @@ def rank_timed_out(node: NodeEnv, rank: int) -> bool:
         report = json.loads(open_store(node.store).get_bytes(
             join(attempt_folder(node), f"rank-{rank}.failure.json")))
     except (ObjectNotFound, ValueError):
-        return False
-    return bool(report.get("collective_timeout"))
+        report = {}
+    return timed_out(report, read_status(status_dir(node), rank), exit_code,
+                     node.collective_timeout, time.time())
+
+
+def timed_out(failure: dict[str, Any], status: dict[str, Any] | None, exit_code: int | None,
+              collective_timeout: float, now: float) -> bool:
+    if failure.get("collective_timeout"):
+        return True
+    since = (status or {}).get("collective_since")
+    return (exit_code == -signal.SIGABRT and since is not None
+            and now - float(since) >= 0.9 * collective_timeout)

@@ -22,8 +22,10 @@ import contextlib
 import json
 import re
 import shutil
+import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,8 @@ from shoal._engines.local import gang_hang, procs
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
+from shoal._runtime.hang import timed_out
+from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.call_io import put_call_io
@@ -186,16 +190,19 @@ class GangRunner:
 
     async def _stalled(self, gang: Gang) -> None:
         """Returns when the gang stopped making progress; never without a progress_timeout."""
-        if self.cluster.progress_timeout is None:
-            await asyncio.Event().wait()
-            return
-        await gang_hang.watch_progress(gang.log_dir, self.cluster.world_size,
-                                       self.cluster.progress_timeout)
+        c = self.cluster
+        await gang_hang.watch(gang.procs, gang.log_dir, c.world_size, c.progress_timeout,
+                              c.collective_timeout)
 
     async def _diagnose_if_timed_out(self, gang: Gang) -> None:
         first = first_failure(self.store, join(self.io, f"r{gang.restart}"))
-        if first is not None and any(r.get("rank") == first.rank and r.get("collective_timeout")
-                                     for r in first.reports):
+        if first is None or first.rank is None:
+            return
+        report = next((r for r in first.reports
+                       if r.get("rank") == first.rank and r["kind"] == "rank"), {})
+        status = read_status(gang.log_dir, first.rank)
+        code = -signal.SIGABRT if first.signal == "SIGABRT" else first.exit_code
+        if timed_out(report, status, code, self.cluster.collective_timeout, time.time()):
             await self._diagnose(gang, "collective_timeout")
 
     async def _diagnose(self, gang: Gang, reason: str) -> None:

@@ -73,50 +73,84 @@ def _launcher_pid(pid: int) -> int | None:
     return None
 
 
-async def watch_progress(log_dir: Path, world: int, timeout: float) -> None:
-    """Return once no rank's step advanced for ``timeout`` s; ranks that report no steps
-    are not judged, and the clock starts at the first step any rank reports."""
-    while True:
-        await asyncio.sleep(POLL)
-        stepped = [s["step_at"] for r in range(world)
-                   if (s := read_status(log_dir, r)) and s.get("step_at")]
-        if stepped and time.time() - max(stepped) > timeout:
-            return
-
-
-async def diagnose(procs: list[asyncio.subprocess.Process], store: Store, folder: str,
-                   log_dir: Path, world: int, reason: str) -> Diagnosis:
-    """Ask the live nodes for their reports, decide, and write the stack files."""
-    started = time.monotonic()
+def ask_for_reports(procs: list[asyncio.subprocess.Process],
+                    nodes: set[int] | None = None) -> set[int]:
+    """Signal the live launchers (of ``nodes``, default all) to write their reports now."""
     asked = set()
     for node, proc in enumerate(procs):
+        if nodes is not None and node not in nodes:
+            continue
         pid = _launcher_pid(proc.pid) if proc.returncode is None else None
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, HANG_SIGNAL)
                 asked.add(node)
-    reports: dict[int, dict[str, Any]] = {}
-    deadline = started + REPORT_WAIT
+    return asked
+
+
+def early_at(collective_timeout: float) -> float:
+    """Seconds into a collective at which its ranks are recorded, before the timeout ends
+    them: their live stacks then show where they wait (py-spy takes ~0.3 s)."""
+    return max(0.6 * collective_timeout, collective_timeout - 5.0)
+
+
+async def watch(procs: list[asyncio.subprocess.Process], log_dir: Path, world: int,
+                progress_timeout: float | None, collective_timeout: float) -> None:
+    """Return once no rank's step advanced for ``progress_timeout`` s (never without one);
+    ranks that report no steps are not judged, and the clock starts at the first step any
+    rank reports. On the way, when a rank has been in one collective for `early_at`, every
+    node is asked for its report while all ranks are alive."""
+    asked_for: float | None = None  # the start of the collective the nodes were asked about
     while True:
-        for node in range(len(procs)):
-            if node not in reports:
-                with contextlib.suppress(ObjectNotFound, ValueError):
-                    reports[node] = json.loads(store.get_bytes(join(folder,
-                                                                    node_report_name(node))))
-        # a node that was not asked and has no report (it stopped) will not send one
-        if all(n in reports for n in asked) or time.monotonic() > deadline:
-            break
+        await asyncio.sleep(POLL)
+        statuses = [s for r in range(world) if (s := read_status(log_dir, r))]
+        now = time.time()
+        started = [float(s["collective_since"]) for s in statuses if s.get("collective_since")]
+        if started and min(started) != asked_for and \
+                now - min(started) >= early_at(collective_timeout):
+            asked_for = min(started)
+            ask_for_reports(procs)
+        stepped = [s["step_at"] for s in statuses if s.get("step_at")]
+        if progress_timeout is not None and stepped and now - max(stepped) > progress_timeout:
+            return
+
+
+def _read_reports(store: Store, folder: str, nodes: int) -> dict[int, dict[str, Any]]:
+    reports = {}
+    for node in range(nodes):
+        with contextlib.suppress(ObjectNotFound, ValueError):
+            reports[node] = json.loads(store.get_bytes(join(folder, node_report_name(node))))
+    return reports
+
+
+async def diagnose(procs: list[asyncio.subprocess.Process], store: Store, folder: str,
+                   log_dir: Path, world: int, reason: str) -> Diagnosis:
+    """Collect the nodes' reports (asking the live ones that have none since the last
+    progress), decide, and write the stack files."""
+    started = time.monotonic()
+    statuses = {r: s for r in range(world) if (s := read_status(log_dir, r))}
+    stepped = [s["step_at"] for s in statuses.values() if s.get("step_at")]
+    progress = max(stepped, default=0.0)
+    reports = {n: r for n, r in _read_reports(store, folder, len(procs)).items()
+               if r.get("at", 0.0) > progress}  # older: taken before the gang moved on
+    asked = ask_for_reports(procs, set(range(len(procs))) - set(reports))
+    asked_at = time.time()
+    deadline = started + REPORT_WAIT
+    while asked and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+        for node, report in _read_reports(store, folder, len(procs)).items():
+            if node in asked and report.get("at", 0.0) >= asked_at - 1.0:
+                reports[node] = report
+                asked.discard(node)
     statuses = {r: s for r in range(world) if (s := read_status(log_dir, r))}
     views = rank_views(world, list(reports.values()), statuses,
                        read_reports(store, folder), time.time())
     verdict = decide(views)
     path = write_stacks(log_dir, views, verdict, reason)
-    stepped = [s["step_at"] for s in statuses.values() if s.get("step_at")]
-    # the launchers that diagnosed on their own (a rank of theirs timed out) did so earlier
+    # the nodes may have reported earlier (asked before the timeout, or on their own)
     took = max([time.monotonic() - started, *(r.get("took", 0.0) for r in reports.values())])
     return Diagnosis(reason=reason, verdict=verdict, views=views, took=took, report_path=path,
-                     stalled_for=time.time() - max(stepped) if stepped else None)
+                     stalled_for=time.time() - progress if stepped else None)
 
 
 def _rank_text(v: RankView) -> str:
