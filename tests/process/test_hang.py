@@ -30,6 +30,7 @@ def _hang_event(home: Path, run: str) -> dict:  # type: ignore[type-arg]
     events = [e for e in Records(home / "shoal.db").events(run) if e.kind == "gang_hang"]
     assert len(events) == 1
     assert isinstance(events[0].data, dict)
+    assert "gang hung (" in events[0].message and "stopped answering" in events[0].message
     return events[0].data
 
 

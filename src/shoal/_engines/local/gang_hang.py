@@ -50,7 +50,8 @@ class Diagnosis:
 
     def event(self) -> dict[str, Any]:
         """The data of the ``gang_hang`` event: per rank, what the verdict rests on."""
-        return {"reason": self.reason, "took": round(self.took, 2),
+        return {"reason": self.reason, "summary": self.verdict.summary(),
+                "took": round(self.took, 2),
                 "stalled_for": None if self.stalled_for is None else round(self.stalled_for, 1),
                 "culprits": {str(r): why for r, why in self.verdict.culprits.items()},
                 "waiting": {str(r): what for r, what in self.verdict.waiting.items()},
