@@ -12,7 +12,9 @@ State machine of one task attempt (see docs/architecture.md):
 Each node is one launcher process (`shoal._runtime.launcher`, the same program a Kubernetes
 pod runs) in its own session and, where ``unshare`` allows, its own PID namespace, so ending a
 node ends every process it started. Nodes talk over loopback; each start gets a fresh master
-port and rendezvous id.
+port and rendezvous id. Before a gang whose collective timed out, or that made no progress for
+``progress_timeout``, is stopped, its ranks are diagnosed (`gang_hang`): the failure then
+names the rank that stopped answering.
 """
 
 from __future__ import annotations
