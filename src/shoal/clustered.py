@@ -79,6 +79,13 @@ class ClusterFailurePolicy:
     restart (``restart_on_host_maintenance`` is Flyte 2's name for it). ``collective_timeout``
     bounds how long a collective may wait on a dead or unreachable peer; ``grace_period`` is how
     long ranks get after SIGTERM (to checkpoint) before they are killed.
+
+    ``progress_timeout`` (off by default): the gang is hung when no rank's step (what ranks
+    report through ``shoal.log_metrics(..., step=)``) advanced for that long; ranks that report
+    no steps are never judged on them. A hang, or a collective timeout, is diagnosed before
+    the gang is stopped: each rank's last step, the collective it is in, its process state
+    and its Python stacks; the failure names the rank(s) that stopped answering (local
+    engine; stacks in ``shoal logs``).
     """
 
     max_restarts: int = 0
@@ -86,6 +93,7 @@ class ClusterFailurePolicy:
     restart_on_host_maintenance: bool = False
     collective_timeout: float | _dt.timedelta = 300.0
     grace_period: float | _dt.timedelta = 30.0
+    progress_timeout: float | _dt.timedelta | None = None
 
     def __post_init__(self) -> None:
         _count("ClusterFailurePolicy.max_restarts", self.max_restarts, 0)
@@ -97,6 +105,9 @@ class ClusterFailurePolicy:
             "ClusterFailurePolicy.collective_timeout", self.collective_timeout))
         object.__setattr__(self, "grace_period", _seconds(
             "ClusterFailurePolicy.grace_period", self.grace_period))
+        if self.progress_timeout is not None:
+            object.__setattr__(self, "progress_timeout", _seconds(
+                "ClusterFailurePolicy.progress_timeout", self.progress_timeout))
 
     @property
     def resumes_after_preemption(self) -> bool:
@@ -180,4 +191,6 @@ class ClusteredTaskEnvironment(TaskEnvironment):
             resume_after_preemption=policy.resumes_after_preemption,
             collective_timeout=float(policy.collective_timeout),  # type: ignore[arg-type]
             grace_period=float(policy.grace_period),  # type: ignore[arg-type]
+            progress_timeout=None if policy.progress_timeout is None
+            else float(policy.progress_timeout),  # type: ignore[arg-type]
         )

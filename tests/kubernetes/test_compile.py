@@ -376,6 +376,18 @@ def test_max_queued_time_is_refused_on_kubernetes() -> None:
         _compile(work)
 
 
+def test_progress_timeout_is_refused_on_kubernetes() -> None:
+    env = ClusteredTaskEnvironment(name="hang-k8s", replicas=2,
+                                   failure_policy=ClusterFailurePolicy(progress_timeout=60))
+
+    @env.task
+    def train() -> int:
+        return 1
+
+    with pytest.raises(SpecError, match=r"progress_timeout.*local engine only"):
+        _compile(train)
+
+
 def test_a_deadline_bounds_the_job_as_the_controller_lowers_each_attempt() -> None:
     env = shoal.TaskEnvironment(name="deadline-k8s")
 

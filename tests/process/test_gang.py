@@ -115,7 +115,10 @@ def test_an_unanswering_peer_fails_within_the_collective_timeout(tmp_path: Path,
     with pytest.raises(TaskFailed) as err:
         run.outputs()[0]
     assert time.monotonic() - t0 < 90
-    assert err.value.info.rank == 0  # the rank whose collective timed out
+    # named: the rank that stopped answering, not rank 0 whose collective timed out
+    assert err.value.info.rank == 1
+    assert "rank 1 stopped answering (its process is stopped" in err.value.info.message
+    assert "rank 0 timed out waiting in all_reduce" in err.value.info.message
     assert not _no_survivors(shoal_home, run.name), "a stopped rank survived"
 
 

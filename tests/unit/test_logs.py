@@ -254,3 +254,37 @@ def test_follow_ends_when_the_driver_of_the_run_died(shoal_home: Path,
     assert main(["logs", RUN, "--follow"]) == 0  # not forever: the run is found crashed
     assert capsys.readouterr().out == "a0 [attempt 0] before the crash\n"
     assert rec.get_run(RUN).state == "crashed"
+
+
+def test_a_hang_diagnosis_adds_stacks_after_each_rank_log(shoal_home: Path,
+                                                          records: Records) -> None:
+    """stacks-rank<N>.txt right after rank N's log, hang.txt after the whole restart; the
+    other files a diagnosis leaves (status, faulthandler's raw output) are not logs."""
+    folder = _gang(shoal_home, records, "a0", 0, 0, nnodes=2, nproc=1)
+    for r in (0, 1):
+        (folder / f"stacks-rank{r}.txt").write_text(f"rank {r} stacks\n")
+        (folder / f"rank{r}.status.json").write_text("{}")
+        (folder / f"rank{r}.faulthandler.txt").write_text("raw\n")
+    (folder / "hang.txt").write_text("rank 1 stopped answering\n")
+    sources = log_sources(shoal_home, records, RUN)
+    assert _who(sources) == [
+        ("a0", 0, 0, "rank", 0, 0), ("a0", 0, 0, "stacks", 0, 0), ("a0", 0, 0, "node", 0, None),
+        ("a0", 0, 0, "rank", 1, 1), ("a0", 0, 0, "stacks", 1, 1), ("a0", 0, 0, "node", 1, None),
+        ("a0", 0, 0, "stacks", None, None)]
+    assert sources[4].label == "[node 1 rank 1 stacks attempt 0]"
+    assert sources[-1].label == "[hang diagnosis stacks attempt 0]"
+    assert sources[-1].path.name == "hang.txt"
+
+
+def test_shoal_logs_shows_a_ranks_stacks_with_its_log(shoal_home: Path, records: Records,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _gang(shoal_home, records, "a0", 0, 0, nnodes=2, nproc=1)
+    (folder / "stacks-rank1.txt").write_text("Thread 4 (idle): \"MainThread\"\n    stuck\n")
+    (folder / "hang.txt").write_text("rank 1 stopped answering\n")
+    assert main(["logs", RUN]) == 0
+    out = capsys.readouterr().out
+    assert "[node 1 rank 1 stacks attempt 0]     stuck" in out
+    assert "[hang diagnosis stacks attempt 0] rank 1 stopped answering" in out
+    assert main(["logs", RUN, "--rank", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 1 stacks <==" in out and "    stuck" in out

@@ -88,6 +88,10 @@ class Controller:
                        f"({d['left']} restart(s) left)")
         elif kind == "gang_preempted":
             message = "gang preempted; requeued, resumes without using a restart"
+        elif kind == "gang_hang":
+            why = "a collective timed out" if d["reason"] == "collective_timeout" else \
+                "no rank's step advanced"
+            message = f"gang hung ({why}): {d['summary']}; stacks in {d['stacks']}"
         else:
             message = kind
         self.records.add_event(self.run, kind, f"{data.get('task', '')}: {message}",

@@ -90,6 +90,9 @@ GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
 # What to profile in this task's processes, in `ProfileSpec.to_text` form
 # ("ranks=0,3:steps=10-12:tool=torch"); unset: nothing is profiled.
 PROFILE = "SHOAL_PROFILE"
+# How a hang diagnosis reads the ranks' Python stacks: "py-spy" | "faulthandler" (the
+# fallback, forced) | unset: py-spy where it is on PATH, else faulthandler.
+HANG_STACKS = "SHOAL_HANG_STACKS"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------

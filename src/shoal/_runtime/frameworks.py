@@ -32,6 +32,7 @@ from typing import Any
 
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
+from shoal._runtime.rank_status import wrap_collectives
 
 
 def prepare_runtime(node: NodeEnv) -> None:
@@ -99,6 +100,7 @@ def _bound_torch_collectives(seconds: float, *, emulated: bool = False) -> None:
     init_process_group.__shoal_bounded__ = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
     c10d.init_process_group = init_process_group
+    wrap_collectives(dist, c10d)  # hang diagnosis: which collective each rank is in
     if emulated:
         _emulate_cuda_devices()
 

@@ -134,8 +134,8 @@ def fork_rank(rank_env: dict[str, str]) -> int:
         return pid
     code = 1
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
         os.environ.update(rank_env)
         from shoal._runtime import rank
 
@@ -158,6 +158,8 @@ class Node:
         self.node = node
         self.children: dict[int, int] = {}  # pid -> local rank (-1: torchrun)
         self.stopping = threading.Event()
+        self._diagnosing = threading.Lock()  # one hang report at a time
+        self._diagnosed_at = float("-inf")  # monotonic time of the last one
 
     def start(self) -> None:
         base = dict(os.environ)
@@ -244,9 +246,40 @@ class Node:
             code = os.waitstatus_to_exitcode(status)
             if code != 0:
                 self._report(local_rank, code)
+                self._diagnose_if_timed_out(local_rank, code)
                 self.stop(grace=min(self.node.grace_period, 2.0))
                 return 1
         return 0
+
+    def diagnose(self, *, wait: bool = False) -> None:
+        """Record what every rank of this node is doing now (`hang`), one report at a time
+        (``wait``: for the one being written, instead of skipping)."""
+        if not self._diagnosing.acquire(timeout=10 if wait else 0):
+            return
+        from shoal._runtime import hang
+
+        try:
+            hang.write_report(self.node, self.rank_pids())
+            self._diagnosed_at = time.monotonic()
+        except Exception as e:  # a diagnosis must never keep the node from stopping
+            print(f"shoal-node {self.node.node_rank}: the hang diagnosis failed: {e!r}",
+                  file=sys.stderr, flush=True)
+        finally:
+            self._diagnosing.release()
+
+    def _diagnose_if_timed_out(self, local_rank: int, code: int) -> None:
+        """A rank timed out in a collective: its peers here are still alive; record them,
+        unless the engine asked for a report during this collective (all ranks alive then)."""
+        from shoal._runtime import hang
+
+        n = self.node
+        if local_rank < 0 or not hang.rank_timed_out(n, n.node_rank * n.nproc_per_node +
+                                                     local_rank, code):
+            return
+        self._diagnosing.acquire(timeout=10)  # one the engine asked for may be under way
+        self._diagnosing.release()
+        if time.monotonic() - self._diagnosed_at > n.collective_timeout:
+            self.diagnose(wait=True)
 
     def _report(self, local_rank: int, code: int) -> None:
         from shoal._runtime.rank import attempt_folder
@@ -325,6 +358,8 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: threading.Thread(  # the engine asks
+        target=runner.diagnose, name="shoal-hang", daemon=True).start())
     watch_lifeline(runner, min(node.grace_period, 5.0))
     runner.start()
     sampler = start_sampler(node, runner.rank_pids)  # after the forks: no thread may precede them

@@ -67,6 +67,9 @@ class MetricsWriter:
         self._error: str | None = None
         # Set only while a profiler watches this rank's steps (`shoal._runtime.profiling`).
         self.on_step: Callable[[int], None] | None = None
+        # Called on the flusher thread after each flush with the last step (a rank publishes
+        # its status for hang diagnosis from here: never on the training thread).
+        self.on_tick: Callable[[int | None], None] | None = None
         self._thread = threading.Thread(target=self._flush_loop, name="shoal-metrics",
                                         daemon=True)
         self._thread.start()
@@ -95,6 +98,13 @@ class MetricsWriter:
             self._wake.wait(FLUSH_INTERVAL)
             self._wake.clear()
             self.flush()
+            if self.on_tick is not None:
+                self.on_tick(self.last_step)
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the last point added (None before the first)."""
+        return self._auto_step - 1 if self._auto_step else None
 
     def flush(self) -> None:
         with self._flushing:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from shoal._api.context import TaskContext, running
-from shoal._runtime import contract
+from shoal._runtime import contract, rank_status
 from shoal._runtime.contract import NodeEnv
 from shoal._runtime.frameworks import prepare_runtime
 from shoal._runtime.metrics import metrics_scope
@@ -93,7 +93,8 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
                                action=node.action, attempt=node.attempt,
                                restart=node.restart_attempt, rank=rank)
     try:
-        with running(context), report, metrics, profiled:
+        with running(context), report, metrics as writer, profiled:
+            rank_status.start(node, rank, writer)
             value: Any = task.func(**kwargs)
             if asyncio.iscoroutine(value):
                 value = asyncio.run(value)
@@ -138,6 +139,7 @@ def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException)
         "rank": rank, "local_rank": local_rank, "node": node.node_rank, "at": time.time(),
         "message": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
         "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        **rank_status.failure_fields(e),
     }
     try:
         open_store(node.store).put_bytes(join(attempt_folder(node), f"rank-{rank}.failure.json"),

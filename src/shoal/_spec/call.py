@@ -32,6 +32,7 @@ class ClusterSpec:
     resume_after_preemption: bool = False
     collective_timeout: float = 300.0  # seconds a collective may wait on a dead peer
     grace_period: float = 30.0  # seconds between SIGTERM and SIGKILL when the gang is stopped
+    progress_timeout: float | None = None  # seconds without a step advancing: a hang
 
     @property
     def world_size(self) -> int:

@@ -2,7 +2,9 @@
 
 A plain call writes one file, the attempt's ``log_path`` in the records. A gang writes, per
 attempt and gang restart, ``runs/<run>/logs/gang/<action>.<attempt>/r<restart>/``: one
-``node<i>.log`` per node launcher and one ``rank<N>.log`` per rank. Each file is a `LogSource`;
+``node<i>.log`` per node launcher and one ``rank<N>.log`` per rank, and after a hang diagnosis
+``stacks-rank<N>.txt`` per rank and ``hang.txt`` (the verdict and every rank; kind "stacks",
+shown after the logs they explain). Each file is a `LogSource`;
 `log_sources` lists those of a run, `read_chunk` reads one from an offset on. The CLI's
 ``shoal logs`` and the web UI both read through these, so a label means the same in both.
 
@@ -31,6 +33,8 @@ LINE_LIMIT = 16 * 1024
 _RESTART_DIR = re.compile(r"r(\d+)")
 _RANK_FILE = re.compile(r"rank(\d+)\.log")
 _NODE_FILE = re.compile(r"node(\d+)\.log")
+_STACKS_FILE = re.compile(r"stacks-rank(\d+)\.txt")
+HANG_FILE = "hang.txt"
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,9 @@ class LogSource:
     restart: int | None  # None for a plain call
     node: int | None
     rank: int | None
-    kind: str  # "task" (a plain call), "rank", "node" (a gang's node launcher)
+    # "task" (a plain call), "rank", "node" (a gang's node launcher), "stacks" (a rank's
+    # stacks from a hang diagnosis; rank None: the whole diagnosis, hang.txt)
+    kind: str
     path: Path
 
     @property
@@ -52,6 +58,10 @@ class LogSource:
         for a plain call, whose lines need no prefix in its own section."""
         if self.kind == "task":
             return ""
+        again = f" restart {self.restart}" if self.restart else ""
+        if self.kind == "stacks":
+            who = "hang diagnosis" if self.rank is None else f"node {self.node} rank {self.rank}"
+            return f"[{who} stacks attempt {self.attempt}{again}]"
         who = f"node {self.node}" + (f" rank {self.rank}" if self.kind == "rank" else " launcher")
         again = f" restart {self.restart}" if self.restart else ""
         return f"[{who} attempt {self.attempt}{again}]"
@@ -109,22 +119,30 @@ def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
     for restart, folder in restarts:
         nodes: list[tuple[int, Path]] = []
         ranks: list[tuple[int, Path]] = []
+        stacks: list[tuple[int, Path]] = []
         for f in folder.iterdir():
             if m := _NODE_FILE.fullmatch(f.name):
                 nodes.append((int(m.group(1)), f))
             elif m := _RANK_FILE.fullmatch(f.name):
                 ranks.append((int(m.group(1)), f))
+            elif m := _STACKS_FILE.fullmatch(f.name):
+                stacks.append((int(m.group(1)), f))
         nproc = per_node
         if nproc is None:  # a run recorded before the events carried it
             nproc = -(-(max((r for r, _ in ranks), default=0) + 1) // max(len(nodes), 1))
-        rows = [(n, 1, n, LogSource(action=action, attempt=attempt, task=task, restart=restart,
-                                     node=n, rank=None, kind="node", path=p))
+        rows = [(n, 1, n, 0, LogSource(action=action, attempt=attempt, task=task,
+                                        restart=restart, node=n, rank=None, kind="node",
+                                        path=p))
                 for n, p in nodes]
-        rows += [(r // nproc, 0, r, LogSource(action=action, attempt=attempt, task=task,
-                                               restart=restart, node=r // nproc, rank=r,
-                                               kind="rank", path=p))
-                 for r, p in ranks]
-        out += [s for *_, s in sorted(rows, key=lambda row: row[:3])]
+        rows += [(r // nproc, 0, r, kind, LogSource(action=action, attempt=attempt, task=task,
+                                                     restart=restart, node=r // nproc, rank=r,
+                                                     kind=("rank", "stacks")[kind], path=p))
+                 for kind, files in enumerate((ranks, stacks)) for r, p in files]
+        if (folder / HANG_FILE).exists():
+            rows.append((1 << 30, 0, 0, 0, LogSource(
+                action=action, attempt=attempt, task=task, restart=restart, node=None,
+                rank=None, kind="stacks", path=folder / HANG_FILE)))
+        out += [s for *_, s in sorted(rows, key=lambda row: row[:4])]
     return out
 
 

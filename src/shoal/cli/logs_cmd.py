@@ -144,7 +144,8 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
     from shoal._storage.logs import log_sources
     from shoal.errors import NotFoundError
 
-    sources = [s for s in log_sources(contract.home(), records, run) if s.kind == "rank"]
+    sources = [s for s in log_sources(contract.home(), records, run)
+               if s.kind == "rank" or (s.kind == "stacks" and s.rank is not None)]
     found = [s for s in sources if _wanted(args, s)]
     if not found:
         ranks = sorted({f"rank{s.rank}" for s in sources})
@@ -153,7 +154,7 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
     matched = 0
     for source in found:
         header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
-                  f"rank {source.rank} <==\n")
+                  f"rank {source.rank}{' stacks' if source.kind == 'stacks' else ''} <==\n")
         if pattern is None:
             sys.stdout.write(header)
         printed = 0

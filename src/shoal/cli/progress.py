@@ -78,6 +78,9 @@ class Progress:
             for label, log in data["logs"].items():
                 self.tails[f"{action}|{label}"] = (label, Path(log), 0)
             self._print(f"⇶ {task} [{action}] {data['message']}")
+        elif kind == "gang_hang":
+            self._flush_gang(action)
+            self._print(f"⧗ {task} [{action}] {data['message']}")
         elif kind in ("gang_restart", "gang_preempted"):
             self._flush_gang(action)
             self._print(f"↻ {task} [{action}] {data['message']}")

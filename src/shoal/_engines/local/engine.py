@@ -115,7 +115,9 @@ class LocalEngine(Engine):
             f" gpu={request.gpu} (queue {queue!r}, priority {priority})",
             f"  failure policy: {c.max_restarts} group restart(s), resume after preemption: "
             f"{c.resume_after_preemption}, collective timeout {c.collective_timeout:g}s, "
-            f"grace period {c.grace_period:g}s",
+            f"grace period {c.grace_period:g}s"
+            + (f", hung after {c.progress_timeout:g}s without a step" if c.progress_timeout
+               else ""),
         ]
         for node in range(c.replicas):
             lines.append(f"  node {node}: {prefix + ' ' if prefix else ''}"

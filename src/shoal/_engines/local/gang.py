@@ -12,7 +12,9 @@ State machine of one task attempt (see docs/architecture.md):
 Each node is one launcher process (`shoal._runtime.launcher`, the same program a Kubernetes
 pod runs) in its own session and, where ``unshare`` allows, its own PID namespace, so ending a
 node ends every process it started. Nodes talk over loopback; each start gets a fresh master
-port and rendezvous id.
+port and rendezvous id. Before a gang whose collective timed out, or that made no progress for
+``progress_timeout``, is stopped, its ranks are diagnosed (`gang_hang`): the failure then
+names the rank that stopped answering.
 """
 
 from __future__ import annotations
@@ -22,18 +24,22 @@ import contextlib
 import json
 import re
 import shutil
+import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal._engines.base import AttemptOutcome, AttemptRef
-from shoal._engines.local import procs
+from shoal._engines.local import gang_hang, procs
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
-from shoal._runtime.reports import first_failure
+from shoal._runtime.hang import timed_out
+from shoal._runtime.rank_status import read_status
+from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.store import join, open_store
@@ -105,6 +111,7 @@ class GangRunner:
         self.io = join(engine.store, "runs", ref.run, ref.action, str(ref.attempt))
         self.preempted = asyncio.Event()
         self.gang: Gang | None = None
+        self.diagnosis: gang_hang.Diagnosis | None = None  # of the last start, if it hung
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -155,18 +162,25 @@ class GangRunner:
     async def _start_and_watch(self, restart: int) -> str:
         gang = await self._start(restart)
         self.gang = gang
+        self.diagnosis = None
         waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(gang.procs)}
         preempt = asyncio.ensure_future(self.preempted.wait())
+        stalled = asyncio.ensure_future(self._stalled(gang))
         try:
-            pending = set(waits)
+            pending: set[asyncio.Future[Any]] = set(waits)
             while pending:
-                done, pending = await asyncio.wait(pending | {preempt},
+                done, pending = await asyncio.wait(pending | {preempt, stalled},
                                                    return_when=asyncio.FIRST_COMPLETED)
-                pending.discard(preempt)
+                pending -= {preempt, stalled}
                 if preempt in done:
                     await self._stop(gang, self.cluster.grace_period)
                     return "preempted"
+                if stalled in done:
+                    await self._diagnose(gang, "no_progress")
+                    await self._stop(gang, FAILURE_GRACE)
+                    return "hung"
                 if any(t.result() != 0 for t in done if t in waits):
+                    await self._diagnose_if_timed_out(gang)
                     await self._stop(gang, FAILURE_GRACE)
                     return "failed"
             return "succeeded"
@@ -175,7 +189,33 @@ class GangRunner:
             raise
         finally:
             preempt.cancel()
+            stalled.cancel()
             self.gang = None
+
+    async def _stalled(self, gang: Gang) -> None:
+        """Returns when the gang stopped making progress; never without a progress_timeout."""
+        c = self.cluster
+        await gang_hang.watch(gang.procs, gang.log_dir, c.world_size, c.progress_timeout,
+                              c.collective_timeout)
+
+    async def _diagnose_if_timed_out(self, gang: Gang) -> None:
+        first = first_failure(self.store, join(self.io, f"r{gang.restart}"))
+        if first is None or first.rank is None:
+            return
+        report = next((r for r in first.reports
+                       if r.get("rank") == first.rank and r["kind"] == "rank"), {})
+        status = read_status(gang.log_dir, first.rank)
+        code = -signal.SIGABRT if first.signal == "SIGABRT" else first.exit_code
+        if timed_out(report, status, code, self.cluster.collective_timeout, time.time()):
+            await self._diagnose(gang, "collective_timeout")
+
+    async def _diagnose(self, gang: Gang, reason: str) -> None:
+        self.diagnosis = await gang_hang.diagnose(
+            gang.procs, self.store, join(self.io, f"r{gang.restart}"), gang.log_dir,
+            self.cluster.world_size, reason)
+        self.engine.notify("gang_hang", self.ref.action, {
+            "task": self.call.task.name, "restart": gang.restart,
+            **self.diagnosis.event()})
 
     async def _start(self, restart: int) -> Gang:
         c, ref, env = self.cluster, self.ref, self.call.task.env
@@ -261,21 +301,54 @@ class GangRunner:
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"the gang was preempted (restart {restart}) and "
                                "resume_after_preemption is off")
+        hung = self.diagnosis
+        if hung is not None and hung.reason == "no_progress":
+            return self._hang_failure(hung, restart, log_dir, None)
         first = first_failure(self.store, join(self.io, f"r{restart}"))
         if first is None:
             tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"a node launcher failed (restart {restart})",
                                log_tail="\n".join(t for t in tails if t))
+        if hung is not None and hung.verdict.culprits:
+            return self._hang_failure(hung, restart, log_dir, first)
         rank = first.rank
         tail = procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
         message = f"rank {rank} failed first (restart {restart}): {first.message}"
         if self.engine.gpus_emulated(self.call.task.env) and _CUDA_WORDS.search(first.message):
             message += EMULATED_GPU_HINT
+        if hung is not None:
+            message = (f"hang: {hung.verdict.summary()} (stacks: {hung.report_path}). "
+                       f"{message}")
         return FailureInfo(
             task=task, action=ref.action, attempt=ref.attempt,
             kind="user" if first.raised else "crash",
             message=message,
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
+        )
+
+    def _hang_failure(self, hung: gang_hang.Diagnosis, restart: int, log_dir: Path,
+                      first: FirstFailure | None) -> FailureInfo:
+        """The failure names the rank that stopped answering (its stack as the traceback,
+        its log's tail), not the rank whose collective timed out first."""
+        culprit = hung.culprit()
+        if first is None:
+            what = (f"the gang made no progress for {self.cluster.progress_timeout:g} s (no "
+                    f"rank's step advanced; restart {restart})")
+        else:
+            what = (f"a collective timed out (restart {restart}; rank {first.rank} failed "
+                    f"first: {first.message})")
+        traceback = hung.stack_text(culprit) if culprit is not None else ""
+        if first is not None and first.traceback:
+            traceback += f"\nrank {first.rank} failed first:\n{first.traceback}"
+        rank = culprit.rank if culprit is not None else None
+        return FailureInfo(
+            task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
+            kind="timeout" if first is None else "user" if first.raised else "crash",
+            message=f"hang: {hung.verdict.summary()}. {what[0].upper()}{what[1:]}. Stacks "
+                    f"of every rank: {hung.report_path}",
+            rank=rank, node=culprit.node if culprit is not None else None,
+            log_tail=procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else "",
+            traceback=traceback, error_type=first.error_type if first is not None else "",
         )
