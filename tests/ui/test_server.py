@@ -320,3 +320,27 @@ def test_shoal_ui_run_prints_that_runs_page(records: Records, shoal_home: Path,
             assert reply.status == 200 and run.name in reply.read().decode()
     finally:
         stop_ui(server)
+
+
+def test_profiles_json_has_each_windows_verdict_and_straggler(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    """Two ranks of a profiled window: rank 1 computes while rank 0 waits in the all_reduce."""
+    from shoal._storage.profile_files import profiles_dir
+
+    def op(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op") -> dict:
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+    run = _run(records, shoal_home)
+    window = profiles_dir(shoal_home, run.name) / "a0.0" / "r0" / "steps-1-1"
+    window.mkdir(parents=True)
+    for rank, (mm, wait) in enumerate(((100, 800), (800, 100))):
+        events = [op("ProfilerStep#1", 0, 1000, cat="user_annotation"), op("aten::mm", 0, mm),
+                  op("gloo:all_reduce", mm, wait, tid=9, cat="user_annotation")]
+        (window / f"rank{rank}.json").write_text(json.dumps({"traceEvents": events}))
+    client.get(f"/?token={TOKEN}")
+    (w,) = client.get(f"/api/runs/{run.name}/profiles").json()["windows"]
+    assert (w["action"], w["attempt"], w["restart"], w["window"]) == ("a0", 0, 0, "steps-1-1")
+    assert w["summary"]["stragglers"]["straggler"] == 1
+    assert "bound" in w["summary"]["verdict"]
+    assert not list(window.parent.glob("*.summary.json"))  # the UI writes nothing
+    assert client.get("/api/runs/nope/profiles").status_code == 404

@@ -72,9 +72,11 @@ def windows(home: str | Path, run: str, action: str | None = None) -> list[Profi
     return out
 
 
-def window_summary(w: ProfileWindow, *, rewrite: bool = False) -> dict[str, Any] | None:
+def window_summary(w: ProfileWindow, *, rewrite: bool = False,
+                   keep: bool = True) -> dict[str, Any] | None:
     """The window's summary: read from its summary file, else computed from its traces and
-    written there. None when the folder holds no torch trace (an nsys window)."""
+    written there (``keep=False``: not written, for readers that write nothing). None when the
+    folder holds no torch trace (an nsys window)."""
     path = w.summary_path
     if path.exists() and not rewrite:
         kept: dict[str, Any] = json.loads(path.read_text())
@@ -87,6 +89,8 @@ def window_summary(w: ProfileWindow, *, rewrite: bool = False) -> dict[str, Any]
     summary = summarize({rank: json.loads(p.read_text()) for rank, p in traces.items()},
                         window=w.window)
     summary["traces"] = sorted(p.name for p in traces.values())
+    if not keep:
+        return summary
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=1))
     tmp.replace(path)

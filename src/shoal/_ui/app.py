@@ -95,6 +95,22 @@ class UI:
             return JSONResponse({"error": f"x={x!r}: use step or time"}, status_code=400)
         return Response(self.metrics.answer(run.name, x), media_type="application/json")
 
+    def profiles_api(self, request: Request) -> Response:
+        """The run's profiled windows with their summaries (`shoal profile RUN`'s data)."""
+        from shoal._storage import profile_files
+
+        run = self.run(request)
+        out = []
+        for w in profile_files.windows(self.home, run.name):
+            try:
+                summary = profile_files.window_summary(w, keep=False)
+            except (OSError, ValueError) as e:  # a trace still being written, or damaged
+                summary = {"error": f"{type(e).__name__}: {e}"}
+            out.append({"action": w.action, "attempt": w.attempt, "restart": w.restart,
+                        "window": w.window, "folder": str(w.folder), "summary": summary,
+                        "files": [p.name for p in w.other_files()]})
+        return JSONResponse({"windows": out})
+
     def logs_api(self, request: Request) -> Response:
         run = self.run(request)
         return JSONResponse({"sources": logs_view.sources_json(self.home, self.records,
@@ -160,6 +176,7 @@ def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int) -> Gu
         Route("/api/runs/{run}", ui.run_api),
         Route("/api/runs/{run}/gangs/{action}", ui.gang_api),
         Route("/api/runs/{run}/metrics", ui.metrics_api),
+        Route("/api/runs/{run}/profiles", ui.profiles_api),
         Route("/api/runs/{run}/logs", ui.logs_api),
         Route("/api/runs/{run}/logs/{key}/stream", ui.log_stream),
         Route("/api/runs/{run}/logs/{key}/download", ui.log_download),

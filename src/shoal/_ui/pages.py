@@ -47,6 +47,7 @@ class="state"></span></h1>
 <section><h2>Call tree</h2><div id="tree"></div></section>
 <section><h2>Timeline</h2><div id="timeline"></div></section>
 <section id="gangs"></section>
+<section id="profiles" hidden><h2>Profiles</h2><div id="profile-windows"></div></section>
 <section><h2>Action</h2><div id="detail">select an action in the tree</div></section>
 <section><h2>Events</h2><ol id="events"></ol></section>"""
     return _page(f"run {run}", body, "run.js", run=run)

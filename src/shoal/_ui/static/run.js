@@ -147,6 +147,32 @@ async function control(what) {
 document.getElementById("cancel").addEventListener("click", () => control("cancel"));
 document.getElementById("preempt").addEventListener("click", () => control("preempt"));
 
+async function renderProfiles() {
+  const data = await api(`/api/runs/${encodeURIComponent(RUN)}/profiles`);
+  const box = document.getElementById("profiles");
+  box.hidden = data.windows.length === 0;
+  document.getElementById("profile-windows").replaceChildren(...data.windows.map(w => {
+    const panel = el("div", {class: "profile", "data-window": w.window},
+      el("h3", {text: `${w.action} attempt ${w.attempt} restart ${w.restart}, ${w.window}`}));
+    const s = w.summary;
+    if (s && s.error) panel.append(el("p", {class: "error", text: s.error}));
+    else if (s) {
+      panel.append(el("p", {class: "verdict", text: s.verdict}));
+      const st = s.stragglers;
+      panel.append(el("table", {class: "profile-ranks"},
+        el("tr", {}, ...["rank", "step ms", "waits in collectives ms", "compute ms", "data ms",
+                         "idle ms"].map(h => el("th", {text: h}))),
+        ...st.table.map(t => el("tr", {class: t.rank === st.straggler ? "straggler" : ""},
+          ...[t.rank, t.step_ms, t.wait_ms, t.compute_ms, t.data_ms, t.idle_ms].map(
+            (v, i) => el("td", {text: i === 0 ? String(v) : v.toFixed(1)}))))));
+      panel.append(el("p", {text: st.text}));
+    }
+    if (w.files.length) panel.append(el("p", {text: "also kept: " + w.files.join(", ")}));
+    panel.append(el("p", {class: "hint", text: `traces: ${w.folder} (Perfetto, HTA)`}));
+    return panel;
+  }));
+}
+
 let ended = 0;
 poll(async () => {
   if (ended > 2) return;  // a finished run changes no more: stop asking
@@ -154,5 +180,6 @@ poll(async () => {
   last = data;
   render(data);
   await renderGangs(data);
+  await renderProfiles();
   if (TERMINAL.includes(data.run.state)) ended += 1;
 }, 1000);
