@@ -186,6 +186,7 @@ def train(cfg: TrainConfig, tokens: np.ndarray, *, checkpoint: Any = None,
             if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor; every rank takes part
                 grad_norm = grad_norm.full_tensor()
             recent.append((done, loss.detach(), grad_norm.detach()))
+            metrics({}, done)  # marks the step (a profiler's window, hang diagnosis' progress)
 
         if done % cfg.log_every == 0 or done == cfg.steps:
             dist.all_reduce(interval_loss)  # the mean over ranks and steps since the last log

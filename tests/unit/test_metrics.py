@@ -149,3 +149,17 @@ def test_sparkline_marks_non_finite_values() -> None:
     assert sparkline([1.0, 2.0, math.nan, 3.0]) == "▁▄!█"
     assert sparkline([]) == ""
     assert len(sparkline(list(map(float, range(1000))), width=24)) == 24
+
+
+def test_only_a_new_highest_step_moves_progress_and_the_profiler(tmp_path: Path) -> None:
+    seen: list[int] = []
+    with _scope(tmp_path) as writer:
+        writer.on_step = seen.append
+        for step in (1, 2, 3):
+            shoal.log_metrics({}, step=step)  # marks each step
+        shoal.log_metrics({"loss": 0.3}, step=1)  # the interval's values, read at its end
+        shoal.log_metrics({"loss": 0.2}, step=2)
+        shoal.log_metrics({"loss": 0.1}, step=3)
+        assert seen == [1, 2, 3] and writer.last_step == 3
+        shoal.log_metrics({"loss": 0.0})  # step None: the step after the last one logged
+        assert seen == [1, 2, 3, 4]

@@ -61,6 +61,7 @@ class MetricsWriter:
         self._names: dict[str, int] = {}
         self._dropped = 0
         self._auto_step = 0
+        self._high: int | None = None  # the highest step reported so far
         self._fd: int | None = None
         self._stop = False
         self._wake = threading.Event()  # set to flush early: the buffer is filling, or close()
@@ -80,8 +81,13 @@ class MetricsWriter:
         if step is None:
             step = self._auto_step
         self._auto_step = step + 1
-        if self.on_step is not None:
-            self.on_step(step)
+        if self._high is None or step > self._high:
+            # Only a step past every earlier one moves the profiler's window and the rank's
+            # progress: a loop that reports the values of the last N steps at once (read
+            # from the device once per interval) after marking each step must not go back.
+            self._high = step
+            if self.on_step is not None:
+                self.on_step(step)
         with self._lock:
             if len(self._points) + len(points) > MAX_BUFFERED:
                 self._dropped += len(points)
@@ -103,8 +109,8 @@ class MetricsWriter:
 
     @property
     def last_step(self) -> int | None:
-        """The step of the last point added (None before the first)."""
-        return self._auto_step - 1 if self._auto_step else None
+        """The highest step reported so far (None before the first report)."""
+        return self._high
 
     def flush(self) -> None:
         with self._flushing:
