@@ -39,7 +39,7 @@ import shoal
 from shoal._runtime import metrics as runtime_metrics
 from shoal._runtime.profiling import RankProfiler
 
-SECTION = "(i) profiling"
+SECTION = "(i) profiling and hangs"
 
 
 def loop(home: Path, steps: int, window: tuple[int, int] | None,
