@@ -10,12 +10,14 @@ then owns every job."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import getpass
 import os
 import re
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -60,6 +62,13 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In a daemon before exec: a killed pytest takes its daemons with it (Linux's
+    PR_SET_PDEATHSIG), instead of leaving a controller and nodes running."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
@@ -218,7 +227,8 @@ class SlurmCluster:
             subprocess.Popen[bytes]:
         with open(self.root / "log" / log, "ab") as out:
             return subprocess.Popen(argv, env={**self.env, **extra}, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    preexec_fn=_die_with_parent)
 
     def _start_slurmd(self, name: str) -> None:
         self._slurmd[name] = self._spawn(
@@ -292,7 +302,8 @@ def _start_munged(root: Path) -> tuple[subprocess.Popen[bytes], Path]:
             [_need("munged"), "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
              f"--pid-file={folder / 'munged.pid'}", f"--seed-file={folder / 'munged.seed'}",
              f"--log-file={root / 'log' / 'munged.log'}"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent)
     deadline = time.monotonic() + 20
     while not sock.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
