@@ -344,3 +344,30 @@ def test_profiles_json_has_each_windows_verdict_and_straggler(
     assert "bound" in w["summary"]["verdict"]
     assert not list(window.parent.glob("*.summary.json"))  # the UI writes nothing
     assert client.get("/api/runs/nope/profiles").status_code == 404
+
+
+def test_a_hang_diagnosis_stacks_are_log_sources_of_their_own(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    run = _run(records, shoal_home)
+    records.create_action(run=run.name, action_id="a0", task="m.train", env="e", inputs={})
+    gang = shoal_home / "runs" / run.name / "logs" / "gang" / "a0.0" / "r0"
+    gang.mkdir(parents=True)
+    records.start_attempt(run.name, "a0", 0, pid=None, log_path=str(gang.parent.parent.parent
+                                                                     / "a0.0.log"))
+    for rank in range(4):
+        (gang / f"rank{rank}.log").write_text(f"rank {rank}\n")
+    for node in range(2):
+        (gang / f"node{node}.log").write_text("launcher\n")
+    (gang / "stacks-rank2.txt").write_text("Thread 1: time.sleep\n")
+    (gang / "stacks-rank3.txt").write_text("Thread 1: all_reduce\n")
+    (gang / "hang.txt").write_text("hang: rank 2 stopped answering\n")
+    client.get(f"/?token={TOKEN}")
+    sources = client.get(f"/api/runs/{run.name}/logs").json()["sources"]
+    keys = [s["key"] for s in sources]
+    assert len(keys) == len(set(keys)), keys  # one key per file, never shared
+    stacks = {s["key"]: s["title"] for s in sources if s["kind"] == "stacks"}
+    assert set(stacks) == {"a0.0.r0.stacks2", "a0.0.r0.stacks3", "a0.0.r0.stacksall"}
+    assert "rank 2 stacks" in stacks["a0.0.r0.stacks2"]
+    assert "hang diagnosis" in stacks["a0.0.r0.stacksall"]
+    body = client.get(f"/api/runs/{run.name}/logs/a0.0.r0.stacks2/download").text
+    assert "time.sleep" in body

@@ -27,10 +27,14 @@ KEEPALIVE_SECONDS = 15.0
 
 
 def source_key(s: LogSource) -> str:
-    """A stable name for a source in URLs: ``a0.0.r1.rank3``, ``a0.0.r0.node1``, ``a1.0.task``."""
+    """A stable name for a source in URLs: ``a0.0.r1.rank3``, ``a0.0.r0.node1``, ``a1.0.task``,
+    ``a0.0.r0.stacks3`` (a rank's stacks from a hang diagnosis), ``a0.0.r0.stacksall``."""
     if s.kind == "task":
         return f"{s.action}.{s.attempt}.task"
-    number = s.rank if s.kind == "rank" else s.node
+    if s.kind == "stacks":
+        number: object = "all" if s.rank is None else s.rank
+    else:
+        number = s.rank if s.kind == "rank" else s.node
     return f"{s.action}.{s.attempt}.r{s.restart}.{s.kind}{number}"
 
 
@@ -51,7 +55,10 @@ def _title(s: LogSource) -> str:
     """How the source picker names a log: task, action, then who and which start."""
     if s.kind == "task":
         return f"{s.task} {s.action} attempt {s.attempt}"
-    who = f"rank {s.rank}" if s.kind == "rank" else "launcher"
+    if s.kind == "stacks":
+        who = "hang diagnosis" if s.rank is None else f"rank {s.rank} stacks"
+    else:
+        who = f"rank {s.rank}" if s.kind == "rank" else "launcher"
     return (f"{s.task} {s.action} node {s.node} {who} attempt {s.attempt} "
             f"restart {s.restart}")
 
