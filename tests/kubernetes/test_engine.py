@@ -393,7 +393,7 @@ def test_the_driver_pod_runs_the_root_here_and_its_calls_as_jobs(
 
 def test_submit_driver_creates_rbac_and_the_job_and_streams_its_log(
         fake: FakeApiServer, s3_root: str) -> None:
-    from shoal._engines.kubernetes.engine import submit_driver
+    from shoal._engines.kubernetes.submit import submit_driver
 
     client = KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)
     config = KubeConfig(store=s3_root, namespace="default", default_image="shoal:test")
