@@ -65,7 +65,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         remote.check_options(engine, RunOptions(metrics=args.metrics), {"metrics": "--metrics"})
         if args.profile:
             raise SpecError("--profile", args.profile[0], f"a {engine} run's calls are made "
-                            "by its driver on the cluster, which this option does not reach",
+                            "by its driver pod from the code, which this option does not "
+                            "reach",
                             "give the environment profile=shoal.Profile(...) in the code (its "
                             "pods then carry the setting)")
     init(engine=engine, store=args.store, kube_settings=args.kube_settings)
