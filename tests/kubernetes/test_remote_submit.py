@@ -165,6 +165,13 @@ def test_options_the_remote_driver_cannot_carry_are_refused(cluster: dict[str, P
     assert err.value.field == "with_runcontext(env_vars=...)" and "cluster" in err.value.rule
 
 
+def test_mode_local_runs_here_whatever_init_chose(cluster: dict[str, Path]) -> None:
+    shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
+    assert shoal.with_runcontext(mode="local").engine == "local"
+    assert shoal.with_runcontext(mode="remote").engine is None  # init's: kubernetes
+    assert shoal.with_runcontext().engine is None
+
+
 def test_init_kubernetes_checks_the_store_as_the_cli_does(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
         shoal.init(engine="kubernetes", store=(tmp_path / "s").as_uri())

@@ -299,19 +299,20 @@ def _wait_at_exit() -> None:
 # -- starting runs ----------------------------------------------------------------------------
 def start(task: TaskTemplate[Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
           name: str | None = None, options: RunOptions | None = None,
-          store: str | None = None) -> Run:
-    """Start ``task(*args, **kwargs)`` as a run; what `run` and `with_runcontext` share."""
+          store: str | None = None, engine: str | None = None) -> Run:
+    """Start ``task(*args, **kwargs)`` as a run; what `run` and `with_runcontext` share.
+    ``engine``: the engine of this run (``mode="local"``), else the one init chose."""
     from shoal._driver.runner import Runner
 
     if not isinstance(task, TaskTemplate):
         raise SpecError("run(task, ...)", task, "must be a task (a function decorated with "
                         "@env.task)", "decorate the function with @env.task")
+    engine = engine or engine_from_env()
     options = options or RunOptions()
-    if DEFAULT_LABELS and not is_remote(engine_from_env()):
+    if DEFAULT_LABELS and not is_remote(engine):
         from dataclasses import replace
 
         options = replace(options, labels={**DEFAULT_LABELS, **options.labels})
-    engine = engine_from_env()
     call = task.make_call(args, kwargs, parent_action=None)
     logs = RootLog()
     if is_remote(engine):

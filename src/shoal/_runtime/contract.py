@@ -125,11 +125,6 @@ def store_uri() -> str:
     return (home() / "store").resolve().as_uri()
 
 
-def engine() -> str:
-    """The engine runs start on: ``$SHOAL_ENGINE``, else ``local``."""
-    return os.environ.get(ENGINE) or "local"
-
-
 def ui_url() -> str:
     """The base URL of `shoal ui`: ``$SHOAL_UI_URL``, else ``http://127.0.0.1:8484``."""
     return (os.environ.get(UI_URL) or f"http://127.0.0.1:{DEFAULT_UI_PORT}").rstrip("/")
