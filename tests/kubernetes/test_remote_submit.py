@@ -39,7 +39,7 @@ env = shoal.TaskEnvironment(name="remote-root", image="shoal:test")
 
 
 @env.task
-def main(x: int = 3) -> dict[str, int]:
+def square_of(x: int = 3) -> dict[str, int]:
     return {"square": x * x}
 '''
 
@@ -69,8 +69,8 @@ contexts: [{{name: dev, context: {{cluster: dev, user: dev, namespace: default}}
     settings.write_text(f"namespace: default\ndefault_image: shoal:test\nstore: {s3_root}\n")
     code = tmp_path / "code"
     code.mkdir()
-    (code / "prog.py").write_text(PROGRAM)
-    return {"settings": settings, "program": code / "prog.py"}
+    (code / "remote_prog.py").write_text(PROGRAM)
+    return {"settings": settings, "program": code / "remote_prog.py"}
 
 
 def _play_driver(fake: FakeApiServer, outcome: dict[str, Any]) -> threading.Thread:
@@ -120,12 +120,12 @@ def test_shoal_run_and_the_cli_submit_the_same_driver_and_return_the_same_output
     square = {"output.json": lambda inputs: {"square": inputs["x"] ** 2}}
     player = _play_driver(fake, square)
     p = _cli("run", "--engine", "kubernetes", "--kube-settings", str(cluster["settings"]),
-             "--name", "r-cli", str(cluster["program"]), "main", "--x", "4")
+             "--name", "r-cli", str(cluster["program"]), "square_of", "--x", "4")
     player.join(5)
     assert p.returncode == 0, p.stderr
     assert "[driver] shoal: a0 started" in p.stderr and "run r-cli succeeded" in p.stderr
 
-    task = find_task(cluster["program"], "main")
+    task = find_task(cluster["program"], "square_of")
     shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
     player = _play_driver(fake, square)
     run = shoal.with_runcontext(name="r-py").run(task, x=4)
@@ -141,24 +141,24 @@ def test_shoal_run_and_the_cli_submit_the_same_driver_and_return_the_same_output
 
 def test_a_failed_remote_run_raises_its_failure_in_python_and_fails_the_cli(
         fake: FakeApiServer, cluster: dict[str, Path]) -> None:
-    info = {"task": "prog.main", "action": "a0", "attempt": 0, "kind": "user",
+    info = {"task": "remote_prog.square_of", "action": "a0", "attempt": 0, "kind": "user",
             "message": "ValueError: bad x", "error_type": "ValueError"}
     failed = {"failure.json": lambda inputs: {"state": "failed", "error": "bad x",
                                               "info": info}}
-    task = find_task(cluster["program"], "main")
+    task = find_task(cluster["program"], "square_of")
     shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
     player = _play_driver(fake, failed)
     with pytest.raises(RuntimeUserError, match="bad x"):
         shoal.run(task, x=4).wait(quiet=True)
     player.join(5)
     player = _play_driver(fake, failed)
-    p = _cli("run", "--engine", "kubernetes", str(cluster["program"]), "main")
+    p = _cli("run", "--engine", "kubernetes", str(cluster["program"]), "square_of")
     player.join(5)
     assert p.returncode == 1 and "failed" in p.stderr and "bad x" in p.stderr
 
 
 def test_options_the_remote_driver_cannot_carry_are_refused(cluster: dict[str, Path]) -> None:
-    task = find_task(cluster["program"], "main")
+    task = find_task(cluster["program"], "square_of")
     shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
     with pytest.raises(SpecError) as err:
         shoal.with_runcontext(env_vars={"A": "1"}).run(task)
