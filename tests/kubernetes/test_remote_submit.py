@@ -26,7 +26,7 @@ from shoal._driver import config
 from shoal._runtime import contract
 from shoal._runtime.loader import find_task
 from shoal._storage.store import join, open_store
-from shoal.errors import RuntimeUserError, SpecError
+from shoal.errors import RunCancelled, RuntimeUserError, SpecError
 from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster
 
 pytestmark = pytest.mark.s3
@@ -155,6 +155,21 @@ def test_a_failed_remote_run_raises_its_failure_in_python_and_fails_the_cli(
     p = _cli("run", "--engine", "kubernetes", str(cluster["program"]), "square_of")
     player.join(5)
     assert p.returncode == 1 and "failed" in p.stderr and "bad x" in p.stderr
+
+
+def test_aborting_a_remote_run_stops_following_it_and_says_how_to_stop_it(
+        fake: FakeApiServer, cluster: dict[str, Path]) -> None:
+    task = find_task(cluster["program"], "square_of")
+    shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
+    run = shoal.run(task, x=2)
+    deadline = time.monotonic() + 20
+    while not fake.all("jobs") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert run.status == "running" and not run.done()
+    run.abort()
+    with pytest.raises(RunCancelled, match=f"shoal.dev/run={run.name},shoal.dev/role=driver"):
+        run.wait(quiet=True)
+    assert run.status == "cancelled" and str(run.phase) == "aborted"
 
 
 def test_options_the_remote_driver_cannot_carry_are_refused(cluster: dict[str, Path]) -> None:
