@@ -26,6 +26,7 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(contract.STORE, (home / "store").as_uri())
     monkeypatch.setenv(contract.RETRY_BACKOFF, "0.05")
     monkeypatch.delenv(contract.ENGINE, raising=False)
+    monkeypatch.delenv(contract.KUBE_SETTINGS, raising=False)
     return home
 
 

@@ -393,7 +393,7 @@ def test_the_driver_pod_runs_the_root_here_and_its_calls_as_jobs(
 
 def test_submit_driver_creates_rbac_and_the_job_and_streams_its_log(
         fake: FakeApiServer, s3_root: str) -> None:
-    from shoal._engines.kubernetes.engine import submit_driver
+    from shoal._engines.kubernetes.submit import submit_driver
 
     client = KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)
     config = KubeConfig(store=s3_root, namespace="default", default_image="shoal:test")
@@ -423,3 +423,51 @@ def test_submit_driver_creates_rbac_and_the_job_and_streams_its_log(
     assert lines == ["shoal: a0 started"]
     assert {o["kind"] for p in ("roles", "rolebindings") for o in fake.all(p)} == {
         "Role", "RoleBinding"}
+
+
+FAILING_PROGRAM = '''
+import shoal
+
+root = shoal.TaskEnvironment(name="pod-failing", image="shoal:test")
+
+
+@root.task
+def broken(x: int = 3) -> int:
+    raise ValueError(f"bad x: {x}")
+'''
+
+
+def test_the_driver_pod_reports_the_roots_failure_as_the_submitter_raises_it(
+        fake: FakeApiServer, s3_root: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """failure.json carries the root's FailureInfo, so `shoal.run` on Kubernetes raises the
+    same class (RuntimeUserError) as a local run, not a generic error."""
+    from shoal._driver import pod, remote
+    from shoal._engines.kubernetes.manifests import compile_driver, driver_io
+    from shoal._runtime import contract
+    from shoal._runtime.loader import find_task
+    from shoal._storage.bundle import build
+    from shoal.errors import RuntimeUserError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "failing_prog.py").write_text(FAILING_PROGRAM)
+    bundle = build(src / "failing_prog.py", s3_root)
+    config = KubeConfig(store=s3_root, namespace="default")
+    call = CallSpec(task=find_task(src / "failing_prog.py", "broken").spec(), inputs={},
+                    parent_action=None)
+    (job,) = compile_driver(call, run="r-podfail", config=config,
+                            code=CodeBundle(uri=bundle.uri, file=bundle.file))
+    for var in job["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if "value" in var and var["name"] != contract.HOME:
+            monkeypatch.setenv(var["name"], var["value"])
+    monkeypatch.setenv(contract.HOME, str(tmp_path / "pod-home"))
+    store = open_store(s3_root)
+    io = driver_io(s3_root, "r-podfail")
+    store.put_bytes(join(io, "inputs.json"), json.dumps({"x": 5}).encode())
+    monkeypatch.setattr(KubeClient, "in_cluster", classmethod(
+        lambda cls, **kw: KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)))
+    assert pod.main() == 1
+    outcome = remote._failed(call, "r-podfail", store, join(io, "failure.json"), "")
+    assert isinstance(outcome.error, RuntimeUserError)
+    assert "bad x: 5" in str(outcome.error) and outcome.error.info.error_type == "ValueError"

@@ -14,7 +14,8 @@ training config), it reads it when passed explicitly. "." is ``root_dir`` when g
 
 What a file holds (YAML; every key optional; relative paths are relative to the file)::
 
-    engine: local                  # where runs started from Python run
+    engine: local                  # where runs started from Python run: local, kubernetes
+    kube_settings: kube.yaml       # the Kubernetes engine's settings (KubeConfig fields)
     store: s3://bucket/prefix      # the object-store root (default file://<home>/store)
     home: ~/.shoal                 # run records and logs
     ui_url: http://127.0.0.1:8484  # the base of Run.url (`shoal ui`)
@@ -39,16 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal._driver.engine_choice import check_engine
 from shoal._runtime import contract
 from shoal.errors import SpecError
 
 FILE_NAME = "config.yaml"
 # Flyte's own variables naming a config file (read, never written).
 FLYTE_CONFIG_VARS = ("UCTL_CONFIG", "FLYTECTL_CONFIG")
-ENGINES = ("local",)
 
-_TOP = ("engine", "store", "home", "ui_url", "image", "task", "admin", "console", "local",
-        "logger")
+_TOP = ("engine", "store", "home", "kube_settings", "ui_url", "image", "task", "admin",
+        "console", "local", "logger")
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "image": ("registry", "builder", "image_refs"),
     "task": ("org", "project", "domain"),
@@ -65,6 +66,7 @@ class Settings:
     engine: str = "local"
     store: str | None = None
     home: str | None = None
+    kube_settings: str | None = None
     ui_url: str | None = None
     image_registry: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -174,6 +176,10 @@ class _Reader:
         if "home" in data:
             home = Path(self.string("home", data["home"])).expanduser()
             out["home"] = str(home if home.is_absolute() else self.path.parent / home)
+        if "kube_settings" in data:
+            settings = Path(self.string("kube_settings", data["kube_settings"])).expanduser()
+            out["kube_settings"] = str(settings if settings.is_absolute()
+                                       else self.path.parent / settings)
         if "ui_url" in data:
             url = self.string("ui_url", data["ui_url"])
             if not url.startswith(("http://", "https://")):
@@ -188,15 +194,10 @@ class _Reader:
         return Settings(**out, notes=tuple(self.notes))
 
     def engine(self, value: object) -> str:
-        if value in ENGINES:
-            return str(value)
-        if value == "kubernetes":
-            raise self.error("engine", value, "runs started from Python run on the local "
-                             "engine; Kubernetes runs start from the command line",
-                             "use engine: local here, and `shoal run --engine kubernetes "
-                             "--store s3://... FILE TASK` for the cluster")
-        raise self.error("engine", value, f"must be one of {', '.join(ENGINES)}",
-                         "use engine: local")
+        try:
+            return check_engine("engine", value)
+        except SpecError as e:
+            raise self.error("engine", value, e.rule, e.fix or "") from e
 
     def store(self, value: object) -> str:
         from shoal._storage.store import open_store

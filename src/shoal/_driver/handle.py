@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shoal._api.task import TaskTemplate
+from shoal._driver.engine_choice import engine_from_env, is_remote
 from shoal._driver.outputs import RunOutputs
 from shoal._driver.run_options import RunOptions
 from shoal._driver.syncaio import SyncAio, SyncAioMethod
 from shoal._runtime import contract
-from shoal.errors import NotFoundError, SpecError, TaskTimeout
+from shoal.errors import SpecError, TaskTimeout
 
 POLL_SECONDS = 0.2
 # Labels every run of this process carries (init_from_config: Flyte's task.org/project/domain).
@@ -63,6 +64,12 @@ class RootLog:
     def __init__(self) -> None:
         self.files: list[Path] = []
         self.offsets: dict[Path, int] = {}
+        self.lines: list[str] = []  # lines handed over as they come (a remote driver's log)
+        self.lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self.lock:
+            self.lines.append(text)
 
     def __call__(self, kind: str, action: str, data: dict[str, Any]) -> None:
         if action != "a0":
@@ -75,6 +82,11 @@ class RootLog:
 
     def pump(self, out: TextIO, *, final: bool = False) -> None:
         """Print the lines written since the last call (with ``final``, a last partial one)."""
+        with self.lock:
+            lines, self.lines = self.lines, []
+        if lines:
+            out.write("".join(f"{line}\n" for line in lines))
+            out.flush()
         for path in list(self.files):
             offset = self.offsets.get(path, 0)
             try:
@@ -135,10 +147,7 @@ class Run:
         """Shoal's state: queued, running, succeeded, failed, cancelled or crashed."""
         if self._outcome is not None:
             return str(self._outcome.state)
-        try:
-            return self._runner.records.get_run(self.name).state  # type: ignore[no-any-return]
-        except NotFoundError:
-            return "queued"
+        return str(self._runner.state())
 
     @property
     def phase(self) -> ActionPhase:
@@ -153,7 +162,7 @@ class Run:
     def abort(self, reason: str = "aborted from Python") -> None:
         """Cancel the run (as `shoal cancel` does); `wait()` then raises `RunCancelled`."""
         if not self.done():
-            self._runner.records.request_cancel(self.name)
+            self._runner.cancel()
 
     def _reached(self, wait_for: str) -> bool:
         return self.done() or (wait_for == "running" and self.status != "queued")
@@ -290,24 +299,41 @@ def _wait_at_exit() -> None:
 # -- starting runs ----------------------------------------------------------------------------
 def start(task: TaskTemplate[Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
           name: str | None = None, options: RunOptions | None = None,
-          store: str | None = None) -> Run:
-    """Start ``task(*args, **kwargs)`` as a run; what `run` and `with_runcontext` share."""
+          store: str | None = None, engine: str | None = None) -> Run:
+    """Start ``task(*args, **kwargs)`` as a run; what `run` and `with_runcontext` share.
+    ``engine``: the engine of this run (``mode="local"``), else the one init chose."""
     from shoal._driver.runner import Runner
 
     if not isinstance(task, TaskTemplate):
         raise SpecError("run(task, ...)", task, "must be a task (a function decorated with "
                         "@env.task)", "decorate the function with @env.task")
+    engine = engine or engine_from_env()
     options = options or RunOptions()
-    if DEFAULT_LABELS:
+    if DEFAULT_LABELS and not is_remote(engine):
         from dataclasses import replace
 
         options = replace(options, labels={**DEFAULT_LABELS, **options.labels})
     call = task.make_call(args, kwargs, parent_action=None)
-    envs = [e.spec() for e in task.env.reachable().values()]
     logs = RootLog()
-    runner = Runner(call, envs=envs, name=name, engine=contract.engine(), reporter=logs,
+    if is_remote(engine):
+        return Run(task, _remote_runner(call, engine, name, options, store, logs), logs)
+    envs = [e.spec() for e in task.env.reachable().values()]
+    runner = Runner(call, envs=envs, name=name, engine=engine, reporter=logs,
                     store=store, options=options)
     return Run(task, runner, logs)
+
+
+def _remote_runner(call: Any, engine: str, name: str | None, options: RunOptions,
+                   store: str | None, logs: RootLog) -> Any:
+    """The same submission as `shoal run --engine kubernetes`, with the same checks."""
+    from shoal._driver import remote
+
+    if store is not None:
+        raise SpecError("with_runcontext(raw_data_path=...)", store, f"a {engine} run's store is "
+                        "the one its driver was given", "pass it to shoal.init(store=...)")
+    remote.check_options(engine, options, {})
+    return remote.RemoteRunner(options.seed_root(call), engine=engine, name=name,
+                               on_log=lambda line: logs.line(f"[driver] {line}"))
 
 
 def _run(task: TaskTemplate[Any], *args: Any, **kwargs: Any) -> Run:

@@ -10,23 +10,24 @@ from pathlib import Path
 from typing import Any
 
 from shoal._driver import handle
+from shoal._driver.engine_choice import check_engine, is_remote
 from shoal._driver.syncaio import SyncAio
 from shoal._runtime import contract
 from shoal.errors import SpecError
 
-_ENGINES = ("local",)
 
-
-def init(*, engine: str = "local", store: str | None = None, home: str | None = None) -> None:
+def init(*, engine: str = "local", store: str | None = None, home: str | None = None,
+         kube_settings: str | os.PathLike[str] | None = None) -> None:
     """Choose the engine and the object store for runs started from this process.
 
-    ``store`` is a root URI (``file:///path``, ``s3://bucket/prefix``, ``gs://bucket``); the
-    default is ``file://$SHOAL_HOME/store``. Child processes inherit the choice.
+    ``engine`` is one of ``contract.ENGINES`` ("local", "kubernetes"), as for ``shoal run
+    --engine``. ``store`` is a root URI (``file:///path``, ``s3://bucket/prefix``,
+    ``gs://bucket``); the default is ``file://$SHOAL_HOME/store``. ``kube_settings`` is the
+    Kubernetes engine's settings file (``shoal run --kube-settings``). With
+    ``engine="kubernetes"`` the settings and the store are checked here; `shoal.run` then
+    submits the run's driver Job. Child processes inherit the choice.
     """
-    if engine not in _ENGINES:
-        raise SpecError("init(engine=...)", engine, f"must be one of {', '.join(_ENGINES)}",
-                        "use engine='local'")
-    os.environ[contract.ENGINE] = engine
+    check_engine("init(engine=...)", engine)
     if home is not None:
         os.environ[contract.HOME] = os.path.abspath(os.path.expanduser(home))
     if store is not None:
@@ -34,6 +35,17 @@ def init(*, engine: str = "local", store: str | None = None, home: str | None = 
 
         open_store(store)  # validates the URI now, not at the first write
         os.environ[contract.STORE] = store
+    if kube_settings is not None:
+        path = Path(kube_settings).expanduser()
+        if not path.is_file():
+            raise SpecError("init(kube_settings=...)", str(kube_settings), "no such file",
+                            "pass the path of a YAML file of KubeConfig fields")
+        os.environ[contract.KUBE_SETTINGS] = str(path.resolve())
+    if is_remote(engine):
+        from shoal._driver.remote import driver_for
+
+        driver_for(engine)  # a bad setting or a file:// store fails here, not at run()
+    os.environ[contract.ENGINE] = engine
 
 
 def refuse_unless(call: str, name: str, value: object, default: object, rule: str,
@@ -116,7 +128,8 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
     settings = config.load(path) if path is not None else config.Settings()
     for note in settings.notes:
         print(f"shoal: warning: {note}", file=sys.stderr, flush=True)
-    init(engine=settings.engine, store=storage or settings.store, home=settings.home)
+    init(engine=settings.engine, store=storage or settings.store, home=settings.home,
+         kube_settings=settings.kube_settings)
     if settings.ui_url:
         os.environ[contract.UI_URL] = settings.ui_url
     if settings.image_registry:

@@ -13,6 +13,7 @@ CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or ``$SHOAL_IO/failur
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import posixpath
@@ -23,6 +24,7 @@ from shoal._driver.runner import Runner, make_engine
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
+from shoal.errors import TaskFailed
 
 
 class RootInPod(Engine):
@@ -93,8 +95,10 @@ def main() -> int:
         store.put_bytes(join(io, "output.json"), json.dumps(outcome.output).encode())
         print(f"shoal: run {runner.name} succeeded", flush=True)
         return 0
-    store.put_bytes(join(io, "failure.json"), json.dumps(
-        {"state": outcome.state, "error": str(outcome.error)}).encode())
+    failure: dict[str, Any] = {"state": outcome.state, "error": str(outcome.error)}
+    if isinstance(outcome.error, TaskFailed):  # the submitter raises it as its own class
+        failure["info"] = dataclasses.asdict(outcome.error.info)
+    store.put_bytes(join(io, "failure.json"), json.dumps(failure).encode())
     print(f"shoal: run {runner.name} {outcome.state}: {outcome.error}", file=sys.stderr,
           flush=True)
     return 1

@@ -8,8 +8,8 @@ over the environment's), ``overwrite_cache`` (cached calls run again and rewrite
 ``log_level`` (Shoal's logger), ``user_log_level`` (`shoal.logger`'s), ``custom_context`` (the
 root call's `shoal.custom_context`, over a block's around the run), ``metrics`` (Shoal's own:
 the bridges the run's metrics go to, "tensorboard:DIR,wandb[:rank0]"), ``mode`` ("local": the
-local engine; "remote": the engine chosen by init/init_from_config, from Python the local
-engine, said once on stderr).
+local engine, whatever init chose; "remote": the engine chosen by init/init_from_config,
+said once on stderr when that is the local one).
 Accepted because Shoal already does what they ask: ``copy_style`` (no bundle locally; the
 Kubernetes engine bundles the code file's folder), ``preserve_original_types`` (values come back
 as their declared types), ``reset_root_logger`` (Shoal never touches the root logger),
@@ -28,11 +28,11 @@ from shoal._api.custom_context import check_custom_context
 from shoal._api.environment import _check_env_vars
 from shoal._api.task import TaskTemplate
 from shoal._driver.bridges.spec import check_installed, parse_bridges
+from shoal._driver.engine_choice import engine_from_env
 from shoal._driver.handle import Run, start
 from shoal._driver.initialize import refuse_unless, set_log_level, set_user_log_level
 from shoal._driver.run_options import RunOptions
 from shoal._driver.syncaio import SyncAioMethod
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 # Run names end up in paths, URLs and Kubernetes labels.
@@ -68,18 +68,22 @@ def _bool(field: str, value: object, *, optional: bool = False) -> Any:
     raise SpecError(f"{_W}({field}=...)", value, "must be True or False", f"use {field}=True")
 
 
-def _engine_for(mode: object) -> None:
-    """Flyte's ``mode`` on Shoal's engines (runs from Python use the local engine)."""
+def _engine_for(mode: object) -> str | None:
+    """Flyte's ``mode``: "local" runs on the local engine whatever init chose; "remote" (and
+    no mode) on the engine init chose, which from Python is the local one unless set."""
     global _said_remote
-    if mode in (None, "local"):
-        return
+    if mode is None:
+        return None
+    if mode == "local":
+        return "local"
     if mode == "remote":
-        if not _said_remote and contract.engine() == "local":
+        if not _said_remote and engine_from_env() == "local":
             _said_remote = True
             print("shoal: mode='remote' runs on the local engine (each task in its own "
-                  "processes, as on a cluster); Kubernetes runs start with `shoal run "
-                  "--engine kubernetes FILE TASK`", file=sys.stderr, flush=True)
-        return
+                  "processes, as on a cluster); for the cluster, shoal.init(engine="
+                  "'kubernetes') or `shoal run --engine kubernetes FILE TASK`",
+                  file=sys.stderr, flush=True)
+        return None
     raise SpecError(f"{_W}(mode=...)", mode, "must be 'local' or 'remote' (Shoal has no "
                     "hybrid mode)", "use mode='local'")
 
@@ -87,14 +91,16 @@ def _engine_for(mode: object) -> None:
 class RunContext:
     """What `with_runcontext` returns: ``.run(task, *args, **kwargs)`` (and ``.run.aio``)."""
 
-    def __init__(self, *, name: str | None, options: RunOptions, store: str | None) -> None:
+    def __init__(self, *, name: str | None, options: RunOptions, store: str | None,
+                 engine: str | None = None) -> None:
         self.name = name
         self.options = options
         self.store = store
+        self.engine = engine  # None: the one init chose
 
     def _run(self, task: TaskTemplate[Any], *args: Any, **kwargs: Any) -> Run:
         return start(task, args, kwargs, name=self.name, options=self.options,
-                     store=self.store)
+                     store=self.store, engine=self.engine)
 
     async def _run_aio(self, task: TaskTemplate[Any], *args: Any, **kwargs: Any) -> Run:
         return self._run(task, *args, **kwargs)
@@ -128,7 +134,7 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
                      notifications=notifications, debug=debug,
                      tracked=tracked, tracked_strict=tracked_strict, log_format=log_format,
                      interactive_mode=interactive_mode, cache_lookup_scope=cache_lookup_scope)
-    _engine_for(mode)
+    engine = _engine_for(mode)
     if copy_style not in COPY_STYLES:
         raise SpecError(f"{_W}(copy_style=...)", copy_style,
                         f"must be one of {', '.join(COPY_STYLES)}", "leave copy_style out")
@@ -161,7 +167,7 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
         custom_context=check_custom_context(f"{_W}(custom_context=...)", custom_context or {}),
         metrics=_bridges(metrics))
     return RunContext(name=None if name is None else check_run_name(name), options=options,
-                      store=store)
+                      store=store, engine=engine)
 
 
 def _bridges(metrics: object) -> str | None:

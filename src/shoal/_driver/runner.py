@@ -25,7 +25,7 @@ from shoal._runtime.profiling import check_profiles
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._storage.records import PREEMPT_REQUEST, Records
 from shoal._storage.store import open_store
-from shoal.errors import RunCancelled, ShoalError, SpecError
+from shoal.errors import NotFoundError, RunCancelled, ShoalError, SpecError
 
 HEARTBEAT_SECONDS = 2.0
 CANCEL_POLL_SECONDS = 0.5
@@ -48,7 +48,11 @@ def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) 
         from shoal._engines.kubernetes.engine import KubernetesEngine
 
         return KubernetesEngine(run=run, home=home, store=store, **options)
-    raise SpecError("engine", kind, "must be 'local' or 'kubernetes'", "use engine='local'")
+    from shoal._driver.engine_choice import check_engine
+
+    check_engine("engine", kind)
+    raise SpecError("engine", kind, "drives its runs elsewhere", "submit it with "
+                    "shoal._driver.remote")
 
 
 def metric_bridges(options: RunOptions) -> tuple[BridgeSpec, ...]:
@@ -124,6 +128,17 @@ class Runner:
             self.records.add_event(self.name, "run_context", "run context: " + ", ".join(
                 f"{k}={v}" for k, v in self.options.record().items() if v),
                 data=self.options.record())
+
+    def state(self) -> str:
+        """The run's state in its record (``queued`` until it is recorded)."""
+        try:
+            return self.records.get_run(self.name).state
+        except NotFoundError:
+            return "queued"
+
+    def cancel(self) -> None:
+        """Ask the driving loop to cancel the run, as `shoal cancel` does."""
+        self.records.request_cancel(self.name)
 
     async def run(self) -> RunOutcome:
         rec, name = self.records, self.name

@@ -114,3 +114,49 @@ class Engine(abc.ABC):
 
     async def _preempt(self) -> int:
         return 0
+
+
+# -- engines whose runs are driven elsewhere ------------------------------------------------
+@dataclass(frozen=True)
+class CodeRef:
+    """The run's code bundle in the store and the task's file inside it."""
+
+    uri: str
+    file: str
+
+
+class RemoteDriver(abc.ABC):
+    """The submitting side of an engine that runs a run's driver elsewhere (Kubernetes: a
+    driver Job). `shoal._driver.remote` owns what is the same for every such engine (the code
+    bundle, the root's inputs, reading the outcome from the store); these hooks own the rest.
+    """
+
+    name: str = "abstract"
+    store: str  # the object-store root both this machine and the driver reach
+
+    @abc.abstractmethod
+    def connect(self) -> str:
+        """Check the cluster answers, before anything is uploaded; where it is, for people."""
+
+    @abc.abstractmethod
+    def io(self, run: str) -> str:
+        """The store folder of the run's driver: ``inputs.json`` in, ``output.json`` or
+        ``failure.json`` out."""
+
+    @abc.abstractmethod
+    def plan(self, call: CallSpec, run: str, code: CodeRef) -> list[dict[str, Any]]:
+        """The objects submitting ``call`` would create, for a dry run."""
+
+    @abc.abstractmethod
+    def render(self, objects: list[dict[str, Any]]) -> str:
+        """Objects as the text a person applies by hand (YAML on Kubernetes)."""
+
+    @abc.abstractmethod
+    def how_to_stop(self, run: str) -> str:
+        """How a person stops the run on the cluster (while Shoal cannot from here)."""
+
+    @abc.abstractmethod
+    def submit(self, call: CallSpec, run: str, code: CodeRef,
+               on_log: Callable[[str], None]) -> str:
+        """Submit the run's driver and follow it to its end, each line of its log to
+        ``on_log``; what the cluster says about how it ended ("" when it says nothing)."""

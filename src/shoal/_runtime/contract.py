@@ -26,7 +26,13 @@ PREFIX = "SHOAL_"  # every Shoal variable starts with it; users may not set such
 # --- where things live -------------------------------------------------------------------
 HOME = "SHOAL_HOME"  # local state: SQLite records, logs, the default file:// store
 STORE = "SHOAL_STORE"  # object-store root URI (file:///..., s3://bucket/prefix, gs://...)
-ENGINE = "SHOAL_ENGINE"  # default engine for `shoal run` ("local" or "kubernetes")
+ENGINE = "SHOAL_ENGINE"  # default engine of `shoal run` and `shoal.run` (one of ENGINES)
+# The engines a run can start on: `--engine`, `shoal.init(engine=)`, SHOAL_ENGINE and the
+# config file's ``engine:`` accept exactly these (`shoal._driver.engine_choice`).
+ENGINES = ("local", "kubernetes")
+# The Kubernetes engine's settings file (YAML of KubeConfig fields) on the submitting machine:
+# the default of `--kube-settings`; `shoal.init(kube_settings=)` sets it.
+KUBE_SETTINGS = "SHOAL_KUBE_SETTINGS"
 # The config file `shoal.init_from_config()` reads when given no path (see `_driver/config.py`).
 CONFIG = "SHOAL_CONFIG"
 # Base URL of `shoal ui`; a run's page is `<base>/runs/<run name>` (see `run_url`).
@@ -117,11 +123,6 @@ def store_uri() -> str:
     if value:
         return value
     return (home() / "store").resolve().as_uri()
-
-
-def engine() -> str:
-    """The engine runs start on: ``$SHOAL_ENGINE``, else ``local``."""
-    return os.environ.get(ENGINE) or "local"
 
 
 def ui_url() -> str:

@@ -1,42 +1,22 @@
-"""What `shoal run` and `shoal deploy` do with ``--engine kubernetes``: compile the manifests
-(`shoal._engines.kubernetes`), and with ``--out DIR`` write them as YAML files.
-
-Submitting to a cluster needs a reachable API server, which these machines do not have; the
-dry run is complete and exactly what would be applied (`kubectl apply -f DIR`).
-"""
+"""What `shoal deploy --engine kubernetes` does: compile the manifests of every environment
+(`shoal._engines.kubernetes`), and with ``--out DIR`` write them as YAML files (`shoal run`
+submits through `shoal._driver.remote`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from shoal._runtime import contract
-from shoal.errors import SpecError
 
 
 def kube_config(settings: str | None) -> Any:
     """The engine's settings: ``--kube-settings FILE`` (YAML or JSON of `KubeConfig` fields),
-    the store from ``SHOAL_STORE``."""
-    from shoal._engines.kubernetes import KubeConfig
+    the store from ``SHOAL_STORE``; checked as `shoal run` checks them."""
+    from shoal._engines.kubernetes.submit import load_settings
 
-    values: dict[str, Any] = {}
-    if settings:
-        text = Path(settings).read_text()
-        import yaml
-
-        loaded = yaml.safe_load(text) if not text.lstrip().startswith("{") else json.loads(text)
-        if not isinstance(loaded, dict):
-            raise SpecError("--kube-settings", settings, "must hold a mapping of KubeConfig "
-                            "fields", "e.g. namespace: ml\\nregistry: ghcr.io/my-org")
-        values.update(loaded)
-    values.setdefault("store", contract.store_uri())
-    if not str(values["store"]).startswith(("s3://", "gs://")):
-        raise SpecError("store", values["store"],
-                        "pods on other machines need an object store: s3:// or gs://",
-                        "pass --store s3://bucket/prefix (or set store: in --kube-settings)")
-    return KubeConfig(**values)
+    return load_settings(settings, "--kube-settings", contract.store_uri())
 
 
 def write(objects: Iterable[Mapping[str, Any]], out: str | None) -> str:
@@ -51,19 +31,6 @@ def write(objects: Iterable[Mapping[str, Any]], out: str | None) -> str:
             name = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
             (folder / name).write_text(to_yaml([obj]))
     return to_yaml(objects)
-
-
-def run_manifests(task: Any, call: Any, run: str, config: Any) -> list[dict[str, Any]]:
-    """What ``shoal run`` would create for the root call: a clustered root is its JobSet; any
-    other root runs in a driver Job (with its RBAC) that submits the calls it makes."""
-    from shoal._engines.kubernetes import CodeBundle, compile_call, compile_driver, compile_rbac
-    from shoal._storage.bundle import build
-
-    bundle = build(call.task.code_file, config.store, upload=False)
-    code = CodeBundle(uri=bundle.uri, file=bundle.file)
-    if call.task.env.cluster is not None:
-        return compile_call(call, run=run, action="a0", attempt=0, config=config, code=code)
-    return [*compile_rbac(config), *compile_driver(call, run=run, config=config, code=code)]
 
 
 def deploy_manifests(envs: Mapping[str, Any], config: Any, code_file: str) -> list[dict[str, Any]]:

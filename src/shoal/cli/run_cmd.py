@@ -21,12 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="RUN", default=None,
                    help="continue a run that crashed, failed or was cancelled: completed calls "
                         "are replayed from its records, checkpoints are found again")
-    p.add_argument("--engine", choices=["local", "kubernetes"], default=None,
-                   help="where to run (default: $SHOAL_ENGINE or local)")
+    p.add_argument("--engine", default=None, metavar="ENGINE",
+                   help=f"where to run: {' or '.join(contract.ENGINES)} (default: "
+                        "$SHOAL_ENGINE or local)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="with --engine kubernetes --dry-run: write the manifests here as YAML")
     p.add_argument("--kube-settings", default=None, metavar="FILE",
-                   help="Kubernetes engine settings (YAML: namespace, registry, accelerators…)")
+                   help="Kubernetes engine settings (YAML: namespace, registry, accelerators…; "
+                        "default: $SHOAL_KUBE_SETTINGS)")
     p.add_argument("--store", default=None,
                    help="object-store root URI (default: $SHOAL_STORE or file://~/.shoal/store)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
@@ -48,23 +50,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal._driver.engine_choice import check_engine, engine_from_env, is_remote
     from shoal._driver.initialize import init
     from shoal._driver.runner import Runner
     from shoal._runtime.loader import find_task
     from shoal.cli.args import parse_task_args
     from shoal.cli.progress import Progress
 
-    engine = args.engine or contract_engine()
-    if engine == "kubernetes" and args.metrics is not None:
-        raise SpecError("--metrics", args.metrics, "bridges run beside the local driver; a "
-                        "Kubernetes run's driver and ranks are pods, whose metric files this "
-                        "machine cannot follow", "leave --metrics out with --engine kubernetes")
-    if engine == "kubernetes" and args.profile:
-        raise SpecError("--profile", args.profile[0], "a Kubernetes run's calls are made by "
-                        "its driver pod from the code, which this option does not reach",
-                        "give the environment profile=shoal.Profile(...) in the code (its "
-                        "pods then carry the setting)")
-    init(engine="local" if engine == "kubernetes" else engine, store=args.store)
+    engine = check_engine("--engine", args.engine) if args.engine else engine_from_env()
+    if is_remote(engine):
+        from shoal._driver import remote
+        from shoal._driver.run_options import RunOptions
+
+        remote.check_options(engine, RunOptions(metrics=args.metrics), {"metrics": "--metrics"})
+        if args.profile:
+            raise SpecError("--profile", args.profile[0], f"a {engine} run's calls are made "
+                            "by its driver pod from the code, which this option does not "
+                            "reach",
+                            "give the environment profile=shoal.Profile(...) in the code (its "
+                            "pods then carry the setting)")
+    init(engine=engine, store=args.store, kube_settings=args.kube_settings)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
     else:
@@ -76,12 +81,12 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         apply_overrides(task, args.override)
         values = parse_task_args(task, rest)
         call = task.make_call((), values, parent_action=None)
+    if is_remote(engine):
+        return _remote(engine, task, call, args)
     options = _run_options(args.metrics, _profiles(task, args.profile))
     envs = [e.spec() for e in task.env.reachable().values()]
-    if engine == "kubernetes":
-        return _kubernetes(task, call, args)
     progress = Progress(stream_logs=not args.quiet)
-    runner = Runner(call, envs=envs, name=args.name, engine=args.engine or contract_engine(),
+    runner = Runner(call, envs=envs, name=args.name, engine=engine,
                     reporter=progress, resume=args.resume, options=options)
     if args.dry_run:
         print(runner.dry_run())
@@ -138,64 +143,32 @@ def _profiles(task: Any, items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _kubernetes(task: Any, call: Any, args: argparse.Namespace) -> int:
-    from shoal.cli import kube
+def _remote(engine: str, task: Any, call: Any, args: argparse.Namespace) -> int:
+    """The run's driver on the engine's cluster (`shoal._driver.remote`, as `shoal.run`
+    does), followed with its log on stderr; with ``--dry-run`` what it would create."""
+    from shoal._driver import remote
 
-    config = kube.kube_config(args.kube_settings)
-    from shoal._storage.records import Records
+    driver = remote.driver_for(engine)  # init() put --kube-settings where this finds it
+    run = args.name or remote.new_run_name()
+    if args.dry_run:
+        text = remote.write_plan(driver, remote.plan(call, run, driver), args.out)
+        if args.out:
+            print(f"wrote the manifests of run {run} ({task.name}) to {args.out}/")
+        else:
+            print(text, end="")
+        return 0
 
-    run = args.name or Records(contract.home() / "shoal.db").new_run_name()
-    if not args.dry_run:
-        return _submit(task, call, run, config)
-    text = kube.write(kube.run_manifests(task, call, run, config), args.out)
-    if args.out:
-        print(f"wrote the manifests of run {run} ({task.name}) to {args.out}/")
-    else:
-        print(text, end="")
-    return 0
+    def started(where: str) -> None:
+        print(f"shoal: run {run} of {task.name} on {where} (store {driver.store})",
+              file=sys.stderr)
 
-
-def _submit(task: Any, call: Any, run: str, config: Any) -> int:
-    """The run's driver Job on the cluster of the kubeconfig: followed, its log streamed, its
-    output printed (the driver writes it to the store)."""
-    import json
-
-    from shoal._engines.kubernetes import CodeBundle
-    from shoal._engines.kubernetes.client import KubeClient
-    from shoal._engines.kubernetes.engine import submit_driver
-    from shoal._engines.kubernetes.manifests import driver_io
-    from shoal._storage.bundle import build
-    from shoal._storage.call_io import put_call_io
-    from shoal._storage.store import join, open_store
-    from shoal.errors import EngineError, ObjectNotFound
-
-    try:  # before any upload: no cluster, no run
-        client = KubeClient.from_kubeconfig(namespace=config.namespace)
-        client.version()
-    except EngineError as e:
-        raise EngineError(f"{e}. Without a reachable cluster: `shoal run --engine kubernetes "
-                          "--dry-run --out DIR ...` and `kubectl apply -f DIR`") from e
-    bundle = build(call.task.code_file, config.store)
-    store, io = open_store(config.store), driver_io(config.store, run)
-    put_call_io(store, io, call.inputs, call.custom_context)
-    print(f"shoal: run {run} of {task.name} on {client.server} (namespace {config.namespace}, "
-          f"store {config.store})", file=sys.stderr)
-    job = submit_driver(client, config, call, run=run,
-                        code=CodeBundle(uri=bundle.uri, file=bundle.file),
-                        on_log=lambda line: print(f"[driver] {line}", file=sys.stderr))
-    try:
-        output = json.loads(store.get_bytes(join(io, "output.json")))
-    except ObjectNotFound:
-        failure = {}
-        with contextlib.suppress(ObjectNotFound, ValueError):
-            failure = json.loads(store.get_bytes(join(io, "failure.json")))
-        conditions = (job.get("status") or {}).get("conditions") or []
-        why = failure.get("error") or "; ".join(
-            f"{c.get('reason')}: {c.get('message')}" for c in conditions if c.get("reason"))
-        print(f"shoal: run {run} {failure.get('state', 'failed')}: {why}", file=sys.stderr)
+    outcome = remote.submit(call, run, driver, on_started=started, on_log=lambda line: print(
+        f"[driver] {line}", file=sys.stderr))
+    if outcome.state != "succeeded":
+        print(f"shoal: run {run} {outcome.state}: {outcome.error}", file=sys.stderr)
         return 1
     print(f"shoal: run {run} succeeded", file=sys.stderr)
-    print(_render(task.decode_output(output)))
+    print(_render(task.decode_output(outcome.output)))
     return 0
 
 
@@ -247,12 +220,6 @@ def apply_overrides(task: Any, overrides: list[str]) -> None:
                             f"{env_name!r} is not a clustered environment this task reaches",
                             f"use one of: {', '.join(clustered) or 'none'}")
         env.override(field, int(value))
-
-
-def contract_engine() -> str:
-    import os
-
-    return os.environ.get(contract.ENGINE, "local")
 
 
 async def _main(runner: Any, progress: Any) -> Any:

@@ -1,0 +1,36 @@
+"""Which engine a run starts on, chosen one of four ways that accept the same names
+(`contract.ENGINES`) and refuse an unknown one with the same rule and fix: ``shoal run
+--engine``, ``shoal.init(engine=)``, ``$SHOAL_ENGINE`` and the config file's ``engine:``.
+
+Engines in `REMOTE` drive their runs elsewhere (a driver Job on the cluster); `shoal run` and
+`shoal.run` both hand those to `shoal._driver.remote`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from shoal._runtime import contract
+from shoal.errors import SpecError
+
+ENGINES = contract.ENGINES
+REMOTE = ("kubernetes",)
+
+
+def check_engine(field: str, value: object) -> str:
+    """``value`` if it names an engine, else the one error every way of choosing raises."""
+    if isinstance(value, str) and value in ENGINES:
+        return value
+    raise SpecError(field, value, f"is not an engine; the engines are {', '.join(ENGINES)}",
+                    "choose one of them: local runs here, kubernetes submits the run's "
+                    "driver to the cluster of your kubeconfig (with an s3:// or gs:// store)")
+
+
+def engine_from_env() -> str:
+    """``$SHOAL_ENGINE`` (set by the user or by `shoal.init`), else ``local``; checked."""
+    value = os.environ.get(contract.ENGINE)
+    return check_engine(contract.ENGINE, value) if value else "local"
+
+
+def is_remote(engine: str) -> bool:
+    return engine in REMOTE

@@ -1,0 +1,155 @@
+"""The submitting side of the Kubernetes engine (`RemoteDriver`): the run's driver Job on the
+cluster of the kubeconfig, created with its RBAC, followed to its end, its log streamed.
+
+`shoal._driver.remote` calls it for `shoal run --engine kubernetes` and for `shoal.run` after
+``shoal.init(engine="kubernetes")``; what runs in the Job is `shoal._driver.pod`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shoal._engines.base import CodeRef, RemoteDriver
+from shoal._engines.kubernetes.client import KubeClient, KubeConflict
+from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
+from shoal._engines.kubernetes.engine import JOB_NAME
+from shoal._engines.kubernetes.manifests import (
+    compile_call,
+    compile_driver,
+    compile_rbac,
+    driver_io,
+    to_yaml,
+)
+from shoal._engines.kubernetes.pods import LABEL_PREFIX, CodeBundle
+from shoal._engines.kubernetes.status import is_true
+from shoal._spec.call import CallSpec
+from shoal.errors import EngineError, SpecError
+
+Obj = dict[str, Any]
+
+
+def load_settings(path: str | None, field: str, store: str) -> KubeConfig:
+    """`KubeConfig` from a settings file (YAML or JSON of its fields; ``field`` names where
+    the path came from), its store defaulting to ``store``; pods reach object stores only."""
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise SpecError(field, path, f"cannot be read: {e.strerror}",
+                            "pass the path of a YAML file of KubeConfig fields") from e
+        import yaml
+
+        loaded = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        if not isinstance(loaded, dict):
+            raise SpecError(field, path, "must hold a mapping of KubeConfig fields",
+                            "e.g. namespace: ml\\nregistry: ghcr.io/my-org")
+        values.update(loaded)
+    values.setdefault("store", store)
+    if not str(values["store"]).startswith(STORE_SCHEMES):
+        raise SpecError("store", values["store"],
+                        "pods on other machines need an object store: s3:// or gs://",
+                        "pass --store s3://bucket/prefix (shoal.init(store=...)), or set "
+                        "store: in the Kubernetes settings file")
+    return KubeConfig(**values)
+
+
+class KubeRemoteDriver(RemoteDriver):
+    name = "kubernetes"
+
+    def __init__(self, config: KubeConfig, client: KubeClient | None = None) -> None:
+        self.config = config
+        self.store = config.store
+        self.client = client
+
+    def connect(self) -> str:
+        try:
+            if self.client is None:
+                self.client = KubeClient.from_kubeconfig(namespace=self.config.namespace)
+            self.client.version()
+        except EngineError as e:
+            raise EngineError(f"{e}. Without a reachable cluster: `shoal run --engine "
+                              "kubernetes --dry-run --out DIR ...` and `kubectl apply -f DIR`"
+                              ) from e
+        return f"{self.client.server} (namespace {self.config.namespace})"
+
+    def io(self, run: str) -> str:
+        return driver_io(self.config.store, run)
+
+    def plan(self, call: CallSpec, run: str, code: CodeRef) -> list[Obj]:
+        """A clustered root is its JobSet; any other root runs in a driver Job (with its RBAC)
+        that submits the calls it makes."""
+        bundle = CodeBundle(uri=code.uri, file=code.file)
+        if call.task.env.cluster is not None:
+            return compile_call(call, run=run, action="a0", attempt=0, config=self.config,
+                                code=bundle)
+        return [*compile_rbac(self.config),
+                *compile_driver(call, run=run, config=self.config, code=bundle)]
+
+    def render(self, objects: list[Obj]) -> str:
+        return to_yaml(objects)
+
+    def how_to_stop(self, run: str) -> str:
+        return (f"kubectl delete job -n {self.config.namespace} -l {LABEL_PREFIX}run={run},"
+                f"{LABEL_PREFIX}role=driver --cascade=foreground")
+
+    def submit(self, call: CallSpec, run: str, code: CodeRef,
+               on_log: Callable[[str], None]) -> str:
+        if self.client is None:
+            self.connect()
+        assert self.client is not None
+        job = submit_driver(self.client, self.config, call, run=run,
+                            code=CodeBundle(uri=code.uri, file=code.file), on_log=on_log)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return "; ".join(f"{c.get('reason')}: {c.get('message')}" for c in conditions
+                         if c.get("reason"))
+
+
+def submit_driver(client: KubeClient, config: KubeConfig, call: CallSpec, *, run: str,
+                  code: CodeBundle, on_log: Callable[[str], None]) -> Obj:
+    """Create the driver's RBAC (left as it is when already there) and its Job, then follow the
+    Job until it ends, handing its pod's log lines to ``on_log``; the finished Job."""
+    for obj in compile_rbac(config):
+        with contextlib.suppress(KubeConflict):  # shared by every run of the namespace
+            client.create(obj)
+    job = client.create(compile_driver(call, run=run, config=config, code=code)[0])
+    name = str(job["metadata"]["name"])
+    done = threading.Event()
+    logs = threading.Thread(target=_stream_driver_log, args=(client, name, on_log, done),
+                            daemon=True, name=f"shoal-log {name}")
+    logs.start()
+    try:
+        with client.watch("Job", name) as watch:
+            for event in watch:
+                if event.type == "DELETED":
+                    raise EngineError(f"the driver Job {name} was deleted before it finished")
+                if is_true(event.object, "Complete") or is_true(event.object, "Failed"):
+                    return event.object
+        raise EngineError(f"the watch of the driver Job {name} ended early")
+    finally:
+        done.set()
+        logs.join(10)
+
+
+def _stream_driver_log(client: KubeClient, job: str, on_log: Callable[[str], None],
+                       done: threading.Event) -> None:
+    """Follow the log of the driver's pod once it runs (to its end, even after the Job's)."""
+    while True:
+        ended = done.is_set()  # the Job ended before its pod was seen: read what it left
+        with contextlib.suppress(EngineError):
+            pods = client.list("Pod", f"{JOB_NAME}={job}")
+            started = [p for p in pods if (p.get("status") or {}).get("phase") != "Pending"]
+            if started:
+                with client.pod_logs(started[0]["metadata"]["name"],
+                                     follow=not ended) as stream:
+                    for line in stream:
+                        on_log(line)
+                return
+        if ended:
+            return
+        done.wait(0.5)
