@@ -25,8 +25,14 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(contract.HOME, str(home))
     monkeypatch.setenv(contract.STORE, (home / "store").as_uri())
     monkeypatch.setenv(contract.RETRY_BACKOFF, "0.05")
-    monkeypatch.delenv(contract.ENGINE, raising=False)
-    monkeypatch.delenv(contract.KUBE_SETTINGS, raising=False)
+    # What shoal.init()/init_from_config() set in os.environ: unset for the test, and put back
+    # as it was afterwards even when the test sets it (a bare delenv of an unset variable
+    # records nothing, so a test's init(engine="kubernetes") would leak into later tests,
+    # module-scoped fixtures first).
+    for name in (contract.ENGINE, contract.KUBE_SETTINGS, contract.LOG_LEVEL, contract.UI_URL,
+                 contract.IMAGE_REGISTRY):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     return home
 
 
