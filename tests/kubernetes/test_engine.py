@@ -340,6 +340,39 @@ def main(x: int = 3) -> int:
 '''
 
 
+def _as_driver_pod(fake: FakeApiServer, s3_root: str, tmp_path: Path,
+                   monkeypatch: pytest.MonkeyPatch, program: str, task: str, run: str,
+                   inputs: dict[str, object]) -> tuple[CallSpec, Any, str]:
+    """This process as the driver pod of ``run``: the program bundled to the store, the pod's
+    variables set from its compiled Job, the root's inputs written, the in-cluster client
+    pointed at the fake API server. Returns the call, the store and the run's io folder."""
+    from shoal._engines.kubernetes.manifests import compile_driver, driver_io
+    from shoal._runtime import contract
+    from shoal._runtime.loader import find_task
+    from shoal._storage.bundle import build
+
+    src = tmp_path / "src"
+    src.mkdir()
+    # a module name of its own per run: the loader keeps what it imported under a name
+    path = src / f"{run.replace('-', '_')}.py"
+    path.write_text(program)
+    bundle = build(path, s3_root)
+    config = KubeConfig(store=s3_root, namespace="default")
+    call = CallSpec(task=find_task(path, task).spec(), inputs={}, parent_action=None)
+    (job,) = compile_driver(call, run=run, config=config,
+                            code=CodeBundle(uri=bundle.uri, file=bundle.file))
+    for var in job["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if "value" in var and var["name"] != contract.HOME:
+            monkeypatch.setenv(var["name"], var["value"])
+    monkeypatch.setenv(contract.HOME, str(tmp_path / "pod-home"))
+    store = open_store(s3_root)
+    io = driver_io(s3_root, run)
+    store.put_bytes(join(io, "inputs.json"), json.dumps(inputs).encode())
+    monkeypatch.setattr(KubeClient, "in_cluster", classmethod(
+        lambda cls, **kw: KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)))
+    return call, store, io
+
+
 def test_the_driver_pod_runs_the_root_here_and_its_calls_as_jobs(
         fake: FakeApiServer, s3_root: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -348,29 +381,9 @@ def test_the_driver_pod_runs_the_root_here_and_its_calls_as_jobs(
     import threading
 
     from shoal._driver import pod
-    from shoal._engines.kubernetes.manifests import compile_driver, driver_io
-    from shoal._runtime import contract
-    from shoal._runtime.loader import find_task
-    from shoal._storage.bundle import build
 
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "prog.py").write_text(DRIVER_PROGRAM)
-    bundle = build(src / "prog.py", s3_root)
-    config = KubeConfig(store=s3_root, namespace="default")
-    code = CodeBundle(uri=bundle.uri, file=bundle.file)
-    call = CallSpec(task=find_task(src / "prog.py", "main").spec(), inputs={},
-                    parent_action=None)
-    (job,) = compile_driver(call, run="r-pod", config=config, code=code)
-    for var in job["spec"]["template"]["spec"]["containers"][0]["env"]:
-        if "value" in var and var["name"] != contract.HOME:
-            monkeypatch.setenv(var["name"], var["value"])
-    monkeypatch.setenv(contract.HOME, str(tmp_path / "pod-home"))
-    store = open_store(s3_root)
-    io = driver_io(s3_root, "r-pod")
-    store.put_bytes(join(io, "inputs.json"), json.dumps({"x": 4}).encode())
-    monkeypatch.setattr(KubeClient, "in_cluster", classmethod(
-        lambda cls, **kw: KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)))
+    _, store, io = _as_driver_pod(fake, s3_root, tmp_path, monkeypatch, DRIVER_PROGRAM,
+                                  "main", "r-pod", {"x": 4})
 
     def play_the_child() -> None:
         deadline = time.monotonic() + 20
@@ -443,30 +456,10 @@ def test_the_driver_pod_reports_the_roots_failure_as_the_submitter_raises_it(
     """failure.json carries the root's FailureInfo, so `shoal.run` on Kubernetes raises the
     same class (RuntimeUserError) as a local run, not a generic error."""
     from shoal._driver import pod, remote
-    from shoal._engines.kubernetes.manifests import compile_driver, driver_io
-    from shoal._runtime import contract
-    from shoal._runtime.loader import find_task
-    from shoal._storage.bundle import build
     from shoal.errors import RuntimeUserError
 
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "failing_prog.py").write_text(FAILING_PROGRAM)
-    bundle = build(src / "failing_prog.py", s3_root)
-    config = KubeConfig(store=s3_root, namespace="default")
-    call = CallSpec(task=find_task(src / "failing_prog.py", "broken").spec(), inputs={},
-                    parent_action=None)
-    (job,) = compile_driver(call, run="r-podfail", config=config,
-                            code=CodeBundle(uri=bundle.uri, file=bundle.file))
-    for var in job["spec"]["template"]["spec"]["containers"][0]["env"]:
-        if "value" in var and var["name"] != contract.HOME:
-            monkeypatch.setenv(var["name"], var["value"])
-    monkeypatch.setenv(contract.HOME, str(tmp_path / "pod-home"))
-    store = open_store(s3_root)
-    io = driver_io(s3_root, "r-podfail")
-    store.put_bytes(join(io, "inputs.json"), json.dumps({"x": 5}).encode())
-    monkeypatch.setattr(KubeClient, "in_cluster", classmethod(
-        lambda cls, **kw: KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)))
+    call, store, io = _as_driver_pod(fake, s3_root, tmp_path, monkeypatch, FAILING_PROGRAM,
+                                     "broken", "r-podfail", {"x": 5})
     assert pod.main() == 1
     outcome = remote._failed(call, "r-podfail", store, join(io, "failure.json"), "")
     assert isinstance(outcome.error, RuntimeUserError)
