@@ -163,3 +163,11 @@ def test_only_a_new_highest_step_moves_progress_and_the_profiler(tmp_path: Path)
         assert seen == [1, 2, 3] and writer.last_step == 3
         shoal.log_metrics({"loss": 0.0})  # step None: the step after the last one logged
         assert seen == [1, 2, 3, 4]
+
+
+def test_a_call_that_logs_nothing_starts_no_thread_and_writes_no_file(tmp_path: Path) -> None:
+    import threading
+
+    with _scope(tmp_path):
+        assert not [t for t in threading.enumerate() if t.name == "shoal-metrics"]
+    assert not (tmp_path / "runs").exists()

@@ -71,9 +71,17 @@ class MetricsWriter:
         # Called on the flusher thread after each flush with the last step (a rank publishes
         # its status for hang diagnosis from here: never on the training thread).
         self.on_tick: Callable[[int | None], None] | None = None
-        self._thread = threading.Thread(target=self._flush_loop, name="shoal-metrics",
-                                        daemon=True)
-        self._thread.start()
+        # Started by the first point (or `start`): most calls log nothing and should not
+        # pay for a thread each (a warm worker runs thousands of calls).
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the flusher thread if it is not running (idempotent)."""
+        with self._lock:
+            if self._thread is None and not self._stop:
+                self._thread = threading.Thread(target=self._flush_loop, name="shoal-metrics",
+                                                daemon=True)
+                self._thread.start()
 
     # --- the hot path -----------------------------------------------------------------------
 
@@ -96,6 +104,8 @@ class MetricsWriter:
                 self._points.append((name, step, at, value))
             if len(self._points) > MAX_BUFFERED // 4:
                 self._wake.set()
+        if self._thread is None:
+            self.start()
 
     # --- the background side ----------------------------------------------------------------
 
@@ -164,9 +174,12 @@ class MetricsWriter:
             data = data[written:]
 
     def close(self) -> None:
-        self._stop = True
+        with self._lock:
+            self._stop = True
+            thread = self._thread
         self._wake.set()
-        self._thread.join(timeout=5)
+        if thread is not None:
+            thread.join(timeout=5)
         self.flush()
         if self._fd is not None:
             os.close(self._fd)

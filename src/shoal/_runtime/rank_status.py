@@ -174,6 +174,7 @@ def start(node: NodeEnv, rank: int, writer: MetricsWriter) -> RankStatus:
     status = RankStatus(status_dir(node), rank)
     status.register_stacks()
     writer.on_tick = status.publish
+    writer.start()  # the status is published by its thread, whether or not points come
     _current = status
     status.writer = writer
     return status
