@@ -110,12 +110,16 @@ class MetricsWriter:
     # --- the background side ----------------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        while not self._stop:
-            self._wake.wait(FLUSH_INTERVAL)
-            self._wake.clear()
+        # The first flush at once: the thread starts with the first point, which then shows
+        # without waiting an interval.
+        while True:
             self.flush()
             if self.on_tick is not None:
                 self.on_tick(self.last_step)
+            if self._stop:
+                return
+            self._wake.wait(FLUSH_INTERVAL)
+            self._wake.clear()
 
     @property
     def last_step(self) -> int | None:
