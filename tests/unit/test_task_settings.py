@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._engines.local.secrets import SecretMissing, lookup
+from shoal._engines.host_secrets import SecretMissing, lookup
 from shoal._spec.call import BackoffSpec, ReuseSpec, SecretSpec
 from shoal.errors import SpecError
 

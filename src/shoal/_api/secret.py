@@ -1,7 +1,7 @@
 """`Secret`: a named secret a task needs (Flyte 2's ``flyte.Secret``), and ``secrets=`` parsing.
 
 Where a secret's value comes from is the engine's business. Locally
-(``shoal._engines.local.secrets``): the engine's own environment variable ``as_env_var``, then
+(``shoal._engines.host_secrets``): the engine's own environment variable ``as_env_var``, then
 the key upper-cased, then the file ``$SHOAL_HOME/secrets/<group>/<key>`` (``secrets/<key>``
 without a group). On Kubernetes (``shoal._engines.kubernetes.secrets``): the key ``key`` of the
 Secret ``KubeConfig.secret_name``. A plain string in ``secrets=`` is a key whose variable is that

@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shoal._engines.base import default_launch
 from shoal._engines.kubernetes import validate
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.names import (
@@ -85,14 +86,6 @@ def _metadata(name: str, config: KubeConfig, labels: Mapping[str, str],
             "annotations": dict(annotations)}
 
 
-def _launch_mode(cluster: ClusterSpec) -> str:
-    # As on the local engine: torchrun only for its own features (c10d, in-node restarts).
-    if cluster.runtime == "torch" and (cluster.rdzv_backend == "c10d"
-                                       or cluster.torch_max_restarts > 0):
-        return "torchrun"
-    return "direct"
-
-
 def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
                  code: CodeBundle, lineage: str | None, master_addr: str) -> dict[str, str]:
     c = call.task.env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
@@ -103,7 +96,7 @@ def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config:
         node_rank=0, nnodes=c.replicas, nproc_per_node=c.nproc_per_node,
         master_addr=master_addr, master_port=config.master_port, restart_attempt=0,
         runtime=c.runtime, rdzv_backend=c.rdzv_backend,
-        torch_max_restarts=c.torch_max_restarts, launch=_launch_mode(c),
+        torch_max_restarts=c.torch_max_restarts, launch=default_launch(c),
         rank_log_dir="",  # pods log to stdout
         collective_timeout=c.collective_timeout, grace_period=c.grace_period,
         master_wait=config.master_wait, node_addr="",  # "": the pod's own hostname

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
+from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.local import procs
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
 from shoal._engines.local.plan import (
@@ -29,7 +30,6 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
-from shoal._engines.local.secrets import SecretMissing, secret_environ
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import contract
 from shoal._runtime import messages as m
@@ -235,10 +235,7 @@ class LocalEngine(Engine):
         forced = os.environ.get(contract.LAUNCH)
         if forced in ("direct", "torchrun"):
             return forced
-        if cluster.runtime == "torch" and (cluster.rdzv_backend == "c10d"
-                                           or cluster.torch_max_restarts > 0):
-            return "torchrun"
-        return "direct"
+        return default_launch(cluster)
 
     async def _preempt(self) -> int:
         for gang in self._gangs.values():

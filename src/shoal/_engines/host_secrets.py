@@ -1,4 +1,5 @@
-"""Where the local engine finds a task's secrets, and how it hands them over.
+"""Where the engines that start tasks from the driver's machine (local, Slurm) find a task's
+secrets, and how they hand them over.
 
 A secret (`SecretSpec`) is looked up, in order, in the engine's own environment variable
 ``env_var`` (Flyte's ``as_env_var``; by default the key upper-cased, ``-`` as ``_``), then the
