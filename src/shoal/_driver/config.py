@@ -14,8 +14,9 @@ training config), it reads it when passed explicitly. "." is ``root_dir`` when g
 
 What a file holds (YAML; every key optional; relative paths are relative to the file)::
 
-    engine: local                  # where runs started from Python run: local, kubernetes
+    engine: local                  # where runs started from Python run: local, kubernetes, slurm
     kube_settings: kube.yaml       # the Kubernetes engine's settings (KubeConfig fields)
+    slurm_settings: slurm.yaml     # the Slurm engine's settings (partition, account...)
     store: s3://bucket/prefix      # the object-store root (default file://<home>/store)
     home: ~/.shoal                 # run records and logs
     ui_url: http://127.0.0.1:8484  # the base of Run.url (`shoal ui`)
@@ -48,8 +49,8 @@ FILE_NAME = "config.yaml"
 # Flyte's own variables naming a config file (read, never written).
 FLYTE_CONFIG_VARS = ("UCTL_CONFIG", "FLYTECTL_CONFIG")
 
-_TOP = ("engine", "store", "home", "kube_settings", "ui_url", "image", "task", "admin",
-        "console", "local", "logger")
+_TOP = ("engine", "store", "home", "kube_settings", "slurm_settings", "ui_url", "image", "task",
+        "admin", "console", "local", "logger")
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "image": ("registry", "builder", "image_refs"),
     "task": ("org", "project", "domain"),
@@ -67,6 +68,7 @@ class Settings:
     store: str | None = None
     home: str | None = None
     kube_settings: str | None = None
+    slurm_settings: str | None = None
     ui_url: str | None = None
     image_registry: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -176,10 +178,11 @@ class _Reader:
         if "home" in data:
             home = Path(self.string("home", data["home"])).expanduser()
             out["home"] = str(home if home.is_absolute() else self.path.parent / home)
-        if "kube_settings" in data:
-            settings = Path(self.string("kube_settings", data["kube_settings"])).expanduser()
-            out["kube_settings"] = str(settings if settings.is_absolute()
-                                       else self.path.parent / settings)
+        for key in ("kube_settings", "slurm_settings"):
+            if key in data:
+                settings = Path(self.string(key, data[key])).expanduser()
+                out[key] = str(settings if settings.is_absolute()
+                               else self.path.parent / settings)
         if "ui_url" in data:
             url = self.string("ui_url", data["ui_url"])
             if not url.startswith(("http://", "https://")):

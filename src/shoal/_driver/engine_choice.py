@@ -23,7 +23,8 @@ def check_engine(field: str, value: object) -> str:
         return value
     raise SpecError(field, value, f"is not an engine; the engines are {', '.join(ENGINES)}",
                     "choose one of them: local runs here, kubernetes submits the run's "
-                    "driver to the cluster of your kubeconfig (with an s3:// or gs:// store)")
+                    "driver to the cluster of your kubeconfig (with an s3:// or gs:// store), "
+                    "slurm drives the run from here and runs its calls as Slurm jobs")
 
 
 def engine_from_env() -> str:

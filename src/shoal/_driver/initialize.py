@@ -17,15 +17,17 @@ from shoal.errors import SpecError
 
 
 def init(*, engine: str = "local", store: str | None = None, home: str | None = None,
-         kube_settings: str | os.PathLike[str] | None = None) -> None:
+         kube_settings: str | os.PathLike[str] | None = None,
+         slurm_settings: str | os.PathLike[str] | None = None) -> None:
     """Choose the engine and the object store for runs started from this process.
 
-    ``engine`` is one of ``contract.ENGINES`` ("local", "kubernetes"), as for ``shoal run
+    ``engine`` is one of ``contract.ENGINES`` ("local", "kubernetes", "slurm"), as for ``shoal run
     --engine``. ``store`` is a root URI (``file:///path``, ``s3://bucket/prefix``,
     ``gs://bucket``); the default is ``file://$SHOAL_HOME/store``. ``kube_settings`` is the
     Kubernetes engine's settings file (``shoal run --kube-settings``). With
     ``engine="kubernetes"`` the settings and the store are checked here; `shoal.run` then
-    submits the run's driver Job. Child processes inherit the choice.
+    submits the run's driver Job. ``slurm_settings`` is the Slurm engine's settings file
+    (``shoal run --slurm-settings``), checked here. Child processes inherit the choice.
     """
     check_engine("init(engine=...)", engine)
     if home is not None:
@@ -41,6 +43,12 @@ def init(*, engine: str = "local", store: str | None = None, home: str | None = 
             raise SpecError("init(kube_settings=...)", str(kube_settings), "no such file",
                             "pass the path of a YAML file of KubeConfig fields")
         os.environ[contract.KUBE_SETTINGS] = str(path.resolve())
+    if slurm_settings is not None:
+        from shoal._engines.slurm.settings import load_settings
+
+        path = Path(slurm_settings).expanduser()
+        load_settings(str(path), "init(slurm_settings=...)", "")  # a bad file fails here
+        os.environ[contract.SLURM_SETTINGS] = str(path.resolve())
     if is_remote(engine):
         from shoal._driver.remote import driver_for
 
@@ -129,7 +137,7 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
     for note in settings.notes:
         print(f"shoal: warning: {note}", file=sys.stderr, flush=True)
     init(engine=settings.engine, store=storage or settings.store, home=settings.home,
-         kube_settings=settings.kube_settings)
+         kube_settings=settings.kube_settings, slurm_settings=settings.slurm_settings)
     if settings.ui_url:
         os.environ[contract.UI_URL] = settings.ui_url
     if settings.image_registry:

@@ -48,6 +48,16 @@ def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) 
         from shoal._engines.kubernetes.engine import KubernetesEngine
 
         return KubernetesEngine(run=run, home=home, store=store, **options)
+    if kind == "slurm":
+        from shoal._engines.local.engine import LocalEngine
+        from shoal._engines.routed import RoutedEngine
+        from shoal._engines.slurm.engine import SlurmEngine, runs_here
+
+        slurm = SlurmEngine(run=run, home=home, store=store, **options)
+        # The driver task runs here, on the local engine, with the store the nodes share.
+        local = LocalEngine(run=run, home=home, store=slurm.store,
+                            lineage=options.get("lineage"))
+        return RoutedEngine(here=local, there=slurm, runs_here=runs_here)
     from shoal._driver.engine_choice import check_engine
 
     check_engine("engine", kind)
@@ -103,6 +113,8 @@ class Runner:
         self.reporter = reporter
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,
                                   lineage=self.lineage_root, **(engine_options or {}))
+        if engine == "slurm":  # the Slurm settings may name the store the nodes share
+            self.store_uri = self.engine.there.store  # type: ignore[attr-defined]
 
     def dry_run(self) -> str:
         return self.engine.dry_run(self.call)

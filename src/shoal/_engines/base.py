@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal._spec.call import CallSpec, EnvSpec
+from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal.errors import EngineError, FailureInfo
 
@@ -52,6 +52,16 @@ class AttemptRef:
     log_path: Path
 
 
+def default_launch(cluster: ClusterSpec) -> str:
+    """How a gang's ranks start on every engine: by the node launcher ("direct"), or through
+    torchrun ("torchrun") only when its own features are asked for (c10d rendezvous, in-node
+    restarts)."""
+    if cluster.runtime == "torch" and (cluster.rdzv_backend == "c10d"
+                                       or cluster.torch_max_restarts > 0):
+        return "torchrun"
+    return "direct"
+
+
 class Engine(abc.ABC):
     name: str = "abstract"
 
@@ -86,6 +96,11 @@ class Engine(abc.ABC):
             raise EngineError(f"the {self.name} engine is not running (start() it first)")
         ref.log_path.parent.mkdir(parents=True, exist_ok=True)
         return await self._run_attempt(call, ref)
+
+    async def check_run(self, root: CallSpec) -> None:
+        """Check, before the run's root call starts, what would make its calls fail on this
+        engine (a placement the cluster refuses); a `SpecError` ends the run there."""
+        return None
 
     async def close(self) -> None:
         """Stop everything this engine started; idempotent."""

@@ -29,10 +29,13 @@ STORE = "SHOAL_STORE"  # object-store root URI (file:///..., s3://bucket/prefix,
 ENGINE = "SHOAL_ENGINE"  # default engine of `shoal run` and `shoal.run` (one of ENGINES)
 # The engines a run can start on: `--engine`, `shoal.init(engine=)`, SHOAL_ENGINE and the
 # config file's ``engine:`` accept exactly these (`shoal._driver.engine_choice`).
-ENGINES = ("local", "kubernetes")
+ENGINES = ("local", "kubernetes", "slurm")
 # The Kubernetes engine's settings file (YAML of KubeConfig fields) on the submitting machine:
 # the default of `--kube-settings`; `shoal.init(kube_settings=)` sets it.
 KUBE_SETTINGS = "SHOAL_KUBE_SETTINGS"
+# The Slurm engine's settings file (YAML of SlurmSettings fields): the default of
+# `--slurm-settings`; `shoal.init(slurm_settings=)` sets it.
+SLURM_SETTINGS = "SHOAL_SLURM_SETTINGS"
 # The config file `shoal.init_from_config()` reads when given no path (see `_driver/config.py`).
 CONFIG = "SHOAL_CONFIG"
 # Base URL of `shoal ui`; a run's page is `<base>/runs/<run name>` (see `run_url`).
@@ -100,6 +103,16 @@ PROFILE = "SHOAL_PROFILE"
 # fallback, forced) | unset: py-spy where it is on PATH, else faulthandler.
 HANG_STACKS = "SHOAL_HANG_STACKS"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
+
+# --- a Slurm allocation (read by `shoal._runtime.allocation`, the program an sbatch script runs)
+# The folder every start of the gang logs under (rank and node logs of restart k go in r<k>/).
+GANG_LOG_DIR = "SHOAL_GANG_LOG_DIR"
+MAX_RESTARTS = "SHOAL_MAX_RESTARTS"  # whole-group restarts the allocation may make
+RESUME_AFTER_PREEMPTION = "SHOAL_RESUME_AFTER_PREEMPTION"  # "1": a requeue uses no restart
+# The command the allocation's steps run on every node, shell-quoted (default: this Python's
+# ``-m shoal._runtime.launcher``); a container runtime's flags go in SRUN_OPTIONS.
+NODE_COMMAND = "SHOAL_NODE_COMMAND"
+SRUN_OPTIONS = "SHOAL_SRUN_OPTIONS"  # extra srun options of every step, shell-quoted
 
 # --- what torchrun defines for each rank (read by DDP, FSDP, Lightning, Accelerate...) -------
 TORCH_RANK = "RANK"

@@ -25,10 +25,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"where to run: {' or '.join(contract.ENGINES)} (default: "
                         "$SHOAL_ENGINE or local)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="with --engine kubernetes --dry-run: write the manifests here as YAML")
+                   help="with --dry-run on kubernetes or slurm: write the manifests (YAML) or "
+                        "the sbatch scripts here")
     p.add_argument("--kube-settings", default=None, metavar="FILE",
                    help="Kubernetes engine settings (YAML: namespace, registry, accelerators…; "
                         "default: $SHOAL_KUBE_SETTINGS)")
+    p.add_argument("--slurm-settings", default=None, metavar="FILE",
+                   help="Slurm engine settings (YAML: partition, account, qos, time_limit, "
+                        "per-environment overrides…; default: $SHOAL_SLURM_SETTINGS)")
     p.add_argument("--store", default=None,
                    help="object-store root URI (default: $SHOAL_STORE or file://~/.shoal/store)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
@@ -69,7 +73,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
                             "reach",
                             "give the environment profile=shoal.Profile(...) in the code (its "
                             "pods then carry the setting)")
-    init(engine=engine, store=args.store, kube_settings=args.kube_settings)
+    init(engine=engine, store=args.store, kube_settings=args.kube_settings,
+         slurm_settings=args.slurm_settings)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
     else:
@@ -88,6 +93,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     progress = Progress(stream_logs=not args.quiet)
     runner = Runner(call, envs=envs, name=args.name, engine=engine,
                     reporter=progress, resume=args.resume, options=options)
+    if args.dry_run and engine == "slurm":
+        return _slurm_dry_run(runner, call, envs, args.out)
     if args.dry_run:
         print(runner.dry_run())
         for env in envs:
@@ -108,6 +115,23 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"shoal: run {runner.name} succeeded", file=sys.stderr)
     print(see, file=sys.stderr)
     print(_render(value))
+    return 0
+
+
+def _slurm_dry_run(runner: Any, call: Any, envs: list[Any], out: str | None) -> int:
+    """The sbatch script of each environment the driver calls, printed or written to ``out``."""
+    from pathlib import Path
+
+    scripts = runner.engine.there.scripts(call, envs)
+    print(runner.dry_run())
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for name, text in scripts.items():
+            (Path(out) / name).write_text(text)
+        print(f"wrote {len(scripts)} sbatch script(s) to {out}/: {', '.join(scripts)}")
+        return 0
+    for name, text in scripts.items():
+        print(f"\n# --- {name}\n{text}", end="")
     return 0
 
 

@@ -1,0 +1,455 @@
+"""The Slurm engine: the run's driver task runs here, as on the local engine; every call it
+makes is a Slurm job, followed until it ends.
+
+    call ─► inputs.json ─► store        sbatch script.py's script ─► job (one allocation)
+                                                                      │ shoal._runtime.allocation
+                                                                      │ srun: one shoal-node
+      AttemptOutcome(output) ◄── r<k>/output.json ◄─ succeeded         │ per node, restarted as
+      AttemptOutcome(failure) ◄─ rank/node reports ◄─ failed           ▼ new steps
+                                 else Slurm's end state (lost node, time limit, scancel)
+
+The engine learns what happens inside the allocation from ``allocation.json`` in the
+attempt's store folder (`shoal._runtime.allocation.AllocationState`) and what Slurm did from
+`scontrol show job`, both polled every ``poll_seconds``; it tells the controller of starts,
+restarts and preemptions with the same kinds and keys as the local engine's gangs, so the
+records, `shoal logs`, `shoal runs` and the web UI show a Slurm gang as they show a local one.
+Rank and node logs go to the run's folder under ``$SHOAL_HOME``, which the nodes must share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
+from shoal._engines.host_secrets import SecretMissing, secret_environ
+from shoal._engines.slurm import commands
+from shoal._engines.slurm.commands import JobInfo, SbatchRefused
+from shoal._engines.slurm.script import JobPlan, render
+from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
+from shoal._runtime import contract
+from shoal._runtime.allocation import STATE_FILE, AllocationState, Start
+from shoal._runtime.contract import NodeEnv
+from shoal._runtime.reports import first_failure
+from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
+from shoal._storage.call_io import put_call_io
+from shoal._storage.store import Store, join, open_store
+from shoal.errors import EngineError, FailureInfo, ObjectNotFound, SpecError
+
+# Node states that mean a node is gone (sinfo's long names; a trailing * is "not responding").
+LOST = ("down", "fail", "failing", "drain", "drained", "draining", "unknown", "not_responding")
+LOG_TAIL_LINES = 30
+
+
+def slurm_settings(store: str) -> SlurmSettings:
+    """The engine's settings: ``$SHOAL_SLURM_SETTINGS`` (set by ``--slurm-settings`` and
+    ``shoal.init(slurm_settings=)``), else the cluster's defaults; their store, else ``store``."""
+    return load_settings(os.environ.get(contract.SLURM_SETTINGS) or None,
+                         contract.SLURM_SETTINGS, store)
+
+
+class SlurmEngine(Engine):
+    """Runs calls as Slurm jobs; the run's driver task runs here, on the local engine (the
+    two are joined by `shoal._engines.routed`, see `runs_here`)."""
+
+    name = "slurm"
+
+    def __init__(self, *, run: str = "dry-run", home: Path | None = None,
+                 store: str | None = None, lineage: str | None = None,
+                 settings: SlurmSettings | None = None) -> None:
+        super().__init__()
+        self.run = run
+        self.lineage = lineage or run
+        self.home = home or contract.home()
+        store = store or contract.store_uri()
+        self.settings = settings or slurm_settings(store)
+        self.store = self.settings.store or store
+        self._envs: dict[str, EnvSpec] = {}
+        self._jobs: dict[str, str] = {}  # action -> its job while it is in Slurm
+        self._checked: set[str] = set()
+        self._warned: set[str] = set()  # environments whose unused image was warned about
+
+    def launch_mode(self, cluster: ClusterSpec) -> str:
+        forced = os.environ.get(contract.LAUNCH)
+        return forced if forced in ("direct", "torchrun") else default_launch(cluster)
+
+    def secret_env(self, env: EnvSpec) -> dict[str, str]:
+        """``env``'s secrets from this machine (`host_secrets`); mounted ones are written
+        under the run's folder, which the nodes share. `SecretMissing` if one is missing."""
+        return secret_environ(env, os.environ, self.home,
+                              self.home / "runs" / self.run / "secrets" / env.name)
+
+    # -- planning ------------------------------------------------------------------------
+    def placement(self, env: EnvSpec) -> Placement:
+        pt = env.pod_template
+        return self.settings.placement_for(env.name, pt.priority_class if pt is not None
+                                           else None)
+
+    def job_plan(self, call: CallSpec, ref: AttemptRef) -> JobPlan:
+        env = call.task.env
+        if env.cluster is not None and env.cluster.progress_timeout is not None:
+            raise SpecError(f"environment {env.name!r}: ClusterFailurePolicy.progress_timeout",
+                            env.cluster.progress_timeout, "is watched by the local engine only "
+                            "(on Slurm a collective timeout still fails the gang)",
+                            "leave progress_timeout out on Slurm and bound hangs with "
+                            "collective_timeout")
+        c = env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
+        node = NodeEnv(
+            home=str(self.home), store=self.store, run=ref.run, action=ref.action,
+            attempt=ref.attempt, env_name=env.name, code_file=call.task.code_file,
+            task=call.task.name, io=self.attempt_io(ref), node_rank=0, nnodes=c.replicas,
+            nproc_per_node=c.nproc_per_node, master_addr="", master_port=0,
+            restart_attempt=0, runtime=c.runtime, rdzv_backend=c.rdzv_backend,
+            torch_max_restarts=c.torch_max_restarts, launch=self.launch_mode(c),
+            collective_timeout=c.collective_timeout, grace_period=c.grace_period,
+            master_wait=60.0,
+            checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage, ref.action),
+            profile=env.profile.to_text() if env.profile is not None else "")
+        placement = self.placement(env)
+        if call.task.timeout is not None and placement.time_limit is None:
+            from shoal._engines.slurm.script import slurm_minutes
+
+            placement = Placement(placement.partition, placement.account, placement.qos,
+                                  slurm_minutes(call.task.timeout), placement.sbatch_options)
+        if env.image is not None and self.settings.container_runtime is None and \
+                env.name not in self._warned:
+            self._warned.add(env.name)
+            warnings.warn(f"environment {env.name!r}: its image is not used on Slurm (the "
+                          "settings name no container_runtime); its nodes run "
+                          f"{self.settings.python}", stacklevel=2)
+        return render(env=env, task=call.task.name, node=node, placement=placement,
+                      settings=self.settings, gang_log_dir=str(self.gang_log_dir(ref)),
+                      extra_env={}, registry=os.environ.get(contract.IMAGE_REGISTRY))
+
+    def attempt_io(self, ref: AttemptRef) -> str:
+        return join(self.store, "runs", ref.run, ref.action, str(ref.attempt))
+
+    def gang_log_dir(self, ref: AttemptRef) -> Path:
+        return ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}"
+
+    def scripts(self, call: CallSpec, envs: list[EnvSpec]) -> dict[str, str]:
+        """For ``--dry-run``: the sbatch script of every environment but the driver's, as its
+        first call's first attempt would be (file name -> script)."""
+        out: dict[str, str] = {}
+        for env in envs:
+            if env.name == call.task.env.name and runs_here(call):
+                continue
+            root = env.name == call.task.env.name
+            action = "a0" if root else "a0.<n>"
+            ref = AttemptRef(self.run, action, 0, self.home / "runs" / self.run / "logs" /
+                             f"{action}.0.log")
+            out[f"{env.name}.sbatch"] = self.job_plan(
+                call if root else _placeholder_call(env, call.task.code_file), ref).script
+        return out
+
+    def _dry_run(self, call: CallSpec) -> str:
+        where = (f"the driver task {call.task.name!r} runs here (a local process); every call "
+                 "it makes is a Slurm job" if runs_here(call) else
+                 f"the clustered task {call.task.name!r} is one Slurm job")
+        return (f"slurm engine: {where} (store {self.store}; logs under {self.home}/runs, "
+                "which the nodes must share)")
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def _start(self, envs: list[EnvSpec]) -> None:
+        commands.check_installed()
+        await asyncio.to_thread(commands.ping)
+        self._envs = {e.name: e for e in envs}
+
+    async def _close(self) -> None:
+        for job in list(self._jobs.values()):
+            with contextlib.suppress(EngineError):
+                await asyncio.to_thread(commands.scancel, job)
+        import shutil
+
+        shutil.rmtree(self.home / "runs" / self.run / "secrets", ignore_errors=True)
+
+    async def _preempt(self) -> int:
+        """`shoal preempt`: requeue every running gang's job, as a preemption would."""
+        count = 0
+        for job in list(self._jobs.values()):
+            with contextlib.suppress(EngineError):
+                await asyncio.to_thread(commands.requeue, job)
+                count += 1
+        return count
+
+    # -- checks before anything runs ----------------------------------------------------------
+    async def check_run(self, root: CallSpec) -> None:
+        """``sbatch --test-only`` for every environment the driver may call: a partition,
+        account, QoS or size Slurm refuses fails the run now, not at the first call."""
+        for env in self._envs.values():
+            if (env.name == root.task.env.name and runs_here(root)) or env.name in self._checked:
+                continue
+            ref = AttemptRef(self.run, "check", 0, self.home / "runs" / self.run / "logs" /
+                             "check.log")
+            plan = self.job_plan(_placeholder_call(env, "<file>"), ref)
+            try:
+                await asyncio.to_thread(commands.sbatch, plan.script, dict(os.environ),
+                                        True)
+            except SbatchRefused as e:
+                raise self._refused(env, str(e)) from None
+            self._checked.add(env.name)
+
+    def _refused(self, env: EnvSpec, said: str) -> SpecError:
+        where = self.placement(env)
+        low = said.lower()
+        for key in ("partition", "account", "qos"):
+            if key in low:
+                value = getattr(where, key)
+                fix = (f"use one of the partitions: {', '.join(commands.partitions())}"
+                       if key == "partition" else f"set {key}: in the Slurm settings (or its "
+                       f"environments.{env.name}) to one you may use")
+                return SpecError(f"Slurm settings: {key} (environment {env.name!r})", value,
+                                 f"Slurm refused it: {said}", fix)
+        return SpecError(f"environment {env.name!r}", _size(env),
+                         f"Slurm refused its job: {said}",
+                         "ask for what the partition's nodes have (Resources(cpu=, memory=, "
+                         "gpu=), replicas), or choose another partition in the Slurm settings")
+
+    # -- one attempt ----------------------------------------------------------------------
+    async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
+        if call.parent_action is None:
+            await self.check_run(call)
+        try:
+            self.secret_env(call.task.env)
+        except SecretMissing as e:  # a retry cannot find it either: fail now
+            return AttemptOutcome(failure=FailureInfo(
+                task=call.task.name, action=ref.action, attempt=ref.attempt, kind="user",
+                message=str(e), error_type="NonRecoverableError"))
+        return await SlurmJob(self, call, ref).run()
+
+
+class SlurmJob:
+    """One attempt as one Slurm job: submitted, followed, read."""
+
+    def __init__(self, engine: SlurmEngine, call: CallSpec, ref: AttemptRef) -> None:
+        self.engine, self.call, self.ref = engine, call, ref
+        self.task = call.task.name
+        self.cluster = call.task.env.cluster
+        self.store: Store = open_store(engine.store)
+        self.io = engine.attempt_io(ref)
+        self.log_dir = engine.gang_log_dir(ref)
+        self.job = ""
+        self.told = 0  # starts already told to the controller
+        self.nodes_lost: dict[str, str] = {}
+
+    async def run(self) -> AttemptOutcome:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(put_call_io, self.store, self.io, self.call.inputs,
+                                self.call.custom_context)
+        plan = self.engine.job_plan(self.call, self.ref)
+        (self.log_dir / "job.sbatch").write_text(plan.script)
+        environ = {**os.environ, **self.engine.secret_env(self.call.task.env)}
+        try:
+            self.job = await asyncio.to_thread(commands.sbatch, plan.script, environ)
+        except SbatchRefused as e:
+            return self._failed("crash", f"sbatch refused the job: {e}")
+        self.engine._jobs[self.ref.action] = self.job
+        print(f"shoal: {self.task} {self.ref.action}: Slurm job {self.job} ({plan.nodes} "
+              "node(s))", file=sys.stderr, flush=True)
+        try:
+            return await self._follow()
+        except asyncio.CancelledError:
+            with contextlib.suppress(EngineError):
+                await asyncio.to_thread(commands.scancel, self.job)
+            raise
+        finally:
+            self.engine._jobs.pop(self.ref.action, None)
+
+    # -- following -------------------------------------------------------------------------
+    def _state(self) -> AllocationState | None:
+        try:
+            return AllocationState.from_json(self.store.get_bytes(join(self.io, STATE_FILE)))
+        except ObjectNotFound:
+            return None
+
+    async def _follow(self) -> AttemptOutcome:
+        poll = self.engine.settings.poll_seconds
+        task = self.call.task
+        queued_at, running_at = time.monotonic(), None
+        info: JobInfo | None = None
+        while True:
+            info = await asyncio.to_thread(commands.show_job, self.job)
+            state = await asyncio.to_thread(self._state)
+            if state is not None:
+                await self._tell(state)
+            if info is None or info.terminal:
+                break
+            now = time.monotonic()
+            if info.state == "RUNNING":
+                running_at = running_at or now
+            else:
+                running_at = None  # requeued: a new allocation's time starts when it runs
+                if running_at is None and task.max_queued_time is not None and \
+                        now - queued_at > task.max_queued_time and state is None:
+                    await asyncio.to_thread(commands.scancel, self.job)
+                    return self._failed("queued_timeout", "waited longer than its "
+                                        f"max_queued_time of {task.max_queued_time:g}s for "
+                                        f"Slurm to start job {self.job} ({info.reason})")
+            if running_at is not None and task.timeout is not None and \
+                    now - running_at > task.timeout:
+                await asyncio.to_thread(commands.scancel, self.job)
+                return self._failed("timeout", f"ran past its timeout of {task.timeout:g}s; "
+                                    f"Slurm job {self.job} was cancelled")
+            await asyncio.sleep(poll)
+        state = await asyncio.to_thread(self._state)
+        if state is not None:
+            await self._tell(state)
+        return await asyncio.to_thread(self._outcome, info, state)
+
+    async def _tell(self, state: AllocationState) -> None:
+        """Tell the controller of every start it has not heard of (and of why it came)."""
+        c = self.cluster
+        nproc = c.nproc_per_node if c is not None else 1
+        left = (c.max_restarts if c is not None else 0) - state.restarts_used
+        for start in state.starts[self.told:]:
+            previous = state.starts[start.restart - 1] if start.restart > 0 else None
+            if start.why == "failed" and previous is not None:
+                failure = await asyncio.to_thread(self._failure, previous)
+                self.engine.notify("gang_restart", self.ref.action, {
+                    "task": self.task, "restart": previous.restart, "message": failure.message,
+                    "rank": failure.rank, "left": left, "job": self.job})
+            elif start.why == "requeued" and previous is not None:
+                lost = await asyncio.to_thread(self._lost_nodes, previous.nodes)
+                if start.uses_restart:
+                    why = (f"node {', '.join(lost)} was lost" if lost else
+                           "Slurm requeued the job (preempted)")
+                    self.engine.notify("gang_restart", self.ref.action, {
+                        "task": self.task, "restart": previous.restart, "message": why,
+                        "rank": None, "left": left, "job": self.job})
+                else:
+                    self.engine.notify("gang_preempted", self.ref.action, {
+                        "task": self.task, "restart": previous.restart, "uses_restart": False,
+                        "job": self.job, "lost_nodes": lost})
+            self.engine.notify("gang_admitted", self.ref.action,
+                               {"task": self.task, "restart": start.restart, "job": self.job})
+            rank_dir = self.log_dir / f"r{start.restart}"
+            logs = {f"{self.task} {self.ref.action} rank {r}": str(rank_dir / f"rank{r}.log")
+                    for r in range(len(start.nodes) * nproc)}
+            self.engine.notify("gang_started", self.ref.action, {
+                "task": self.task, "restart": start.restart, "logs": logs, "pids": [],
+                "master_port": start.port, "nnodes": len(start.nodes),
+                "nproc_per_node": nproc, "job": self.job, "nodes": start.nodes})
+            self.told += 1
+
+    def _lost_nodes(self, nodes: list[str]) -> dict[str, str]:
+        """The nodes of ``nodes`` Slurm says are gone (name -> its reason)."""
+        try:
+            states = commands.node_states(nodes)
+        except EngineError:
+            return {}
+        lost = {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
+                if any(s.lower().rstrip("*+~#").startswith(w) for w in LOST)
+                or s.endswith("*")}
+        self.nodes_lost.update(lost)
+        return lost
+
+    # -- reading the end ---------------------------------------------------------------------
+    def _outcome(self, info: JobInfo | None, state: AllocationState | None) -> AttemptOutcome:
+        if state is not None and state.phase == "succeeded":
+            out = join(self.io, f"r{state.restart}", "output.json")
+            import json
+
+            try:
+                return AttemptOutcome(output=json.loads(self.store.get_bytes(out)))
+            except ObjectNotFound:
+                return self._failed("crash", f"every node of start r{state.restart} exited 0 "
+                                    "but rank 0 wrote no output")
+        if state is not None and state.phase == "failed" and state.starts:
+            if state.message:
+                return self._failed("crash", state.message)
+            return AttemptOutcome(failure=self._failure(state.starts[-1]))
+        return AttemptOutcome(failure=self._ended_by_slurm(info, state))
+
+    def _failure(self, start: Start) -> FailureInfo:
+        """Who failed first in ``start``, from the ranks' and nodes' reports."""
+        folder = join(self.io, f"r{start.restart}")
+        rank_dir = self.log_dir / f"r{start.restart}"
+        first = first_failure(self.store, folder)
+        if first is None:
+            tails = [log_tail(p, 15) for p in sorted(rank_dir.glob("node*.log"))]
+            tails.append(log_tail(self.log_dir / "batch.log", 15))
+            return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
+                               kind="crash", message=f"a node launcher failed (restart "
+                               f"{start.restart}, Slurm job {self.job}, nodes "
+                               f"{','.join(start.nodes)}; exit code {start.exit_code})",
+                               log_tail="\n".join(t for t in tails if t))
+        rank = first.rank
+        node = first.node
+        host = start.nodes[node] if node is not None and node < len(start.nodes) else "?"
+        tail = log_tail(rank_dir / f"rank{rank}.log") if rank is not None else ""
+        return FailureInfo(
+            task=self.task, action=self.ref.action, attempt=self.ref.attempt,
+            kind="user" if first.raised else "crash",
+            message=f"rank {rank} on node {host} failed first (restart {start.restart}, Slurm "
+                    f"job {self.job}): {first.message}",
+            exit_code=first.exit_code, signal=first.signal, rank=rank, node=node,
+            log_tail=tail, traceback=first.traceback, error_type=first.error_type)
+
+    def _ended_by_slurm(self, info: JobInfo | None, state: AllocationState | None,
+                        ) -> FailureInfo:
+        nodes = state.starts[-1].nodes if state is not None and state.starts else \
+            ([] if info is None or not info.nodes or info.nodes == "(null)"
+             else _expand(info.nodes))
+        lost = self._lost_nodes(nodes) if nodes else {}
+        if info is None:
+            what = f"Slurm forgot job {self.job} before its end was read"
+        else:
+            what = (f"Slurm ended job {self.job} as {info.state} (reason {info.reason}, exit "
+                    f"code {info.exit_code})")
+        if lost:
+            what += "; lost node(s): " + ", ".join(f"{n} ({r})" for n, r in lost.items())
+        kind = "timeout" if info is not None and info.state in ("TIMEOUT", "DEADLINE") \
+            else "oom" if info is not None and info.state == "OUT_OF_MEMORY" else "crash"
+        return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
+                           kind=kind, message=what,
+                           log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES))
+
+    def _failed(self, kind: str, message: str) -> AttemptOutcome:
+        return AttemptOutcome(failure=FailureInfo(
+            task=self.task, action=self.ref.action, attempt=self.ref.attempt, kind=kind,
+            message=message, log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES)))
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log on the shared filesystem ('' if it is not there)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _expand(nodelist: str) -> list[str]:
+    try:
+        from shoal._runtime.allocation import hostnames
+
+        return hostnames(nodelist)
+    except (RuntimeError, OSError):
+        return [nodelist]
+
+
+def _size(env: EnvSpec) -> str:
+    from shoal._engines.slurm.script import resource_options
+
+    nodes = env.cluster.replicas if env.cluster is not None else 1
+    return f"{nodes} node(s), " + " ".join(resource_options(env))
+
+
+def runs_here(call: CallSpec) -> bool:
+    """Whether ``call`` runs in a local process: the run's root (its driver) when it is a plain
+    task; everything else is a Slurm job."""
+    return call.parent_action is None and call.task.env.cluster is None
+
+
+def _placeholder_call(env: EnvSpec, code_file: str) -> CallSpec:
+    """A call of some task of ``env``: what its jobs look like, whichever task is called."""
+    return CallSpec(task=TaskSpec(name=f"{env.name}.<task>", env=env, code_file=code_file,
+                                  code_hash="", signature=""), inputs={})

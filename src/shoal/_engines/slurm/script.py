@@ -1,0 +1,135 @@
+"""The sbatch script of one attempt of a task call: ``#SBATCH`` lines from the environment's
+`Resources` and the settings, the node contract as exports, then the allocation program.
+
+A clustered call is one allocation of ``replicas`` nodes, one task per node; a plain call is an
+allocation of one node. Both run `shoal._runtime.allocation`, which starts the node launchers
+with srun (and restarts them as new steps). Pure: values in, text out; the same text is what
+``--dry-run`` prints and what sbatch reads.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shoal._engines.slurm.settings import Placement, SlurmSettings
+from shoal._runtime import contract
+from shoal._runtime.contract import NodeEnv
+from shoal._spec.call import ClusterSpec, EnvSpec
+from shoal.errors import SpecError
+
+# Every #SBATCH option Shoal sets itself; the same in sbatch_options would be ambiguous.
+OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--cpus-per-task", "--mem", "--gpus-per-node",
+               "--job-name", "--output", "--open-mode", "--requeue", "--no-requeue",
+               "--signal", "--partition", "--account", "--qos", "--time", "-N", "-p", "-A",
+               "-q", "-t", "-o", "-c", "-J")
+JOB_PREFIX = "shoal"
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What one attempt's job is: its script and the variables that are not in it."""
+
+    script: str
+    name: str
+    nodes: int
+
+
+def job_name(run: str, action: str, attempt: int) -> str:
+    return f"{JOB_PREFIX}-{run}-{action}-{attempt}"
+
+
+def slurm_minutes(seconds: float) -> str:
+    """A task timeout as sbatch's --time (whole minutes, rounded up, a minute of slack)."""
+    return str(max(1, math.ceil(seconds / 60) + 1))
+
+
+def resource_options(env: EnvSpec) -> list[str]:
+    """What one node of ``env`` asks Slurm for: CPUs as requested (Slurm gives them whole),
+    memory at its limit (what the node may use before it is killed), GPUs by count."""
+    r = env.resources
+    cpu = r.cpu_request if r is not None and r.cpu_request is not None else 1
+    options = [f"--cpus-per-task={max(1, math.ceil(cpu))}"]
+    if r is not None:
+        memory = r.memory_limit_bytes or r.memory_request_bytes
+        if memory:
+            options.append(f"--mem={max(1, math.ceil(memory / 2**20))}M")
+        if r.gpu_count:
+            options.append(f"--gpus-per-node={r.gpu_count}")
+    return options
+
+
+def check_options(field: str, options: tuple[str, ...]) -> None:
+    for option in options:
+        name = option.split("=", 1)[0]
+        if name in OWN_OPTIONS:
+            raise SpecError(field, option, "is set by Shoal from the environment and the "
+                            "settings' own fields", "use partition:/account:/qos:/time_limit: "
+                            "in the settings, or Resources(...) and ClusterFailurePolicy(...) "
+                            "in the code")
+
+
+def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -> list[str]:
+    """srun options that run each node in the environment's image (pyxis), if configured."""
+    if settings.container_runtime is None or env.image is None:
+        return []
+    image = env.image if isinstance(env.image, str) else env.image.uri(registry)
+    return [f"--container-image={image}", *settings.container_options]
+
+
+def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
+           settings: SlurmSettings, gang_log_dir: str, extra_env: Mapping[str, str],
+           registry: str | None = None) -> JobPlan:
+    """The script of one attempt. ``node`` holds the contract values every node shares (its
+    node rank, master and restart are set per start by the allocation program)."""
+    c = env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
+    clustered = env.cluster is not None
+    check_options("Slurm settings: sbatch_options", placement.sbatch_options)
+    name = job_name(node.run, node.action, node.attempt)
+    lines = ["#!/bin/bash",
+             f"# Shoal: run {node.run}, action {node.action} (task {task}), attempt "
+             f"{node.attempt}: {c.replicas} node(s) x {c.nproc_per_node} process(es)",
+             f"#SBATCH --job-name={name}",
+             f"#SBATCH --nodes={c.replicas}",
+             "#SBATCH --ntasks-per-node=1"]
+    lines += [f"#SBATCH {o}" for o in resource_options(env)]
+    for option, value in (("--partition", placement.partition),
+                          ("--account", placement.account), ("--qos", placement.qos),
+                          ("--time", placement.time_limit)):
+        if value:
+            lines.append(f"#SBATCH {option}={value}")
+    lines.append(f"#SBATCH --output={gang_log_dir}/batch.log")
+    lines.append("#SBATCH --open-mode=append")  # a requeued job adds to the same log
+    if clustered:
+        # A preempted or requeued gang comes back in a new allocation and resumes.
+        lines.append("#SBATCH --requeue")
+        lines.append(f"#SBATCH --signal=B:TERM@{max(1, math.ceil(c.grace_period))}")
+    else:
+        lines.append("#SBATCH --no-requeue")  # a lost plain call is retried as a new attempt
+    lines += [f"#SBATCH {o}" for o in placement.sbatch_options]
+    values = node.to_env()
+    for per_start in (contract.NODE_RANK, contract.MASTER_ADDR, contract.MASTER_PORT,
+                      contract.RESTART_ATTEMPT, contract.RANK_LOG_DIR):
+        values.pop(per_start, None)
+    values[contract.GANG_LOG_DIR] = gang_log_dir
+    values[contract.MAX_RESTARTS] = str(c.max_restarts if clustered else 0)
+    values[contract.RESUME_AFTER_PREEMPTION] = "1" if clustered and \
+        c.resume_after_preemption else "0"
+    values[contract.NODE_COMMAND] = shlex.join([settings.python, "-m",
+                                                "shoal._runtime.launcher"])
+    srun = image_options(env, settings, registry)
+    if srun:
+        values[contract.SRUN_OPTIONS] = shlex.join(srun)
+    if not clustered:
+        values[contract.PREIMPORT] = "0"  # one process: nothing to fork, no torch to pre-load
+    lines.append("")
+    lines.append("# The environment's variables and Shoal's node contract (docs/architecture.md)")
+    for key, value in {**dict(env.env_vars), **dict(extra_env), **values}.items():
+        lines.append(f"export {key}={shlex.quote(value)}")
+    lines.append("")
+    lines.append("# Starts the node launchers as srun steps; a failed step is restarted as a "
+                 "new step here")
+    lines.append(f"exec {shlex.quote(settings.python)} -m shoal._runtime.allocation")
+    return JobPlan(script="\n".join(lines) + "\n", name=name, nodes=c.replicas)

@@ -1,0 +1,241 @@
+"""What a Slurm allocation of a gang runs: its batch script execs ``python -m
+shoal._runtime.allocation``, which starts the gang as srun steps and restarts it as new steps.
+
+One start = one step: ``srun`` puts one node launcher (`shoal._runtime.launcher`, as on the
+local engine and in a Kubernetes pod) on every node of the allocation, each told its node rank
+(``SLURM_NODEID``), the master (the allocation's first node, where this program runs) and the
+restart number. The step's end decides what comes next:
+
+    start r<k> ──step exits 0──► succeeded (rank 0's output is in the store)
+        │
+        ├─ step fails ──► a restart left? ──yes──► start r<k+1> in the same allocation
+        │                      └─no──► failed (the ranks' reports say who and why)
+        └─ SIGTERM (preemption, time limit, scancel) ──► ranks get the grace period; exit.
+           Slurm requeues the job: this program starts again, sees the requeue
+           (``SLURM_RESTART_COUNT``) and starts r<k+1>, without using a restart when
+           ``resume_after_preemption`` is on.
+
+Everything the driver needs to follow along is one JSON file in the attempt's store folder,
+``allocation.json`` (`AllocationState`), rewritten at every change: a requeued job finds its
+restart count there, and the driver learns of starts and restarts from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shoal._runtime import contract
+
+STATE_FILE = "allocation.json"
+# How long srun may take to end its tasks after it was signalled, beyond the grace period.
+STOP_SLACK = 10.0
+
+
+@dataclass
+class Start:
+    restart: int
+    at: float
+    nodes: list[str]
+    master: str
+    port: int
+    why: str  # "first" | "failed" (a restart was used) | "requeued"
+    uses_restart: bool = False
+    exit_code: int | None = None  # the step's, once it ended
+    ended_at: float | None = None
+
+
+@dataclass
+class AllocationState:
+    job: str
+    requeues: int = 0  # SLURM_RESTART_COUNT of the job that wrote this
+    restarts_used: int = 0
+    phase: str = "running"  # "running" | "stopping" | "succeeded" | "failed"
+    message: str = ""  # why it failed, when no rank report says it
+    starts: list[Start] = field(default_factory=list)
+
+    @property
+    def restart(self) -> int:
+        return self.starts[-1].restart if self.starts else -1
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> AllocationState:
+        raw: dict[str, Any] = json.loads(data)
+        starts = [Start(**s) for s in raw.pop("starts", [])]
+        return cls(**raw, starts=starts)
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """The node names of a Slurm node list (``n[1-3]``), in the allocation's order."""
+    done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
+    return done.stdout.split()
+
+
+def node_address(name: str) -> str:
+    """The address other nodes reach ``name`` at: its NodeAddr (its name where Slurm has
+    none, as on most clusters, whose node names are their hostnames)."""
+    done = subprocess.run(["scontrol", "show", "node", "-o", name], capture_output=True,
+                          text=True, timeout=60)
+    for item in done.stdout.split():
+        key, _, value = item.partition("=")
+        if key == "NodeAddr" and value:
+            return value
+    return name
+
+
+def free_port() -> int:
+    """A port free on this node (the master: node rank 0 runs where the batch script does)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+class Allocation:
+    def __init__(self, environ: dict[str, str]) -> None:
+        from shoal._storage.store import join, open_store
+
+        self.environ = environ
+        self.job = environ.get("SLURM_JOB_ID", "")
+        self.io = environ[contract.IO]
+        self.store = open_store(environ[contract.STORE])
+        self.state_key = join(self.io, STATE_FILE)
+        self.log_dir = environ[contract.GANG_LOG_DIR]
+        self.max_restarts = int(environ.get(contract.MAX_RESTARTS, "0"))
+        self.resume = environ.get(contract.RESUME_AFTER_PREEMPTION) == "1"
+        self.grace = float(environ.get(contract.GRACE_PERIOD, "30"))
+        self.step: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    # -- the state in the store --------------------------------------------------------------
+    def load(self) -> AllocationState | None:
+        from shoal.errors import ObjectNotFound
+
+        try:
+            return AllocationState.from_json(self.store.get_bytes(self.state_key))
+        except ObjectNotFound:
+            return None
+
+    def save(self, state: AllocationState) -> None:
+        self.store.put_bytes(self.state_key, state.to_json())
+
+    # -- one start ---------------------------------------------------------------------------
+    def step_argv(self, restart: int, nnodes: int) -> list[str]:
+        node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
+            [sys.executable, "-m", "shoal._runtime.launcher"])
+        # One node launcher per node, told its node rank by Slurm (the same for every task of
+        # a step otherwise: srun gives all tasks one environment).
+        on_node = f'export {contract.NODE_RANK}="$SLURM_NODEID"; exec {node_command}'
+        return ["srun", f"--nodes={nnodes}", f"--ntasks={nnodes}", "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1", "--export=ALL",
+                f"--output={os.path.join(self.log_dir, f'r{restart}', 'node%n.log')}",
+                *shlex.split(self.environ.get(contract.SRUN_OPTIONS, "")),
+                "bash", "-c", on_node]
+
+    def run_step(self, state: AllocationState, restart: int, why: str,
+                 uses_restart: bool) -> int:
+        nodes = hostnames(self.environ["SLURM_JOB_NODELIST"])
+        master = node_address(nodes[0])
+        start = Start(restart=restart, at=time.time(), nodes=nodes, master=master,
+                      port=free_port(), why=why, uses_restart=uses_restart)
+        state.starts.append(start)
+        state.phase = "running"
+        self.save(state)
+        os.makedirs(os.path.join(self.log_dir, f"r{restart}"), exist_ok=True)
+        env = dict(self.environ)
+        env.update({contract.MASTER_ADDR: master, contract.MASTER_PORT: str(start.port),
+                    contract.RESTART_ATTEMPT: str(restart), contract.NNODES: str(len(nodes)),
+                    contract.RANK_LOG_DIR: os.path.join(self.log_dir, f"r{restart}")})
+        print(f"shoal-allocation {self.job}: start r{restart} ({why}) on {','.join(nodes)}, "
+              f"master {master}:{env[contract.MASTER_PORT]}", flush=True)
+        self.step = subprocess.Popen(self.step_argv(restart, len(nodes)), env=env)
+        code = self.step.wait()
+        self.step = None
+        start.exit_code, start.ended_at = code, time.time()
+        self.save(state)
+        print(f"shoal-allocation {self.job}: start r{restart} ended with exit code {code}",
+              flush=True)
+        return code
+
+    # -- the loop ----------------------------------------------------------------------------
+    def first_start(self, state: AllocationState | None) -> tuple[AllocationState, int, str,
+                                                                  bool] | None:
+        """(state, restart, why, uses a restart) of this job's first start; None when there
+        is nothing to start (it already ended, or a requeue found no restart left)."""
+        requeues = int(self.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+        if state is None:
+            return AllocationState(job=self.job, requeues=requeues), 0, "first", False
+        if state.phase in ("succeeded", "failed"):
+            return None
+        state.requeues = requeues
+        restart = state.restart + 1
+        if self.resume:
+            return state, restart, "requeued", False
+        if state.restarts_used >= self.max_restarts:
+            state.phase = "failed"
+            state.message = (f"Slurm requeued the job (preemption or a lost node) after start "
+                             f"r{state.restart}, resume_after_preemption is off and no "
+                             f"restart is left (max_restarts={self.max_restarts})")
+            self.save(state)
+            return None
+        state.restarts_used += 1
+        return state, restart, "requeued", True
+
+    def main(self) -> int:
+        first = self.first_start(self.load())
+        if first is None:
+            done = self.load()
+            return 0 if done is not None and done.phase == "succeeded" else 1
+        state, restart, why, uses = first
+        while True:
+            code = self.run_step(state, restart, why, uses)
+            if self.stopping:
+                return 128 + signal.SIGTERM
+            if code == 0:
+                state.phase = "succeeded"
+                self.save(state)
+                return 0
+            if state.restarts_used >= self.max_restarts:
+                state.phase = "failed"
+                self.save(state)
+                return 1
+            state.restarts_used += 1
+            restart, why, uses = restart + 1, "failed", True
+
+    def on_term(self, signum: int, frame: object) -> None:
+        """Preemption, the time limit or scancel: the step's launchers give their ranks the
+        grace period (srun passes SIGTERM on); the state says a start was cut short."""
+        self.stopping = True
+        with contextlib.suppress(OSError):  # the store may be gone with the node
+            state = self.load()
+            if state is not None and state.phase == "running":
+                state.phase = "stopping"
+                self.save(state)
+        if self.step is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.step.send_signal(signal.SIGTERM)
+
+
+def main() -> None:
+    allocation = Allocation(dict(os.environ))
+    signal.signal(signal.SIGTERM, allocation.on_term)
+    signal.signal(signal.SIGINT, allocation.on_term)
+    sys.exit(allocation.main())
+
+
+if __name__ == "__main__":
+    main()
