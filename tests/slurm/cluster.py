@@ -212,6 +212,26 @@ class SlurmCluster:
         self._start_slurmd(name)
         self.wait_for_nodes({"idle", "mix", "alloc"}, [name], timeout)
 
+    def heal(self, timeout: float = 90.0) -> None:
+        """Every node back in service: a lost node's slurmd started again, a node Slurm still
+        marks down or drained resumed; then wait until all are idle."""
+        for name in self.nodes:
+            if name not in self._slurmd or self._slurmd[name].poll() is not None:
+                self._slurmd.pop(name, None)
+                self._start_slurmd(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self._node_states()
+            if all(now.get(n) == "idle" for n in self.nodes):
+                return
+            stuck = [n for n, s in now.items() if s.rstrip("*~#") in ("down", "drain", "drng")]
+            if stuck:
+                self.run(["scontrol", "update", f"nodename={','.join(stuck)}", "state=resume"],
+                         check=False, timeout=20)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nodes not idle after {timeout:.0f}s: {now}\n{self.logs()}")
+            time.sleep(0.5)
+
     # -- failures --------------------------------------------------------------------------
 
     def logs(self, lines: int = 25) -> str:

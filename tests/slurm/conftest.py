@@ -49,4 +49,4 @@ def _no_jobs_left(request: pytest.FixtureRequest) -> Iterator[None]:
         cluster: slurm.SlurmCluster = request.getfixturevalue("slurm_cluster")
         cluster.cancel_all()
         # Start the next test with all nodes back (a node-loss test may have left one down).
-        cluster.wait_for_nodes({"idle"}, timeout=60)
+        cluster.heal()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -37,8 +38,13 @@ from typing import Any
 from shoal._runtime import contract
 
 STATE_FILE = "allocation.json"
-# How long srun may take to end its tasks after it was signalled, beyond the grace period.
-STOP_SLACK = 10.0
+# What srun says when a node's task ends badly ("srun: error: n2: task 1: Killed") or a node
+# fails ("srun: error: Node failure on n2"): the first such line names the node that ended
+# first, before srun ends the others ("Terminating StepId=...").
+SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<task>[\d,\-]+): "
+                             r"(?P<what>.+)$")
+SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (?P<node>\S+)")
+SRUN_TERMINATING = re.compile(r"^srun: .*Terminating (StepId|job step)")
 
 
 @dataclass
@@ -52,6 +58,9 @@ class Start:
     uses_restart: bool = False
     exit_code: int | None = None  # the step's, once it ended
     ended_at: float | None = None
+    # What srun said of nodes that ended badly, in its order: [node, what], the first one
+    # before srun began ending the rest ("first": true) marked so.
+    srun_says: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -162,7 +171,18 @@ class Allocation:
                     contract.RANK_LOG_DIR: os.path.join(self.log_dir, f"r{restart}")})
         print(f"shoal-allocation {self.job}: start r{restart} ({why}) on {','.join(nodes)}, "
               f"master {master}:{env[contract.MASTER_PORT]}", flush=True)
-        self.step = subprocess.Popen(self.step_argv(restart, len(nodes)), env=env)
+        self.step = subprocess.Popen(self.step_argv(restart, len(nodes)), env=env,
+                                     stderr=subprocess.PIPE, text=True, errors="replace")
+        assert self.step.stderr is not None
+        terminating = False
+        for line in self.step.stderr:  # srun's own messages: passed on, and read
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            terminating = terminating or bool(SRUN_TERMINATING.match(line))
+            said = SRUN_TASK_ERROR.match(line) or SRUN_NODE_FAILURE.match(line)
+            if said:
+                start.srun_says.append({"node": said["node"], "what": line.split(": ", 2)[-1]
+                                        .strip(), "first": not terminating})
         code = self.step.wait()
         self.step = None
         start.exit_code, start.ended_at = code, time.time()

@@ -35,7 +35,7 @@ from shoal._engines.slurm.settings import Placement, SlurmSettings, load_setting
 from shoal._runtime import contract
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start
 from shoal._runtime.contract import NodeEnv
-from shoal._runtime.reports import first_failure
+from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.store import Store, join, open_store
@@ -370,6 +370,9 @@ class SlurmJob:
         folder = join(self.io, f"r{start.restart}")
         rank_dir = self.log_dir / f"r{start.restart}"
         first = first_failure(self.store, folder)
+        silent = self._ended_silently(start, first)
+        if silent is not None:
+            return silent
         if first is None:
             tails = [log_tail(p, 15) for p in sorted(rank_dir.glob("node*.log"))]
             tails.append(log_tail(self.log_dir / "batch.log", 15))
@@ -382,13 +385,40 @@ class SlurmJob:
         node = first.node
         host = start.nodes[node] if node is not None and node < len(start.nodes) else "?"
         tail = log_tail(rank_dir / f"rank{rank}.log") if rank is not None else ""
+        how = first.message
+        if not first.raised and (first.signal or first.exit_code is not None):
+            how += f" ({first.signal or f'exit code {first.exit_code}'})"
         return FailureInfo(
             task=self.task, action=self.ref.action, attempt=self.ref.attempt,
             kind="user" if first.raised else "crash",
             message=f"rank {rank} on node {host} failed first (restart {start.restart}, Slurm "
-                    f"job {self.job}): {first.message}",
+                    f"job {self.job}): {how}",
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=node,
             log_tail=tail, traceback=first.traceback, error_type=first.error_type)
+
+    def _ended_silently(self, start: Start, first: FirstFailure | None) -> FailureInfo | None:
+        """The node srun saw end first, when it left no report of its own: its launcher was
+        killed with everything on it, as when its machine is lost. Other nodes' ranks then
+        fail on the missing peer; they are not the cause."""
+        said = next((s for s in start.srun_says if s.get("first")), None)
+        if said is None or said["node"] not in start.nodes:
+            return None
+        node = start.nodes.index(said["node"])
+        reported = {r.get("node") for r in (first.reports if first is not None else [])}
+        if node in reported:
+            return None
+        lost = self._lost_nodes([said["node"]])
+        message = (f"node {said['node']} (node rank {node}) ended first and left no report "
+                   f"(srun: {said['what']})")
+        message += (f"; Slurm marks it {lost[said['node']]}" if said["node"] in lost else
+                    ": its machine was likely lost, or its launcher killed")
+        message += f" (restart {start.restart}, Slurm job {self.job})"
+        if first is not None:
+            message += f"; then rank {first.rank} failed: {first.message}"
+        return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
+                           kind="crash", message=message, node=node,
+                           log_tail=log_tail(self.log_dir / f"r{start.restart}" /
+                                             f"node{node}.log", 15))
 
     def _ended_by_slurm(self, info: JobInfo | None, state: AllocationState | None,
                         ) -> FailureInfo:

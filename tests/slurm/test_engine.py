@@ -1,0 +1,234 @@
+"""The Slurm engine against a real Slurm: `shoal run --engine slurm` as a user types it, on a
+controller and named nodes on loopback (`cluster.py`), for the seed's gangs, restarts inside
+the allocation, preemption by requeue, cancel, bad placements and a lost node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shoal._storage.records import Records
+from tests.slurm.cluster import SlurmCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = ROOT / "examples" / "seed"
+GANGS = Path(__file__).parent / "programs" / "gangs.py"
+
+
+def shoal(*args: str, check: bool = True, timeout: float = 240,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run([sys.executable, "-m", "shoal.cli.main", *args], capture_output=True,
+                       text=True, timeout=timeout, env=env or os.environ.copy())
+    if check:
+        assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
+    return p
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "shoal.cli.main", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ.copy())
+
+
+def wait_until(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str] | None = None,
+               timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the run ended before {what}:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(0.2)
+
+
+def events(home: Path, run: str) -> list[tuple[str, dict[str, object]]]:
+    return [(e.kind, e.data or {}) for e in Records(home / "shoal.db").events(run)]
+
+
+def started_jobs(home: Path, run: str) -> list[str]:
+    return [str(d["job"]) for k, d in events(home, run) if k == "gang_started"]
+
+
+def rank_log_says(home: Path, run: str, text: str, restart: int = 0) -> bool:
+    logs = (home / "runs" / run / "logs" / "gang").glob(f"a0.0/r{restart}/rank*.log")
+    return any(text in p.read_text(errors="replace") for p in logs)
+
+
+def test_seed_ddp_2x2_runs_as_one_allocation(slurm_cluster: SlurmCluster,
+                                             shoal_home: Path) -> None:
+    p = shoal("run", "--engine", "slurm", "--name", "ddp", str(SEED / "ddp.py"), "train_ddp",
+              "--steps", "40")
+    assert float(p.stdout) < 0.01
+    # Two nodes of two ranks each, rank 3 on the second node; rank 0's value is the output.
+    assert "[ddp_env.train_ddp a0 rank 3] [rank 3/4] node 1/2" in p.stderr
+    (job,) = started_jobs(shoal_home, "ddp")
+    info = slurm_cluster.squeue(job)
+    assert info is not None and info.state == "COMPLETED"
+    assert len(info.fields["NodeList"].strip("n[]").replace("-", ",").split(",")) == 2
+    assert "NumNodes=2" in " ".join(f"{k}={v}" for k, v in info.fields.items())
+    # Logs by rank, where `shoal logs` finds them.
+    logs = shoal("logs", "ddp", "--rank", "3").stdout
+    assert "[rank 3/4] node 1/2" in logs
+
+
+def test_jax_2x1(slurm_cluster: SlurmCluster) -> None:
+    pytest.importorskip("jax")
+    p = shoal("run", "--engine", "slurm", str(SEED / "jax_sum.py"), "data_parallel_mean",
+              "--n", "100")
+    assert float(p.stdout) == 49.5
+    assert "process 1/2" in p.stderr
+
+
+def test_a_killed_rank_restarts_the_gang_as_a_new_step_of_the_same_allocation(
+        slurm_cluster: SlurmCluster, shoal_home: Path) -> None:
+    p = shoal("run", "--engine", "slurm", "--name", "crash", str(GANGS), "crash_once")
+    out = json.loads(p.stdout)
+    assert out["restart"] == "1" and out["world"] == "4" and out["sum"] == "6.0"
+    # The same job, its second step: no new allocation, no requeue.
+    jobs = started_jobs(shoal_home, "crash")
+    assert jobs == [out["job"], out["job"]] and out["step"] == "1"
+    info = slurm_cluster.squeue(out["job"])
+    assert info is not None and info.restarts == 0
+    restart = next(d for k, d in events(shoal_home, "crash") if k == "gang_restart")
+    assert restart["rank"] == 1 and "SIGKILL" in str(restart["message"])
+    assert "restart 0" in str(restart["message"]) and restart["left"] == 0
+
+
+def test_a_gang_out_of_restarts_names_the_rank_node_and_error(slurm_cluster: SlurmCluster,
+                                                              shoal_home: Path) -> None:
+    p = shoal("run", "--engine", "slurm", str(GANGS), "always_fails", check=False)
+    assert p.returncode == 1
+    assert "rank 1 on node n" in p.stderr and "ValueError: rank 1 gives up" in p.stderr
+    p = shoal("run", "--engine", "slurm", str(GANGS), "always_fails", "--how", "kill",
+              check=False)
+    assert p.returncode == 1
+    assert "rank 1 on node n" in p.stderr and "SIGKILL" in p.stderr, p.stderr
+
+
+def test_preemption_by_a_higher_partition_requeues_and_resumes_without_a_restart(
+        slurm_cluster: SlurmCluster, shoal_home: Path) -> None:
+    run = shoal_home.name + "-preempted"
+    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
+                 "16", "--step_seconds", "0.4")
+    try:
+        wait_until("step 3", lambda: rank_log_says(shoal_home, run, "step 3"), proc)
+        # A job in `high` that needs every node: Slurm requeues ours to make room.
+        every = str(len(slurm_cluster.nodes))
+        high = slurm_cluster.sbatch("-p", "high", "-N", every, "--exclusive", "--wrap",
+                                    "sleep 2")
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, f"{out}\n{err}"
+    result = json.loads(out)
+    assert result["restart"] == 1 and result["first_step"] >= 4 and result["total"] == 32
+    assert slurm_cluster.wait_for_state(high, {"COMPLETED"}).state == "COMPLETED"
+    kinds = [k for k, _ in events(shoal_home, run)]
+    assert "gang_preempted" in kinds and "gang_restart" not in kinds
+    assert "gang preempted; requeued, resumes without using a restart" in err
+    (job,) = set(started_jobs(shoal_home, run))  # the same job, requeued
+    info = slurm_cluster.squeue(job)
+    assert info is not None and info.restarts == 1
+
+
+def test_shoal_preempt_requeues_the_gang_and_cancel_scancels_it(slurm_cluster: SlurmCluster,
+                                                                shoal_home: Path) -> None:
+    run = shoal_home.name + "-stopped"
+    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
+                 "400", "--step_seconds", "0.2")
+    try:
+        wait_until("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
+        assert "preemption requested" in shoal("preempt", run).stdout
+        wait_until("the restart", lambda: rank_log_says(shoal_home, run, "step", restart=1),
+                   proc)
+        (job,) = set(started_jobs(shoal_home, run))
+        shoal("cancel", run)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert "gang_preempted" in [k for k, _ in events(shoal_home, run)]
+    info = slurm_cluster.wait_for_state(job, {"CANCELLED"})
+    assert info.state == "CANCELLED"
+    assert Records(shoal_home / "shoal.db").get_run(run).state == "cancelled"
+
+
+def test_a_bad_partition_is_refused_before_anything_runs(slurm_cluster: SlurmCluster,
+                                                          tmp_path: Path,
+                                                          shoal_home: Path) -> None:
+    settings = tmp_path / "slurm.yaml"
+    settings.write_text("partition: gpus\n")
+    p = shoal("run", "--engine", "slurm", "--slurm-settings", str(settings), "--name", "bad",
+              str(SEED / "ddp.py"), "train_ddp", check=False)
+    assert p.returncode == 1
+    assert "Slurm settings: partition" in p.stderr and "'gpus'" in p.stderr
+    assert "high, low" in p.stderr  # the fix names the partitions there are
+    assert slurm_cluster.run("squeue -h -o %i").stdout.strip() == ""
+    # A node too small for the environment: refused by Slurm, named by Shoal, nothing queued.
+    settings.write_text("environments: {ddp_env: {sbatch_options: ['--mincpus=64']}}\n")
+    p = shoal("run", "--engine", "slurm", "--slurm-settings", str(settings),
+              str(SEED / "ddp.py"), "train_ddp", check=False)
+    assert p.returncode == 1 and "environment 'ddp_env'" in p.stderr, p.stderr
+    assert slurm_cluster.run("squeue -h -o %i").stdout.strip() == ""
+
+
+def test_a_lost_node_fails_the_gang_and_is_named(slurm_cluster: SlurmCluster,
+                                                            shoal_home: Path) -> None:
+    run = shoal_home.name + "-lost"
+    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
+                 "30", "--step_seconds", "0.3")
+    try:
+        wait_until("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
+        (job,) = started_jobs(shoal_home, run)
+        info = slurm_cluster.squeue(job)
+        assert info is not None
+        victim = [n for n in slurm_cluster.nodes if n in _nodes(slurm_cluster, info.nodes)][-1]
+        slurm_cluster.kill_node(victim)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=30)
+    # The gang fails (max_restarts=0), and the failure blames the lost node, not the rank
+    # whose peer vanished.
+    assert proc.returncode == 1, f"{out}\n{err}"
+    assert f"node {victim} (node rank 1) ended first and left no report" in err, err
+
+
+def _nodes(cluster: SlurmCluster, nodelist: str) -> list[str]:
+    return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+
+
+PIPELINE = ROOT / "examples" / "pretrain" / "pipeline.py"
+
+
+def test_the_pretraining_example_end_to_end(slurm_cluster: SlurmCluster,
+                                            shoal_home: Path) -> None:
+    """The README's pipeline with --engine slurm: the driver here, the data step one
+    single-node job, the 2x2 gang one allocation, the evaluation another job."""
+    pytest.importorskip("tokenizers")
+    p = shoal("run", "--engine", "slurm", "--name", "pretrain", str(PIPELINE), "main",
+              "--steps", "20", "--checkpoint-every", "10", timeout=400)
+    summary = json.loads(p.stdout)
+    assert summary["world_size"] == 4 and summary["steps"] == 20
+    assert summary["val_loss"] < summary["untrained_val_loss"] - 1.0, summary
+    assert "[pretrain.pretrain a0.2 rank 0] step    20/20" in p.stderr
+    jobs = [line for line in p.stderr.splitlines() if ": Slurm job " in line]
+    assert [j.split()[1:3] for j in jobs] == [["data.prepare_data", "a0.1:"],
+                                              ["pretrain.pretrain", "a0.2:"],
+                                              ["eval.evaluate", "a0.3:"]], jobs
+    assert "(2 node(s))" in jobs[1]
