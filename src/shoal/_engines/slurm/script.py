@@ -14,17 +14,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shoal._engines.slurm.settings import Placement, SlurmSettings
+from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._spec.call import ClusterSpec, EnvSpec
-from shoal.errors import SpecError
 
-# Every #SBATCH option Shoal sets itself; the same in sbatch_options would be ambiguous.
-OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--cpus-per-task", "--mem", "--gpus-per-node",
-               "--job-name", "--output", "--open-mode", "--requeue", "--no-requeue",
-               "--signal", "--partition", "--account", "--qos", "--time", "-N", "-p", "-A",
-               "-q", "-t", "-o", "-c", "-J")
 JOB_PREFIX = "shoal"
 
 
@@ -59,16 +53,6 @@ def resource_options(env: EnvSpec) -> list[str]:
         if r.gpu_count:
             options.append(f"--gpus-per-node={r.gpu_count}")
     return options
-
-
-def check_options(field: str, options: tuple[str, ...]) -> None:
-    for option in options:
-        name = option.split("=", 1)[0]
-        if name in OWN_OPTIONS:
-            raise SpecError(field, option, "is set by Shoal from the environment and the "
-                            "settings' own fields", "use partition:/account:/qos:/time_limit: "
-                            "in the settings, or Resources(...) and ClusterFailurePolicy(...) "
-                            "in the code")
 
 
 def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -> list[str]:

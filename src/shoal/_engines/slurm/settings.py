@@ -35,6 +35,12 @@ _TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited|UNLI
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 CONTAINER_RUNTIMES = ("pyxis",)
 PLACEMENT = ("partition", "account", "qos", "time_limit", "sbatch_options")
+# Every sbatch option the script sets itself (`script.render`): the same in sbatch_options
+# would be ambiguous. --ntasks and --gpus would undo one launcher per node / GPUs per node.
+OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--ntasks", "--cpus-per-task", "--mem",
+               "--gpus-per-node", "--job-name", "--output", "--open-mode", "--requeue",
+               "--no-requeue", "--signal", "--partition", "--account", "--qos", "--time")
+OWN_SHORT = ("-N", "-n", "-c", "-G", "-J", "-o", "-p", "-A", "-q", "-t")
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,28 @@ def _options(where: str, key: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+def own_option(option: str) -> str | None:
+    """The option of Shoal's own that ``option`` sets, if any. sbatch reads ``-p gpu``,
+    ``-pgpu`` and an unambiguous prefix such as ``--part=gpu`` as the option itself."""
+    if option.startswith("--"):
+        name = re.split(r"[=\s]", option, maxsplit=1)[0]
+        if name in OWN_OPTIONS:
+            return name
+        return next((o for o in OWN_OPTIONS if len(name) > 2 and o.startswith(name)), None)
+    return option[:2] if option[:2] in OWN_SHORT else None
+
+
+def check_options(field: str, options: tuple[str, ...]) -> None:
+    """Refuse the options of ``options`` that Shoal sets itself."""
+    for option in options:
+        own = own_option(option)
+        if own is not None:
+            raise SpecError(field, option, f"sets {own}, which Shoal sets from the "
+                            "environment and the settings' own fields", "use partition:/"
+                            "account:/qos:/time_limit: in the settings, or Resources(...), "
+                            "replicas and ClusterFailurePolicy(...) in the code")
+
+
 def _placement(where: str, data: object) -> Placement:
     if not isinstance(data, Mapping):
         raise SpecError(where.rstrip("."), data, "must be a mapping of "
@@ -136,6 +164,7 @@ def _placement(where: str, data: object) -> Placement:
                                        '"1-00:00:00"')
     if data.get("sbatch_options") is not None:
         values["sbatch_options"] = _options(where, "sbatch_options", data["sbatch_options"])
+        check_options(f"{where}sbatch_options", values["sbatch_options"])
     return Placement(**values)
 
 
