@@ -29,8 +29,8 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # as it was afterwards even when the test sets it (a bare delenv of an unset variable
     # records nothing, so a test's init(engine="kubernetes") would leak into later tests,
     # module-scoped fixtures first).
-    for name in (contract.ENGINE, contract.KUBE_SETTINGS, contract.LOG_LEVEL, contract.UI_URL,
-                 contract.IMAGE_REGISTRY):
+    for name in (contract.ENGINE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
+                 contract.LOG_LEVEL, contract.UI_URL, contract.IMAGE_REGISTRY):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     return home
