@@ -209,6 +209,20 @@ def settings_from_mapping(data: Mapping[str, Any], field_name: str) -> SlurmSett
     return SlurmSettings(**values)
 
 
+def _yaml(text: str) -> Any:
+    """YAML without base-60 numbers: YAML 1.1 reads ``time_limit: 12:00:00`` as 43200 and
+    ``30:00`` as 1800, which sbatch would take for minutes; here they stay the text written."""
+    import yaml
+
+    loader: Any = type("SlurmSettingsLoader", (yaml.SafeLoader,), {})
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, re.compile("(?!.*:)" + rx.pattern, rx.flags) if tag in numbers else rx)
+                for tag, rx in resolvers]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    return yaml.load(text, Loader=loader)  # a SafeLoader: no Python objects
+
+
 def load_settings(path: str | None, field_name: str, store: str) -> SlurmSettings:
     """The settings of a file (YAML or JSON; ``field_name`` says where its path came from),
     their store defaulting to ``store``. No file: every value is the cluster's default."""
@@ -219,9 +233,7 @@ def load_settings(path: str | None, field_name: str, store: str) -> SlurmSetting
         except OSError as e:
             raise SpecError(field_name, path, f"cannot be read: {e.strerror}",
                             "pass the path of a YAML file of Slurm settings") from e
-        import yaml
-
-        loaded = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        loaded = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
