@@ -228,3 +228,17 @@ def test_settings_travel_as_json() -> None:
         "partition": "cpu", "account": None, "qos": None, "time_limit": "01:00:00",
         "sbatch_options": ["--constraint=ssd"]}
     assert data["priority_classes"]["high"]["qos"] == "urgent"
+
+
+@pytest.mark.parametrize(("written", "read"), [
+    ("12:00:00", "12:00:00"), ("30:00", "30:00"), ("1-12:00", "1-12:00"), ("90", "90")])
+def test_an_unquoted_time_in_yaml_is_the_time_written(tmp_path: Path, written: str,
+                                                      read: str) -> None:
+    """YAML 1.1 reads 12:00:00 as the base-60 number 43200, which sbatch would take for
+    minutes (30 days); the settings keep what was written."""
+    path = tmp_path / "slurm.yaml"
+    path.write_text(f"time_limit: {written}\nenvironments:\n  data: {{time_limit: {written}}}\n"
+                    "poll_seconds: 0.5\n")
+    s = load_settings(str(path), "--slurm-settings", "")
+    assert s.time_limit == read and s.environments["data"].time_limit == read
+    assert s.poll_seconds == 0.5  # other numbers are still numbers
