@@ -249,3 +249,25 @@ def test_the_dry_run_has_one_script_per_environment_the_driver_calls(tmp_path: P
     assert sorted(scripts) == ["slurm_prep.sbatch", "slurm_train.sbatch"]  # not the driver's
     assert "--nodes=2" in sbatch_lines(scripts["slurm_train.sbatch"])
     assert "--no-requeue" in sbatch_lines(scripts["slurm_prep.sbatch"])
+
+
+@pytest.mark.parametrize(("said", "key", "value"), [
+    ("Batch job submission failed: Invalid account or account/partition combination "
+     "specified", "account", "ml-team"),
+    ("Batch job submission failed: Invalid qos specification", "qos", "urgent"),
+])
+def test_a_refused_account_or_qos_is_named_not_the_partition(
+        tmp_path: Path, said: str, key: str, value: str) -> None:
+    """Slurm's words for a bad account name the partition too (sbatch --test-only's answer)."""
+    err = engine(tmp_path)._refused(call("train").task.env, said)
+    assert (err.field, err.value) == (f"Slurm settings: {key} (environment 'slurm_train')",
+                                      value)
+    assert said in err.rule and "environments.slurm_train" in str(err.fix)
+
+
+def test_a_refused_size_names_what_the_environment_asks_for(tmp_path: Path) -> None:
+    err = engine(tmp_path)._refused(call("train").task.env, "Batch job submission failed: "
+                                    "Requested node configuration is not available")
+    assert err.field == "environment 'slurm_train'"
+    assert err.value == "2 node(s), --cpus-per-task=6 --mem=32768M --gpus-per-node=4"
+    assert "Resources(cpu=" in str(err.fix)
