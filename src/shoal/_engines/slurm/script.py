@@ -55,12 +55,22 @@ def resource_options(env: EnvSpec) -> list[str]:
     return options
 
 
+def pyxis_image(ref: str) -> str:
+    """A Docker image reference as pyxis (enroot) reads it: a registry host is followed by '#'
+    (``nvcr.io#nvidia/pytorch:24.01``; ``nvcr.io/nvidia/...`` would be looked for on Docker
+    Hub). Docker Hub names and image files (``/shared/train.sqsh``) stay as written."""
+    if "#" in ref or "/" not in ref or ref.startswith(("/", ".")):
+        return ref
+    host, path = ref.split("/", 1)
+    return f"{host}#{path}" if "." in host or ":" in host or host == "localhost" else ref
+
+
 def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -> list[str]:
     """srun options that run each node in the environment's image (pyxis), if configured."""
     if settings.container_runtime is None or env.image is None:
         return []
     image = env.image if isinstance(env.image, str) else env.image.uri(registry)
-    return [f"--container-image={image}", *settings.container_options]
+    return [f"--container-image={pyxis_image(image)}", *settings.container_options]
 
 
 def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
