@@ -19,6 +19,7 @@ import pytest
 import shoal
 from shoal._engines.base import AttemptRef
 from shoal._engines.slurm.engine import SlurmEngine
+from shoal._engines.slurm.script import pyxis_image
 from shoal._engines.slurm.settings import SlurmSettings, settings_from_mapping
 from shoal._runtime import contract
 from shoal._runtime.loader import find_task
@@ -189,8 +190,8 @@ def test_pyxis_puts_the_image_in_the_srun_options_only_when_configured(
     settings = {"container_runtime": "pyxis",
                 "container_options": ["--container-mounts=/data:/data"]}
     env = exported(script(tmp_path, "train", settings), tmp_path)
-    assert shlex.split(env[contract.SRUN_OPTIONS]) == [
-        "--container-image=registry.example/train:1", "--container-mounts=/data:/data"]
+    assert shlex.split(env[contract.SRUN_OPTIONS]) == [  # enroot's registry#path form
+        "--container-image=registry.example#train:1", "--container-mounts=/data:/data"]
     # The nodes' command is the same: pyxis runs it inside the image.
     assert env[contract.NODE_COMMAND].endswith("-m shoal._runtime.launcher")
     plain = exported(script(tmp_path, "prepare", settings), tmp_path)  # no image: none
@@ -203,8 +204,23 @@ def test_a_built_image_is_named_with_the_registry(tmp_path: Path,
     image = shoal.Image.from_debian_base(python_version="3.11").with_pip_packages("six")
     env = exported(script(tmp_path, "train", {"container_runtime": "pyxis"}, image=image),
                    tmp_path)
-    assert env[contract.SRUN_OPTIONS] == shlex.quote(f"--container-image={image.uri()}")
     assert image.uri().startswith("quay.io/team/")
+    assert env[contract.SRUN_OPTIONS] == shlex.quote(
+        "--container-image=quay.io#" + image.uri().removeprefix("quay.io/"))
+
+
+@pytest.mark.parametrize(("ref", "pyxis"), [
+    ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
+    ("localhost:5000/train:1", "localhost:5000#train:1"),
+    ("localhost/train", "localhost#train"),
+    ("ghcr.io/org/team/img@sha256:abc", "ghcr.io#org/team/img@sha256:abc"),
+    ("nvcr.io#nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),  # as written
+    ("ubuntu:22.04", "ubuntu:22.04"), ("pytorch/pytorch:2.4", "pytorch/pytorch:2.4"),
+    ("/shared/images/train.sqsh", "/shared/images/train.sqsh"),
+    ("./train.sqsh", "./train.sqsh"),
+])
+def test_image_references_in_pyxis_form(ref: str, pyxis: str) -> None:
+    assert pyxis_image(ref) == pyxis
 
 
 def test_an_image_without_a_container_runtime_is_warned_about_once(tmp_path: Path) -> None:
