@@ -94,7 +94,8 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
                           ("--time", placement.time_limit)):
         if value:
             lines.append(f"#SBATCH {option}={value}")
-    lines.append(f"#SBATCH --output={gang_log_dir}/batch.log")
+    # sbatch refuses a directive with a bare space in it ("Invalid directive"); it reads quotes.
+    lines.append(f"#SBATCH --output={shlex.quote(f'{gang_log_dir}/batch.log')}")
     lines.append("#SBATCH --open-mode=append")  # a requeued job adds to the same log
     if clustered:
         # A preempted or requeued gang comes back in a new allocation and resumes.
