@@ -287,3 +287,16 @@ def test_a_refused_size_names_what_the_environment_asks_for(tmp_path: Path) -> N
     assert err.field == "environment 'slurm_train'"
     assert err.value == "2 node(s), --cpus-per-task=6 --mem=32768M --gpus-per-node=4"
     assert "Resources(cpu=" in str(err.fix)
+
+
+def test_a_home_with_a_space_gives_a_quoted_output_directive(tmp_path: Path) -> None:
+    """sbatch 22.05 refuses `#SBATCH --output=/a b/x.log` ("Invalid directive found in batch
+    script: b/x.log") and reads '/a b/x.log' quoted, as tried on the test cluster."""
+    home = tmp_path / "my home"
+    e = SlurmEngine(run=RUN, home=home, store=STORE,
+                    settings=settings_from_mapping(SETTINGS, "slurm.yaml"))
+    ref = AttemptRef(RUN, "a0.1", 0, home / "runs" / RUN / "logs" / "a0.1.0.log")
+    line = next(o for o in sbatch_lines(e.job_plan(call("prepare"), ref).script)
+                if o.startswith("--output="))
+    assert shlex.split(line) == [f"--output={home}/runs/{RUN}/logs/gang/a0.1.0/batch.log"]
+    assert line != shlex.split(line)[0]  # quoted
