@@ -18,6 +18,7 @@ Nothing here is a secret; the file may be committed next to the code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -223,6 +224,20 @@ def _yaml(text: str) -> Any:
     return yaml.load(text, Loader=loader)  # a SafeLoader: no Python objects
 
 
+def _parse(text: str, path: str, field_name: str) -> Any:
+    """JSON, else YAML (``{partition: gpu}`` is YAML's flow style, not JSON)."""
+    import yaml
+
+    if text.lstrip().startswith("{"):
+        with contextlib.suppress(json.JSONDecodeError):
+            return json.loads(text)
+    try:
+        return _yaml(text)
+    except yaml.YAMLError as e:
+        raise SpecError(field_name, path, "is not valid YAML: " + " ".join(str(e).split()),
+                        "fix the file's syntax") from e
+
+
 def load_settings(path: str | None, field_name: str, store: str) -> SlurmSettings:
     """The settings of a file (YAML or JSON; ``field_name`` says where its path came from),
     their store defaulting to ``store``. No file: every value is the cluster's default."""
@@ -233,7 +248,7 @@ def load_settings(path: str | None, field_name: str, store: str) -> SlurmSetting
         except OSError as e:
             raise SpecError(field_name, path, f"cannot be read: {e.strerror}",
                             "pass the path of a YAML file of Slurm settings") from e
-        loaded = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
+        loaded = _parse(text, path, field_name)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
