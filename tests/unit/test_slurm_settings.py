@@ -242,3 +242,21 @@ def test_an_unquoted_time_in_yaml_is_the_time_written(tmp_path: Path, written: s
     s = load_settings(str(path), "--slurm-settings", "")
     assert s.time_limit == read and s.environments["data"].time_limit == read
     assert s.poll_seconds == 0.5  # other numbers are still numbers
+
+
+def test_a_yaml_flow_mapping_is_yaml_not_broken_json(tmp_path: Path) -> None:
+    path = tmp_path / "slurm.yaml"
+    path.write_text("{partition: gpu, time_limit: 30:00}\n")
+    s = load_settings(str(path), "--slurm-settings", "")
+    assert (s.partition, s.time_limit) == ("gpu", "30:00")
+
+
+def test_a_file_that_is_not_yaml_is_refused_with_where(tmp_path: Path) -> None:
+    path = tmp_path / "slurm.yaml"
+    path.write_text("partition: [gpu\n")
+    with pytest.raises(SpecError) as err:
+        load_settings(str(path), "--slurm-settings", "")
+    e = err.value
+    assert (e.field, e.value) == ("--slurm-settings", str(path))
+    assert e.rule.startswith("is not valid YAML: ") and "line 2" in e.rule
+    assert "\n" not in e.rule and e.fix == "fix the file's syntax"
