@@ -196,9 +196,9 @@ def test_init_kubernetes_checks_the_store_as_the_cli_does(tmp_path: Path) -> Non
 
 def test_every_way_of_choosing_an_engine_knows_the_same_ones_and_the_same_error(
         tmp_path: Path, s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert contract.ENGINES == ("local", "kubernetes")
+    assert contract.ENGINES == ("local", "kubernetes", "slurm")
     help_text = _cli("run", "--help").stdout
-    assert "local or kubernetes" in help_text
+    assert "local or kubernetes or slurm" in help_text
     for engine in contract.ENGINES:  # each way accepts each engine
         shoal.init(engine=engine, store=s3_root)
         assert os.environ[contract.ENGINE] == engine
@@ -207,15 +207,15 @@ def test_every_way_of_choosing_an_engine_knows_the_same_ones_and_the_same_error(
         assert config.load(path).engine == engine
     errors: dict[str, SpecError] = {}
     with pytest.raises(SpecError) as err:
-        shoal.init(engine="slurm")
+        shoal.init(engine="lsf")
     errors["init"] = err.value
-    monkeypatch.setenv(contract.ENGINE, "slurm")
+    monkeypatch.setenv(contract.ENGINE, "lsf")
     task = find_task(Path(__file__).parent / "seed_program.py", "prepare")
     with pytest.raises(SpecError) as err:
         shoal.run(task)
     errors["env"] = err.value
     path = tmp_path / "bad.yaml"
-    path.write_text("engine: slurm\n")
+    path.write_text("engine: lsf\n")
     with pytest.raises(SpecError) as err:
         config.load(path)
     errors["config"] = err.value
@@ -223,8 +223,8 @@ def test_every_way_of_choosing_an_engine_knows_the_same_ones_and_the_same_error(
                                                   f"{path}: engine"]
     assert len({(e.value, e.rule, e.fix) for e in errors.values()}) == 1
     rule = errors["init"].rule
-    assert "local, kubernetes" in rule and errors["init"].fix
+    assert "local, kubernetes, slurm" in rule and errors["init"].fix
     monkeypatch.delenv(contract.ENGINE)
-    p = _cli("run", "--engine", "slurm", str(tmp_path / "x.py"), "main")
-    assert p.returncode == 2 and "--engine='slurm'" in p.stderr and rule in p.stderr
+    p = _cli("run", "--engine", "lsf", str(tmp_path / "x.py"), "main")
+    assert p.returncode == 2 and "--engine='lsf'" in p.stderr and rule in p.stderr
     assert str(errors["init"].fix) in p.stderr

@@ -113,7 +113,8 @@ def test_flyte_settings(places: Path) -> None:
 @pytest.mark.parametrize(("text", "key", "words"), [
     ("stroe: s3://b\n", "stroe", "did you mean 'store'"),
     ("image: {regsitry: ghcr.io/x}\n", "image.regsitry", "did you mean 'registry'"),
-    ("engine: slurm\n", "engine", "the engines are local, kubernetes"),
+    ("engine: lsf\n", "engine", "the engines are local, kubernetes, slurm"),
+    ("slurm_settings: ''\n", "slurm_settings", "non-empty string"),
     ("store: ftp://host/x\n", "store", "ftp://host/x"),
     ("ui_url: localhost:8484\n", "ui_url", "http://127.0.0.1:8484"),
     ("image: {registry: 'https://ghcr.io/x/'}\n", "image.registry", "ghcr.io/x"),

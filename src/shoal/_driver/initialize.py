@@ -30,6 +30,24 @@ def init(*, engine: str = "local", store: str | None = None, home: str | None = 
     (``shoal run --slurm-settings``), checked here. Child processes inherit the choice.
     """
     check_engine("init(engine=...)", engine)
+    # A refused init chooses nothing: what it set before the refusal is put back.
+    chosen = (contract.HOME, contract.STORE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
+              contract.ENGINE)
+    before = {name: os.environ.get(name) for name in chosen}
+    try:
+        _choose(engine, store, home, kube_settings, slurm_settings)
+    except BaseException:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        raise
+
+
+def _choose(engine: str, store: str | None, home: str | None,
+            kube_settings: str | os.PathLike[str] | None,
+            slurm_settings: str | os.PathLike[str] | None) -> None:
     if home is not None:
         os.environ[contract.HOME] = os.path.abspath(os.path.expanduser(home))
     if store is not None:

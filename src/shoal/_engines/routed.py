@@ -30,7 +30,10 @@ class RoutedEngine(Engine):
         await super().start(handler, envs, notify)
 
     def _dry_run(self, call: CallSpec) -> str:
-        return (self.here if self.runs_here(call) else self.there).dry_run(call)
+        # A call that runs here is still part of a run on the other engine: say so first.
+        if self.runs_here(call):
+            return f"{self.there.dry_run(call)}\n{self.here.dry_run(call)}"
+        return self.there.dry_run(call)
 
     async def _start(self, envs: list[EnvSpec]) -> None:
         pass

@@ -73,6 +73,10 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
                             "reach",
                             "give the environment profile=shoal.Profile(...) in the code (its "
                             "pods then carry the setting)")
+    if args.slurm_settings:  # a bad file is named as the user gave it, before init's check
+        from shoal._engines.slurm.settings import load_settings
+
+        load_settings(args.slurm_settings, "--slurm-settings", "")
     init(engine=engine, store=args.store, kube_settings=args.kube_settings,
          slurm_settings=args.slurm_settings)
     if args.resume is not None:

@@ -105,13 +105,16 @@ class JobInfo:
 
 
 def parse_job(line: str) -> JobInfo:
-    """One line of `scontrol show job -o`: KEY=VALUE items (values have no spaces, except
-    a few the engine does not read, whose pieces are kept on the key before them)."""
+    """One line of `scontrol show job -o`: KEY=VALUE items. Values have no spaces, except
+    a few the engine does not read (JobName, Command, WorkDir, StdOut...), whose pieces are
+    kept on the key before them. scontrol names each key once, so a piece that looks like a
+    key already seen is part of a value (``Command=train.sh JobState=x`` is a script's
+    arguments, not the job's state)."""
     values: dict[str, str] = {}
     last = ""
-    for item in line.split():
+    for item in line.rstrip().split(" "):
         key, sep, value = item.partition("=")
-        if sep and key and key[0].isupper():
+        if sep and key and key[0].isupper() and key not in values:
             values[key], last = value, key
         elif last:
             values[last] += " " + item

@@ -197,8 +197,10 @@ class SlurmEngine(Engine):
     def _refused(self, env: EnvSpec, said: str) -> SpecError:
         where = self.placement(env)
         low = said.lower()
-        for key in ("partition", "account", "qos"):
-            if key in low:
+        # A bad account reads "Invalid account or account/partition combination": it names
+        # the partition too, so the account and the QoS are looked for first.
+        for key in ("account", "qos", "partition"):
+            if f"invalid {key}" in low or (key == "partition" and key in low):
                 value = getattr(where, key)
                 fix = (f"use one of the partitions: {', '.join(commands.partitions())}"
                        if key == "partition" else f"set {key}: in the Slurm settings (or its "

@@ -14,17 +14,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shoal._engines.slurm.settings import Placement, SlurmSettings
+from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
 from shoal._spec.call import ClusterSpec, EnvSpec
-from shoal.errors import SpecError
 
-# Every #SBATCH option Shoal sets itself; the same in sbatch_options would be ambiguous.
-OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--cpus-per-task", "--mem", "--gpus-per-node",
-               "--job-name", "--output", "--open-mode", "--requeue", "--no-requeue",
-               "--signal", "--partition", "--account", "--qos", "--time", "-N", "-p", "-A",
-               "-q", "-t", "-o", "-c", "-J")
 JOB_PREFIX = "shoal"
 
 
@@ -61,14 +55,14 @@ def resource_options(env: EnvSpec) -> list[str]:
     return options
 
 
-def check_options(field: str, options: tuple[str, ...]) -> None:
-    for option in options:
-        name = option.split("=", 1)[0]
-        if name in OWN_OPTIONS:
-            raise SpecError(field, option, "is set by Shoal from the environment and the "
-                            "settings' own fields", "use partition:/account:/qos:/time_limit: "
-                            "in the settings, or Resources(...) and ClusterFailurePolicy(...) "
-                            "in the code")
+def pyxis_image(ref: str) -> str:
+    """A Docker image reference as pyxis (enroot) reads it: a registry host is followed by '#'
+    (``nvcr.io#nvidia/pytorch:24.01``; ``nvcr.io/nvidia/...`` would be looked for on Docker
+    Hub). Docker Hub names and image files (``/shared/train.sqsh``) stay as written."""
+    if "#" in ref or "/" not in ref or ref.startswith(("/", ".")):
+        return ref
+    host, path = ref.split("/", 1)
+    return f"{host}#{path}" if "." in host or ":" in host or host == "localhost" else ref
 
 
 def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -> list[str]:
@@ -76,7 +70,7 @@ def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -
     if settings.container_runtime is None or env.image is None:
         return []
     image = env.image if isinstance(env.image, str) else env.image.uri(registry)
-    return [f"--container-image={image}", *settings.container_options]
+    return [f"--container-image={pyxis_image(image)}", *settings.container_options]
 
 
 def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
@@ -100,7 +94,8 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
                           ("--time", placement.time_limit)):
         if value:
             lines.append(f"#SBATCH {option}={value}")
-    lines.append(f"#SBATCH --output={gang_log_dir}/batch.log")
+    # sbatch refuses a directive with a bare space in it ("Invalid directive"); it reads quotes.
+    lines.append(f"#SBATCH --output={shlex.quote(f'{gang_log_dir}/batch.log')}")
     lines.append("#SBATCH --open-mode=append")  # a requeued job adds to the same log
     if clustered:
         # A preempted or requeued gang comes back in a new allocation and resumes.

@@ -18,6 +18,7 @@ Nothing here is a secret; the file may be committed next to the code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -35,6 +36,12 @@ _TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|infinite|unlimited|UNLI
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 CONTAINER_RUNTIMES = ("pyxis",)
 PLACEMENT = ("partition", "account", "qos", "time_limit", "sbatch_options")
+# Every sbatch option the script sets itself (`script.render`): the same in sbatch_options
+# would be ambiguous. --ntasks and --gpus would undo one launcher per node / GPUs per node.
+OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--ntasks", "--cpus-per-task", "--mem",
+               "--gpus-per-node", "--job-name", "--output", "--open-mode", "--requeue",
+               "--no-requeue", "--signal", "--partition", "--account", "--qos", "--time")
+OWN_SHORT = ("-N", "-n", "-c", "-G", "-J", "-o", "-p", "-A", "-q", "-t")
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,28 @@ def _options(where: str, key: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+def own_option(option: str) -> str | None:
+    """The option of Shoal's own that ``option`` sets, if any. sbatch reads ``-p gpu``,
+    ``-pgpu`` and an unambiguous prefix such as ``--part=gpu`` as the option itself."""
+    if option.startswith("--"):
+        name = re.split(r"[=\s]", option, maxsplit=1)[0]
+        if name in OWN_OPTIONS:
+            return name
+        return next((o for o in OWN_OPTIONS if len(name) > 2 and o.startswith(name)), None)
+    return option[:2] if option[:2] in OWN_SHORT else None
+
+
+def check_options(field: str, options: tuple[str, ...]) -> None:
+    """Refuse the options of ``options`` that Shoal sets itself."""
+    for option in options:
+        own = own_option(option)
+        if own is not None:
+            raise SpecError(field, option, f"sets {own}, which Shoal sets from the "
+                            "environment and the settings' own fields", "use partition:/"
+                            "account:/qos:/time_limit: in the settings, or Resources(...), "
+                            "replicas and ClusterFailurePolicy(...) in the code")
+
+
 def _placement(where: str, data: object) -> Placement:
     if not isinstance(data, Mapping):
         raise SpecError(where.rstrip("."), data, "must be a mapping of "
@@ -136,6 +165,7 @@ def _placement(where: str, data: object) -> Placement:
                                        '"1-00:00:00"')
     if data.get("sbatch_options") is not None:
         values["sbatch_options"] = _options(where, "sbatch_options", data["sbatch_options"])
+        check_options(f"{where}sbatch_options", values["sbatch_options"])
     return Placement(**values)
 
 
@@ -180,6 +210,34 @@ def settings_from_mapping(data: Mapping[str, Any], field_name: str) -> SlurmSett
     return SlurmSettings(**values)
 
 
+def _yaml(text: str) -> Any:
+    """YAML without base-60 numbers: YAML 1.1 reads ``time_limit: 12:00:00`` as 43200 and
+    ``30:00`` as 1800, which sbatch would take for minutes; here they stay the text written."""
+    import yaml
+
+    loader: Any = type("SlurmSettingsLoader", (yaml.SafeLoader,), {})
+    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, re.compile("(?!.*:)" + rx.pattern, rx.flags) if tag in numbers else rx)
+                for tag, rx in resolvers]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    return yaml.load(text, Loader=loader)  # a SafeLoader: no Python objects
+
+
+def _parse(text: str, path: str, field_name: str) -> Any:
+    """JSON, else YAML (``{partition: gpu}`` is YAML's flow style, not JSON)."""
+    import yaml
+
+    if text.lstrip().startswith("{"):
+        with contextlib.suppress(json.JSONDecodeError):
+            return json.loads(text)
+    try:
+        return _yaml(text)
+    except yaml.YAMLError as e:
+        raise SpecError(field_name, path, "is not valid YAML: " + " ".join(str(e).split()),
+                        "fix the file's syntax") from e
+
+
 def load_settings(path: str | None, field_name: str, store: str) -> SlurmSettings:
     """The settings of a file (YAML or JSON; ``field_name`` says where its path came from),
     their store defaulting to ``store``. No file: every value is the cluster's default."""
@@ -190,9 +248,7 @@ def load_settings(path: str | None, field_name: str, store: str) -> SlurmSetting
         except OSError as e:
             raise SpecError(field_name, path, f"cannot be read: {e.strerror}",
                             "pass the path of a YAML file of Slurm settings") from e
-        import yaml
-
-        loaded = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        loaded = _parse(text, path, field_name)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

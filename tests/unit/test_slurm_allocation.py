@@ -1,0 +1,140 @@
+"""`shoal._runtime.allocation` without Slurm: which start a (requeued) batch job makes, the
+state it keeps in a real file:// store, and the srun step it would run, whose on-node shell
+command is run here by bash with the variable srun would set."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shoal._runtime import contract
+from shoal._runtime.allocation import STATE_FILE, Allocation, AllocationState, Start
+from shoal._storage.store import join, open_store
+
+
+def environ(tmp_path: Path, *, max_restarts: int = 1, resume: bool = False,
+            requeues: int | None = None, **more: str) -> dict[str, str]:
+    store = (tmp_path / "store").as_uri()
+    env = {"SLURM_JOB_ID": "42", contract.STORE: store,
+           contract.IO: join(store, "runs", "r1", "a0.1", "0"),
+           contract.GANG_LOG_DIR: str(tmp_path / "logs" / "gang" / "a0.1.0"),
+           contract.MAX_RESTARTS: str(max_restarts),
+           contract.RESUME_AFTER_PREEMPTION: "1" if resume else "0", **more}
+    if requeues is not None:
+        env["SLURM_RESTART_COUNT"] = str(requeues)
+    return env
+
+
+def started(restart: int, why: str = "first", uses: bool = False,
+            exit_code: int | None = None) -> Start:
+    return Start(restart=restart, at=1000.0 + restart, nodes=["n1", "n2"], master="n1",
+                 port=29500 + restart, why=why, uses_restart=uses, exit_code=exit_code)
+
+
+def saved(tmp_path: Path, state: AllocationState, **env: object) -> Allocation:
+    allocation = Allocation(environ(tmp_path, **env))  # type: ignore[arg-type]
+    allocation.save(state)
+    return allocation
+
+
+def test_the_first_start_of_a_job_makes_a_fresh_state(tmp_path: Path) -> None:
+    allocation = Allocation(environ(tmp_path))
+    assert allocation.load() is None
+    first = allocation.first_start(allocation.load())
+    assert first is not None
+    state, restart, why, uses = first
+    assert (restart, why, uses) == (0, "first", False)
+    assert (state.job, state.requeues, state.restarts_used, state.phase, state.starts) == (
+        "42", 0, 0, "running", [])
+
+
+def test_a_requeue_with_resume_after_preemption_uses_no_restart(tmp_path: Path) -> None:
+    state = AllocationState(job="42", starts=[started(0)], phase="stopping")
+    allocation = saved(tmp_path, state, resume=True, max_restarts=0, requeues=1)
+    first = allocation.first_start(allocation.load())
+    assert first is not None
+    state, restart, why, uses = first
+    assert (restart, why, uses, state.restarts_used, state.requeues) == (
+        1, "requeued", False, 0, 1)
+
+
+def test_a_requeue_without_resume_uses_a_restart_while_one_is_left(tmp_path: Path) -> None:
+    state = AllocationState(job="42", starts=[started(0)])
+    allocation = saved(tmp_path, state, max_restarts=2, requeues=1)
+    first = allocation.first_start(allocation.load())
+    assert first is not None
+    state, restart, why, uses = first
+    assert (restart, why, uses, state.restarts_used) == (1, "requeued", True, 1)
+
+
+def test_a_requeue_with_no_restart_left_fails_the_allocation_and_says_why(
+        tmp_path: Path) -> None:
+    state = AllocationState(job="42", restarts_used=1,
+                            starts=[started(0), started(1, "failed", True, exit_code=1)])
+    allocation = saved(tmp_path, state, max_restarts=1, requeues=2)
+    assert allocation.first_start(allocation.load()) is None
+    kept = allocation.load()  # what the driver reads
+    assert kept is not None and kept.phase == "failed" and kept.requeues == 2
+    assert "after start r1" in kept.message and "max_restarts=1" in kept.message
+    assert "resume_after_preemption is off" in kept.message
+    assert allocation.main() == 1  # the batch job ends failed, starting nothing
+
+
+@pytest.mark.parametrize(("phase", "code"), [("succeeded", 0), ("failed", 1)])
+def test_an_ended_allocation_starts_nothing_when_slurm_runs_it_again(
+        tmp_path: Path, phase: str, code: int) -> None:
+    state = AllocationState(job="42", phase=phase, starts=[started(0, exit_code=code)])
+    allocation = saved(tmp_path, state, resume=True, requeues=1)
+    assert allocation.first_start(allocation.load()) is None
+    assert allocation.main() == code  # no srun: nothing is started
+    kept = allocation.load()
+    assert kept is not None and kept.phase == phase and len(kept.starts) == 1
+
+
+def test_the_state_round_trips_through_json_in_the_store(tmp_path: Path) -> None:
+    state = AllocationState(job="42", requeues=1, restarts_used=1, phase="running",
+                            message="", starts=[started(0, exit_code=-9),
+                                                started(1, "requeued", True)])
+    state.starts[0].ended_at = 1010.5
+    allocation = saved(tmp_path, state)
+    raw = open_store(environ(tmp_path)[contract.STORE]).get_bytes(
+        join(environ(tmp_path)[contract.IO], STATE_FILE))
+    assert AllocationState.from_json(raw) == state == allocation.load()
+    assert (state.restart, AllocationState(job="1").restart) == (1, -1)
+
+
+def test_a_step_puts_one_launcher_on_every_node_with_its_output_per_node(
+        tmp_path: Path) -> None:
+    allocation = Allocation(environ(tmp_path, **{
+        contract.NODE_COMMAND: shlex.join(["/opt/my venv/bin/python", "-m",
+                                           "shoal._runtime.launcher"]),
+        contract.SRUN_OPTIONS: shlex.join(["--container-image=reg/img:1",
+                                           "--container-mounts=/a b:/a"])}))
+    argv = allocation.step_argv(restart=3, nnodes=2)
+    log = tmp_path / "logs" / "gang" / "a0.1.0" / "r3" / "node%n.log"
+    assert argv[:7] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                        "--kill-on-bad-exit=1", "--export=ALL", f"--output={log}"]
+    assert argv[7:9] == ["--container-image=reg/img:1", "--container-mounts=/a b:/a"]
+    assert argv[9:11] == ["bash", "-c"]
+    assert argv[11].endswith("exec '/opt/my venv/bin/python' -m shoal._runtime.launcher")
+
+
+def test_the_on_node_command_takes_its_node_rank_from_slurm(tmp_path: Path) -> None:
+    """What srun runs on each node, run here by bash: SLURM_NODEID becomes the node rank."""
+    allocation = Allocation(environ(tmp_path, **{contract.NODE_COMMAND: shlex.join(
+        [sys.executable, "-c", f"import os; print(os.environ[{contract.NODE_RANK!r}])"])}))
+    argv = allocation.step_argv(restart=0, nnodes=2)
+    assert contract.SRUN_OPTIONS not in allocation.environ and argv[7] == "bash"
+    for node in ("0", "1"):
+        done = subprocess.run(argv[7:], env={"SLURM_NODEID": node, "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=30, check=True)
+        assert done.stdout == f"{node}\n"
+
+
+def test_without_a_node_command_the_step_runs_this_pythons_launcher(tmp_path: Path) -> None:
+    argv = Allocation(environ(tmp_path)).step_argv(restart=0, nnodes=1)
+    assert argv[-1].endswith(shlex.join([sys.executable, "-m", "shoal._runtime.launcher"]))
