@@ -155,7 +155,7 @@ def test_shoal_preempt_requeues_the_gang_and_cancel_scancels_it(slurm_cluster: S
                    proc)
         (job,) = set(started_jobs(shoal_home, run))
         shoal("cancel", run)
-        out, err = proc.communicate(timeout=60)
+        proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

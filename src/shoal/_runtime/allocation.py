@@ -127,7 +127,7 @@ class Allocation:
         self.max_restarts = int(environ.get(contract.MAX_RESTARTS, "0"))
         self.resume = environ.get(contract.RESUME_AFTER_PREEMPTION) == "1"
         self.grace = float(environ.get(contract.GRACE_PERIOD, "30"))
-        self.step: subprocess.Popen[bytes] | None = None
+        self.step: subprocess.Popen[str] | None = None
         self.stopping = False
 
     # -- the state in the store --------------------------------------------------------------
@@ -171,11 +171,12 @@ class Allocation:
                     contract.RANK_LOG_DIR: os.path.join(self.log_dir, f"r{restart}")})
         print(f"shoal-allocation {self.job}: start r{restart} ({why}) on {','.join(nodes)}, "
               f"master {master}:{env[contract.MASTER_PORT]}", flush=True)
-        self.step = subprocess.Popen(self.step_argv(restart, len(nodes)), env=env,
-                                     stderr=subprocess.PIPE, text=True, errors="replace")
-        assert self.step.stderr is not None
+        step = self.step = subprocess.Popen(self.step_argv(restart, len(nodes)), env=env,
+                                            stderr=subprocess.PIPE, text=True,
+                                            errors="replace")
+        assert step.stderr is not None
         terminating = False
-        for line in self.step.stderr:  # srun's own messages: passed on, and read
+        for line in step.stderr:  # srun's own messages: passed on, and read
             sys.stderr.write(line)
             sys.stderr.flush()
             terminating = terminating or bool(SRUN_TERMINATING.match(line))
@@ -183,7 +184,7 @@ class Allocation:
             if said:
                 start.srun_says.append({"node": said["node"], "what": line.split(": ", 2)[-1]
                                         .strip(), "first": not terminating})
-        code = self.step.wait()
+        code = step.wait()
         self.step = None
         start.exit_code, start.ended_at = code, time.time()
         self.save(state)
