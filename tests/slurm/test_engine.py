@@ -232,3 +232,38 @@ def test_the_pretraining_example_end_to_end(slurm_cluster: SlurmCluster,
                                               ["pretrain.pretrain", "a0.2:"],
                                               ["eval.evaluate", "a0.3:"]], jobs
     assert "(2 node(s))" in jobs[1]
+
+
+def _kill_driver_at_step(home: Path, run: str, step: int, count: int) -> str:
+    """Start `steps`, SIGKILL its driver once rank 0 logged ``step``; the job it left."""
+    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
+                 str(count), "--step_seconds", "0.3")
+    try:
+        wait_until(f"step {step}", lambda: rank_log_says(home, run, f"step {step}"), proc)
+        (job,) = started_jobs(home, run)
+    finally:
+        proc.kill()
+        proc.communicate()
+    return job
+
+
+def test_a_crashed_driver_leaves_its_gang_running_and_resume_follows_it(
+        slurm_cluster: SlurmCluster, shoal_home: Path) -> None:
+    run = shoal_home.name + "-orphan"
+    job = _kill_driver_at_step(shoal_home, run, 2, count=25)
+    info = slurm_cluster.squeue(job)
+    assert info is not None and info.state == "RUNNING"  # the gang outlived its driver
+    p = shoal("run", "--resume", run)
+    assert f"following Slurm job {job} of run {run}" in p.stderr, p.stderr
+    result = json.loads(p.stdout)
+    assert result == {"first_step": 0, "restart": 0, "total": 50}  # never stopped, never redone
+    assert slurm_cluster.run("squeue -h -o %i").stdout.strip() == ""  # and no second job
+
+
+def test_cancel_of_a_crashed_run_scancels_its_jobs(slurm_cluster: SlurmCluster,
+                                                    shoal_home: Path) -> None:
+    run = shoal_home.name + "-abandoned"
+    job = _kill_driver_at_step(shoal_home, run, 1, count=200)
+    p = shoal("cancel", run)
+    assert f"cancelled its Slurm job(s) {job}" in p.stdout, p.stdout
+    assert slurm_cluster.wait_for_state(job, {"CANCELLED"}).state == "CANCELLED"

@@ -111,8 +111,11 @@ class Runner:
         check_profiles(self.envs, local=engine == "local")
         check_system_metrics_interval()
         self.reporter = reporter
+        engine_kw = dict(engine_options or {})
+        if engine == "slurm":  # its jobs of the runs resumed may still be running
+            engine_kw.setdefault("earlier_runs", tuple(self.resumes))
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,
-                                  lineage=self.lineage_root, **(engine_options or {}))
+                                  lineage=self.lineage_root, **engine_kw)
         if engine == "slurm":  # the Slurm settings may name the store the nodes share
             self.store_uri = self.engine.there.store  # type: ignore[attr-defined]
 

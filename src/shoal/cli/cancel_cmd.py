@@ -20,6 +20,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     records.reap_dead_runs()
     run = records.get_run(args.run)
     if not records.request_cancel(run.name):
+        if run.engine == "slurm" and run.state == "crashed":
+            return _cancel_slurm_jobs(run.name)
         print(f"run {run.name} already ended ({run.state}); nothing to cancel")
         return 0
     print(f"cancel requested for {run.name}; waiting for its driver (pid {run.engine_pid})")
@@ -34,3 +36,13 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"run {run.name} has not stopped after {args.wait:g}s; it will stop when its driver "
           "next checks (or is marked crashed if the driver is gone)")
     return 1
+
+
+def _cancel_slurm_jobs(run: str) -> int:
+    """A Slurm run whose driver died may have left its jobs running: scancel them."""
+    from shoal._engines.slurm.engine import cancel_jobs_of
+
+    jobs = cancel_jobs_of(run)
+    print(f"run {run} crashed (its driver is gone); " + (
+        f"cancelled its Slurm job(s) {', '.join(jobs)}" if jobs else "no Slurm job of it is left"))
+    return 0

@@ -61,7 +61,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal.cli.args import parse_task_args
     from shoal.cli.progress import Progress
 
-    engine = check_engine("--engine", args.engine) if args.engine else engine_from_env()
+    engine = (check_engine("--engine", args.engine) if args.engine else
+              _recorded_engine(args.resume) if args.resume else engine_from_env())
     if is_remote(engine):
         from shoal._driver import remote
         from shoal._driver.run_options import RunOptions
@@ -198,6 +199,15 @@ def _remote(engine: str, task: Any, call: Any, args: argparse.Namespace) -> int:
     print(f"shoal: run {run} succeeded", file=sys.stderr)
     print(_render(task.decode_output(outcome.output)))
     return 0
+
+
+def _recorded_engine(run: str) -> str:
+    """A resumed run continues on the engine its run used, unless ``--engine`` says other:
+    on Slurm its gangs may still be running there."""
+    from shoal._storage.records import Records
+
+    records = Records(contract.home() / "shoal.db")
+    return records.get_run(run).engine
 
 
 def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:

@@ -16,12 +16,16 @@ from dataclasses import dataclass
 
 from shoal.errors import EngineError
 
-NEEDED = ("sbatch", "scontrol", "scancel", "sinfo", "srun")
+NEEDED = ("sbatch", "scontrol", "scancel", "sinfo", "squeue", "srun")
 TIMEOUT = 60.0
-# Job states after which a job runs no more (a requeued job goes back to PENDING instead).
+# Job states after which a job runs no more (a requeued job goes back to PENDING instead;
+# REQUEUABLE ones may be shown for a moment before it does).
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                       "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED",
                       "SPECIAL_EXIT"})
+
+
+REQUEUABLE = frozenset({"PREEMPTED", "NODE_FAIL"})
 
 
 class SlurmMissing(EngineError):
@@ -146,6 +150,26 @@ def node_states(names: Sequence[str]) -> dict[str, tuple[str, str]]:
         parts = line.split("|", 2)
         if len(parts) == 3:
             out[parts[0]] = (parts[1], parts[2])
+    return out
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: str
+    name: str
+    state: str
+
+
+def my_jobs(prefix: str) -> list[QueuedJob]:
+    """This user's jobs Slurm still holds whose name starts with ``prefix``."""
+    done = run(["squeue", "-h", "--me", "-o", "%i|%j|%T"])
+    if done.returncode != 0:
+        raise EngineError(f"`squeue --me` failed: {done.stderr.strip()}")
+    out = []
+    for line in done.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[1].startswith(prefix):
+            out.append(QueuedJob(*parts))
     return out
 
 

@@ -30,7 +30,7 @@ from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_laun
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.slurm import commands
 from shoal._engines.slurm.commands import JobInfo, SbatchRefused
-from shoal._engines.slurm.script import JobPlan, render
+from shoal._engines.slurm.script import JobPlan, render, run_prefix
 from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
 from shoal._runtime import contract
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start
@@ -44,6 +44,8 @@ from shoal.errors import EngineError, FailureInfo, ObjectNotFound, SpecError
 # Node states that mean a node is gone (sinfo's long names; a trailing * is "not responding").
 LOST = ("down", "fail", "failing", "drain", "drained", "draining", "unknown", "not_responding")
 LOG_TAIL_LINES = 30
+# Seconds a requeueable job may show PREEMPTED or NODE_FAIL before it is taken as ended.
+REQUEUE_WAIT = 60.0
 
 
 def slurm_settings(store: str) -> SlurmSettings:
@@ -61,9 +63,13 @@ class SlurmEngine(Engine):
 
     def __init__(self, *, run: str = "dry-run", home: Path | None = None,
                  store: str | None = None, lineage: str | None = None,
-                 settings: SlurmSettings | None = None) -> None:
+                 settings: SlurmSettings | None = None,
+                 earlier_runs: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.run = run
+        # `shoal run --resume`: the runs this one continues, whose jobs may still be running
+        # (their driver crashed, not their gangs): a call finds its job there and follows it.
+        self.earlier_runs = tuple(earlier_runs)
         self.lineage = lineage or run
         self.home = home or contract.home()
         store = store or contract.store_uri()
@@ -240,19 +246,20 @@ class SlurmJob:
         self.nodes_lost: dict[str, str] = {}
 
     async def run(self) -> AttemptOutcome:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(put_call_io, self.store, self.io, self.call.inputs,
-                                self.call.custom_context)
-        plan = self.engine.job_plan(self.call, self.ref)
-        (self.log_dir / "job.sbatch").write_text(plan.script)
-        environ = {**os.environ, **self.engine.secret_env(self.call.task.env)}
-        try:
-            self.job = await asyncio.to_thread(commands.sbatch, plan.script, environ)
-        except SbatchRefused as e:
-            return self._failed("crash", f"sbatch refused the job: {e}")
+        if not await asyncio.to_thread(self._adopt):
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(put_call_io, self.store, self.io, self.call.inputs,
+                                    self.call.custom_context)
+            plan = self.engine.job_plan(self.call, self.ref)
+            (self.log_dir / "job.sbatch").write_text(plan.script)
+            environ = {**os.environ, **self.engine.secret_env(self.call.task.env)}
+            try:
+                self.job = await asyncio.to_thread(commands.sbatch, plan.script, environ)
+            except SbatchRefused as e:
+                return self._failed("crash", f"sbatch refused the job: {e}")
+            print(f"shoal: {self.task} {self.ref.action}: Slurm job {self.job} ({plan.nodes} "
+                  "node(s))", file=sys.stderr, flush=True)
         self.engine._jobs[self.ref.action] = self.job
-        print(f"shoal: {self.task} {self.ref.action}: Slurm job {self.job} ({plan.nodes} "
-              "node(s))", file=sys.stderr, flush=True)
         try:
             return await self._follow()
         except asyncio.CancelledError:
@@ -261,6 +268,26 @@ class SlurmJob:
             raise
         finally:
             self.engine._jobs.pop(self.ref.action, None)
+
+    def _adopt(self) -> bool:
+        """On ``--resume``: the same call's job of an earlier run, if Slurm still runs it
+        (its driver died, its gang did not). It is followed instead of a new job started:
+        two gangs would write the same checkpoint."""
+        for run in self.engine.earlier_runs:
+            prefix = f"{run_prefix(run)}{self.ref.action}-"
+            for job in commands.my_jobs(prefix):
+                attempt = job.name[len(prefix):]
+                if not attempt.isdigit() or job.state in commands.TERMINAL:
+                    continue
+                earlier = AttemptRef(run, self.ref.action, int(attempt),
+                                     self.engine.home / "runs" / run / "logs" / "x.log")
+                self.job, self.io = job.id, self.engine.attempt_io(earlier)
+                self.log_dir = self.engine.gang_log_dir(earlier)
+                print(f"shoal: {self.task} {self.ref.action}: following Slurm job {job.id} of "
+                      f"run {run} (still {job.state.lower()}) instead of starting another",
+                      file=sys.stderr, flush=True)
+                return True
+        return False
 
     # -- following -------------------------------------------------------------------------
     def _state(self) -> AllocationState | None:
@@ -273,15 +300,25 @@ class SlurmJob:
         poll = self.engine.settings.poll_seconds
         task = self.call.task
         queued_at, running_at = time.monotonic(), None
+        ended_at: float | None = None
         info: JobInfo | None = None
         while True:
             info = await asyncio.to_thread(commands.show_job, self.job)
             state = await asyncio.to_thread(self._state)
             if state is not None:
                 await self._tell(state)
+            now = time.monotonic()
+            if info is not None and info.state in commands.REQUEUABLE and \
+                    info.fields.get("Requeue") == "1":
+                # Slurm shows this for a moment before it requeues the job: wait for that.
+                ended_at = ended_at or now
+                if now - ended_at < REQUEUE_WAIT:
+                    await asyncio.sleep(poll)
+                    continue
+            else:
+                ended_at = None
             if info is None or info.terminal:
                 break
-            now = time.monotonic()
             if info.state == "RUNNING":
                 running_at = running_at or now
             else:
@@ -473,6 +510,15 @@ def _size(env: EnvSpec) -> str:
 
     nodes = env.cluster.replicas if env.cluster is not None else 1
     return f"{nodes} node(s), " + " ".join(resource_options(env))
+
+
+def cancel_jobs_of(run: str) -> list[str]:
+    """scancel every job Slurm still holds for ``run`` (a run whose driver is gone); their
+    ids."""
+    jobs = [j.id for j in commands.my_jobs(run_prefix(run)) if j.state not in commands.TERMINAL]
+    for job in jobs:
+        commands.scancel(job)
+    return jobs
 
 
 def runs_here(call: CallSpec) -> bool:

@@ -35,6 +35,11 @@ def job_name(run: str, action: str, attempt: int) -> str:
     return f"{JOB_PREFIX}-{run}-{action}-{attempt}"
 
 
+def run_prefix(run: str) -> str:
+    """What the names of every job of ``run`` start with."""
+    return f"{JOB_PREFIX}-{run}-"
+
+
 def slurm_minutes(seconds: float) -> str:
     """A task timeout as sbatch's --time (whole minutes, rounded up, a minute of slack)."""
     return str(max(1, math.ceil(seconds / 60) + 1))
