@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from shoal._storage.records import Records
+from shoal.errors import NotFoundError
 from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -267,3 +268,23 @@ def test_cancel_of_a_crashed_run_scancels_its_jobs(slurm_cluster: SlurmCluster,
     p = shoal("cancel", run)
     assert f"cancelled its Slurm job(s) {job}" in p.stdout, p.stdout
     assert slurm_cluster.wait_for_state(job, {"CANCELLED"}).state == "CANCELLED"
+
+
+def test_detach_submits_the_driver_as_its_own_job(slurm_cluster: SlurmCluster,
+                                                  shoal_home: Path) -> None:
+    p = shoal("run", "--engine", "slurm", "--detach", "--name", "away", str(SEED / "ddp.py"),
+              "train_ddp", "--steps", "10")
+    assert p.stdout.strip() == "away" and "its driver is Slurm job" in p.stderr
+    records = Records(shoal_home / "shoal.db")
+
+    def ended() -> bool:
+        try:
+            return records.get_run("away").state in ("succeeded", "failed", "crashed")
+        except NotFoundError:  # not recorded until the driver job starts
+            return False
+
+    wait_until("the detached run's end", ended, timeout=120)
+    assert records.get_run("away").state == "succeeded"
+    jobs = slurm_cluster.run("scontrol show job -o").stdout
+    assert "JobName=shoal-away-driver" in jobs and "JobName=shoal-away-a0-0" in jobs
+    assert "[rank 3/4] node 1/2" in shoal("logs", "away", "--rank", "3").stdout

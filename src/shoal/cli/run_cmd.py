@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
                    help="object-store root URI (default: $SHOAL_STORE or file://~/.shoal/store)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    p.add_argument("--detach", action="store_true",
+                   help="with --engine slurm: submit the run's driver as its own small job and "
+                        "return (follow it with shoal runs / shoal logs RUN)")
     p.add_argument("--name", default=None, help="the run's name (default: generated)")
     p.add_argument("--quiet", action="store_true", help="no live log lines of the tasks")
     p.add_argument("--override", action="append", default=[], metavar="ENV.FIELD=N",
@@ -93,6 +96,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
         call = task.make_call((), values, parent_action=None)
     if is_remote(engine):
         return _remote(engine, task, call, args)
+    if args.detach:
+        return _detach(engine, task, args, rest)
     options = _run_options(args.metrics, _profiles(task, args.profile))
     envs = [e.spec() for e in task.env.reachable().values()]
     progress = Progress(stream_logs=not args.quiet)
@@ -120,6 +125,35 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"shoal: run {runner.name} succeeded", file=sys.stderr)
     print(see, file=sys.stderr)
     print(_render(value))
+    return 0
+
+
+def _detach(engine: str, task: Any, args: argparse.Namespace, rest: list[str]) -> int:
+    """``--detach``: this same command, less ``--detach``, as a Slurm job of its own."""
+    if engine != "slurm":
+        raise SpecError("--detach", engine, "submits the driver as a Slurm job, so it needs "
+                        "--engine slurm", "on the local engine run `shoal run ... &` (or under "
+                        "nohup); a kubernetes run's driver is always a Job on the cluster")
+    if args.resume or args.dry_run:
+        raise SpecError("--detach", "--resume" if args.resume else "--dry-run",
+                        "starts a new run", "leave --detach out")
+    from shoal._driver.remote import new_run_name
+    from shoal._engines.slurm.engine import submit_driver
+
+    run = args.name or new_run_name()
+    argv = ["--engine", "slurm", "--name", run, "--quiet", args.file, args.task]
+    for item in args.override:
+        argv += ["--override", item]
+    if args.metrics:
+        argv += ["--metrics", args.metrics]
+    for item in args.profile:
+        argv += ["--profile", item]
+    job = submit_driver(run=run, env=task.env.spec(), argv=[*argv, *rest],
+                        home=contract.home(), store=contract.store_uri())
+    print(f"shoal: run {run}: its driver is Slurm job {job} (log: "
+          f"{contract.home() / 'runs' / run / 'driver.log'}); follow it with `shoal runs`, "
+          f"`shoal logs {run}`; stop it with `shoal cancel {run}`", file=sys.stderr)
+    print(run)
     return 0
 
 

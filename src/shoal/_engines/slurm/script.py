@@ -133,3 +133,22 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
                  "new step here")
     lines.append(f"exec {shlex.quote(settings.python)} -m shoal._runtime.allocation")
     return JobPlan(script="\n".join(lines) + "\n", name=name, nodes=c.replicas)
+
+
+def render_driver(*, run: str, env: EnvSpec, placement: Placement, settings: SlurmSettings,
+                  log: str, exports: Mapping[str, str], argv: list[str]) -> str:
+    """The script of a detached driver (``shoal run --detach``): one task on one node that
+    runs ``shoal run ARGV`` there, as it would have run here."""
+    lines = ["#!/bin/bash", f"# Shoal: the driver of run {run} (shoal run --detach)",
+             f"#SBATCH --job-name={run_prefix(run)}driver", "#SBATCH --nodes=1",
+             "#SBATCH --ntasks=1", *(f"#SBATCH {o}" for o in resource_options(env))]
+    for option, value in (("--partition", placement.partition),
+                          ("--account", placement.account), ("--qos", placement.qos),
+                          ("--time", placement.time_limit)):
+        if value:
+            lines.append(f"#SBATCH {option}={value}")
+    lines += [f"#SBATCH --output={shlex.quote(log)}", "#SBATCH --no-requeue",
+              *(f"#SBATCH {o}" for o in placement.sbatch_options), ""]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in exports.items()]
+    lines.append(f"exec {shlex.join([settings.python, '-m', 'shoal.cli.main', 'run', *argv])}")
+    return "\n".join(lines) + "\n"
