@@ -45,9 +45,10 @@ def slurm_minutes(seconds: float) -> str:
     return str(max(1, math.ceil(seconds / 60) + 1))
 
 
-def resource_options(env: EnvSpec) -> list[str]:
+def resource_options(env: EnvSpec, gpu_types: Mapping[str, str] | None = None) -> list[str]:
     """What one node of ``env`` asks Slurm for: CPUs as requested (Slurm gives them whole),
-    memory at its limit (what the node may use before it is killed), GPUs by count."""
+    memory at its limit (what the node may use before it is killed), GPUs by count (and type,
+    where ``gpu_types`` names the accelerator's), local disk as --tmp."""
     r = env.resources
     cpu = r.cpu_request if r is not None and r.cpu_request is not None else 1
     options = [f"--cpus-per-task={max(1, math.ceil(cpu))}"]
@@ -56,7 +57,10 @@ def resource_options(env: EnvSpec) -> list[str]:
         if memory:
             options.append(f"--mem={max(1, math.ceil(memory / 2**20))}M")
         if r.gpu_count:
-            options.append(f"--gpus-per-node={r.gpu_count}")
+            kind = (gpu_types or {}).get(r.accelerator or "")
+            options.append(f"--gpus-per-node={f'{kind}:' if kind else ''}{r.gpu_count}")
+        if r.disk_bytes:
+            options.append(f"--tmp={max(1, math.ceil(r.disk_bytes / 2**20))}M")
     return options
 
 
@@ -93,7 +97,7 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
              f"#SBATCH --job-name={name}",
              f"#SBATCH --nodes={c.replicas}",
              "#SBATCH --ntasks-per-node=1"]
-    lines += [f"#SBATCH {o}" for o in resource_options(env)]
+    lines += [f"#SBATCH {o}" for o in resource_options(env, settings.gpu_types)]
     for option, value in (("--partition", placement.partition),
                           ("--account", placement.account), ("--qos", placement.qos),
                           ("--time", placement.time_limit)):
@@ -141,7 +145,7 @@ def render_driver(*, run: str, env: EnvSpec, placement: Placement, settings: Slu
     runs ``shoal run ARGV`` there, as it would have run here."""
     lines = ["#!/bin/bash", f"# Shoal: the driver of run {run} (shoal run --detach)",
              f"#SBATCH --job-name={run_prefix(run)}driver", "#SBATCH --nodes=1",
-             "#SBATCH --ntasks=1", *(f"#SBATCH {o}" for o in resource_options(env))]
+             "#SBATCH --ntasks=1", *(f"#SBATCH {o}" for o in resource_options(env, settings.gpu_types))]
     for option, value in (("--partition", placement.partition),
                           ("--account", placement.account), ("--qos", placement.qos),
                           ("--time", placement.time_limit)):

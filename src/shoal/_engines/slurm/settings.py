@@ -10,6 +10,7 @@ run, what else sbatch is told, per environment; checked field by field when they
       data: {partition: cpu, time_limit: "01:00:00"}
     priority_classes:                 # the Kueue priority-class label of a PodTemplate
       high: {qos: urgent}
+    gpu_types: {H200: h200}           # Resources(gpu="H200:8") -> --gpus-per-node=h200:8
     container_runtime: pyxis          # Images run with srun --container-image
     python: /shared/venv/bin/python   # the interpreter on the nodes (default: this one)
 
@@ -40,7 +41,8 @@ PLACEMENT = ("partition", "account", "qos", "time_limit", "sbatch_options")
 # would be ambiguous. --ntasks and --gpus would undo one launcher per node / GPUs per node.
 OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--ntasks", "--cpus-per-task", "--mem",
                "--gpus-per-node", "--job-name", "--output", "--open-mode", "--requeue",
-               "--no-requeue", "--signal", "--partition", "--account", "--qos", "--time")
+               "--no-requeue", "--signal", "--partition", "--account", "--qos", "--time",
+               "--tmp")
 OWN_SHORT = ("-N", "-n", "-c", "-G", "-J", "-o", "-p", "-A", "-q", "-t")
 
 
@@ -76,6 +78,9 @@ class SlurmSettings:
     python: str = sys.executable
     store: str = ""
     poll_seconds: float = 1.0
+    # Resources(gpu="H200:8")'s accelerator -> the GPU type in the cluster's gres.conf, so a
+    # job asks --gpus-per-node=h200:8; an accelerator not here is asked for by count only.
+    gpu_types: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def placement(self) -> Placement:
@@ -207,6 +212,14 @@ def settings_from_mapping(data: Mapping[str, Any], field_name: str) -> SlurmSett
         raise SpecError(f"{field_name}: poll_seconds", poll, "must be a number of seconds "
                         "from 0.05 to 60", "e.g. poll_seconds: 1")
     values["poll_seconds"] = float(poll)
+    types = data.get("gpu_types") or {}
+    if not isinstance(types, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and _NAME.match(v)
+            for k, v in types.items()):
+        raise SpecError(f"{field_name}: gpu_types", types, "must map accelerator names (as in "
+                        "Resources(gpu='H200:8')) to the GPU types of the cluster's gres.conf",
+                        "e.g. gpu_types: {H200: h200, A100-80GB: a100}")
+    values["gpu_types"] = dict(types)
     return SlurmSettings(**values)
 
 
