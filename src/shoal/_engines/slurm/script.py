@@ -143,9 +143,10 @@ def render_driver(*, run: str, env: EnvSpec, placement: Placement, settings: Slu
                   log: str, exports: Mapping[str, str], argv: list[str]) -> str:
     """The script of a detached driver (``shoal run --detach``): one task on one node that
     runs ``shoal run ARGV`` there, as it would have run here."""
+    own = resource_options(env, settings.gpu_types)
     lines = ["#!/bin/bash", f"# Shoal: the driver of run {run} (shoal run --detach)",
              f"#SBATCH --job-name={run_prefix(run)}driver", "#SBATCH --nodes=1",
-             "#SBATCH --ntasks=1", *(f"#SBATCH {o}" for o in resource_options(env, settings.gpu_types))]
+             "#SBATCH --ntasks=1", *(f"#SBATCH {o}" for o in own)]
     for option, value in (("--partition", placement.partition),
                           ("--account", placement.account), ("--qos", placement.qos),
                           ("--time", placement.time_limit)):
