@@ -30,7 +30,7 @@ allocation; rank 0 prints ``FIRST_STEP <t> restart 1``. The baseline is what a u
 Shoal has: the failed job ends (seen by ``scontrol`` polled every ``--watch-ms``) and the same
 bare job is submitted again with ``sbatch``; kill → the new job's first step.
 
-Writes ``benchmarks/results/<date>-cpu<N>-slurm-launch.md``; about 3 minutes on 2 CPUs.
+Writes ``benchmarks/results/<date>-cpu<N>-slurm-launch.md``; about 3.5 minutes on 2 CPUs.
 """
 
 from __future__ import annotations
@@ -469,6 +469,18 @@ def every_run(res: dict[str, list[Outcome]]) -> list[str]:
     return lines
 
 
+def other_tests() -> int:
+    """How many pytest processes run on this machine: other work that skews the figures."""
+    import psutil
+
+    count = 0
+    for p in psutil.process_iter(["cmdline"]):
+        cmdline = p.info["cmdline"] or []
+        if any(Path(a).name == "pytest" or a == "pytest" for a in cmdline[:3]):
+            count += 1
+    return count
+
+
 def machine() -> str:
     import torch
 
@@ -496,6 +508,7 @@ def main() -> None:
         print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
               flush=True)
     started = time.perf_counter()
+    others_start = other_tests()
     with ExitStack() as stack:
         try:
             s = stack.enter_context(slurm(args.workdir))
@@ -523,8 +536,13 @@ def main() -> None:
                                                    rotate=True)
         restart, restart_failed = interleaved_rounds(RESTART_ROWS, args.restart_repeats,
                                                      restart_one)
+        others_end = other_tests()
     load_end = os.getloadavg()
     elapsed = time.perf_counter() - started
+    others = (f"Other test runs were going on meanwhile (pytest processes not this "
+              f"benchmark's: {others_start} at its start, {others_end} at its end)"
+              if others_start or others_end else
+              "No other test run was going on at its start or end")
 
     a_rows = table(LAUNCH_ROWS, launch, launch_failed, BASELINE, "submit → first step")
     b_rows = table(RESTART_ROWS, restart, restart_failed, RESTART_ROWS[1],
@@ -636,9 +654,10 @@ def main() -> None:
         "besides on each submission and job end; a production cluster's cycles are longer "
         "and its queue wait is what the queue holds: compare the launchers on `script → "
         "first step`.",
-        "- The lead's integration tests may have run on this machine meanwhile: see the load "
-        "averages, and each run's below; ratios within this file are the figures to read.",
-        "",
+        "- Noise: the 1-min load average counts this benchmark's own ranks and daemons too "
+        f"(4 ranks on {ncpu()} CPUs), so 2-3 is what it does by itself. {others}. Compare "
+        "ratios within this file; each run's figures and load are below.", "",
+        "## Goals", "",
         *closing_sections(goal_lines, failures, every_run({**launch, **restart})),
     ]
     path.write_text("\n".join(md))
