@@ -655,7 +655,8 @@ def main() -> None:
         "and its queue wait is what the queue holds: compare the launchers on `script → "
         "first step`.",
         "- Noise: the 1-min load average counts this benchmark's own ranks and daemons too "
-        f"(4 ranks on {ncpu()} CPUs), so 2-3 is what it does by itself. {others}. Compare "
+        f"(4 ranks on {ncpu()} CPUs), so a load of 2 or more is partly its own. {others}. "
+        "Compare "
         "ratios within this file; each run's figures and load are below.", "",
         "## Goals", "",
         *closing_sections(goal_lines, failures, every_run({**launch, **restart})),
