@@ -80,5 +80,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--kill-at", type=int, default=None,
+                    help="rank 1 SIGKILLs itself at this step (slurm_launch.py's failed job)")
     args = ap.parse_args()
-    train_ddp(args.steps, args.lr)
+    train_ddp(args.steps, args.lr, kill_at=args.kill_at)
