@@ -48,7 +48,8 @@ def slurm_minutes(seconds: float) -> str:
 def resource_options(env: EnvSpec, gpu_types: Mapping[str, str] | None = None) -> list[str]:
     """What one node of ``env`` asks Slurm for: CPUs as requested (Slurm gives them whole),
     memory at its limit (what the node may use before it is killed), GPUs by count (and type,
-    where ``gpu_types`` names the accelerator's), local disk as --tmp."""
+    where ``gpu_types`` names the accelerator's). Not ``disk``: many clusters declare no
+    TmpDisk, and sbatch then refuses any --tmp (add it to sbatch_options where yours does)."""
     r = env.resources
     cpu = r.cpu_request if r is not None and r.cpu_request is not None else 1
     options = [f"--cpus-per-task={max(1, math.ceil(cpu))}"]
@@ -59,8 +60,6 @@ def resource_options(env: EnvSpec, gpu_types: Mapping[str, str] | None = None) -
         if r.gpu_count:
             kind = (gpu_types or {}).get(r.accelerator or "")
             options.append(f"--gpus-per-node={f'{kind}:' if kind else ''}{r.gpu_count}")
-        if r.disk_bytes:
-            options.append(f"--tmp={max(1, math.ceil(r.disk_bytes / 2**20))}M")
     return options
 
 

@@ -41,8 +41,7 @@ PLACEMENT = ("partition", "account", "qos", "time_limit", "sbatch_options")
 # would be ambiguous. --ntasks and --gpus would undo one launcher per node / GPUs per node.
 OWN_OPTIONS = ("--nodes", "--ntasks-per-node", "--ntasks", "--cpus-per-task", "--mem",
                "--gpus-per-node", "--job-name", "--output", "--open-mode", "--requeue",
-               "--no-requeue", "--signal", "--partition", "--account", "--qos", "--time",
-               "--tmp")
+               "--no-requeue", "--signal", "--partition", "--account", "--qos", "--time")
 OWN_SHORT = ("-N", "-n", "-c", "-G", "-J", "-o", "-p", "-A", "-q", "-t")
 
 
