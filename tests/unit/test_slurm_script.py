@@ -223,13 +223,17 @@ def test_image_references_in_pyxis_form(ref: str, pyxis: str) -> None:
     assert pyxis_image(ref) == pyxis
 
 
-def test_an_image_without_a_container_runtime_is_warned_about_once(tmp_path: Path) -> None:
+def test_images_without_a_container_runtime_are_warned_about_once(tmp_path: Path) -> None:
     e = engine(tmp_path)
-    with pytest.warns(UserWarning, match=r"'slurm_train': its image is not used on Slurm"):
-        e.job_plan(call("train"), ref(tmp_path))
+    envs = [call("train").task.env, call("prepare").task.env]
+    said_first = r"environment\(s\) 'slurm_train': their images are not used on Slurm"
+    with pytest.warns(UserWarning, match=said_first) as said:
+        e.warn_unused_images(envs)
+    assert len(said) == 1  # one line for all of them; slurm_prep has no image
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        e.job_plan(call("train"), ref(tmp_path, attempt=1))  # said once per environment
+        e.warn_unused_images(envs)  # said once per environment
+        e.job_plan(call("train"), ref(tmp_path, attempt=1))
 
 
 @pytest.mark.parametrize("option", ["--partition=other", "-N 3", "--mem=1G"])

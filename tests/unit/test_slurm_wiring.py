@@ -104,7 +104,7 @@ def test_a_dry_run_prints_every_script_without_slurm_installed(tmp_path: Path) -
     assert "# --- slurm_train.sbatch\n#!/bin/bash\n" in p.stdout
     assert "# --- slurm_driver.sbatch" not in p.stdout  # the driver is a local process
     assert "#SBATCH --partition=cpu" in p.stdout and "#SBATCH --qos=urgent" in p.stdout
-    assert "its image is not used on Slurm" in p.stderr  # slurm_train's image, no runtime
+    assert "their images are not used on Slurm" in p.stderr  # slurm_train's, no runtime
 
 
 def test_a_dry_run_writes_one_sbatch_file_per_environment_to_out(tmp_path: Path) -> None:

@@ -123,12 +123,6 @@ class SlurmEngine(Engine):
 
             placement = Placement(placement.partition, placement.account, placement.qos,
                                   slurm_minutes(call.task.timeout), placement.sbatch_options)
-        if env.image is not None and self.settings.container_runtime is None and \
-                env.name not in self._warned:
-            self._warned.add(env.name)
-            warnings.warn(f"environment {env.name!r}: its image is not used on Slurm (the "
-                          "settings name no container_runtime); its nodes run "
-                          f"{self.settings.python}", stacklevel=2)
         return render(env=env, task=call.task.name, node=node, placement=placement,
                       settings=self.settings, gang_log_dir=str(self.gang_log_dir(ref)),
                       extra_env={}, registry=os.environ.get(contract.IMAGE_REGISTRY))
@@ -143,6 +137,8 @@ class SlurmEngine(Engine):
         """For ``--dry-run``: the sbatch script of every environment but the driver's, as its
         first call's first attempt would be (file name -> script)."""
         out: dict[str, str] = {}
+        self.warn_unused_images([e for e in envs
+                                 if e.name != call.task.env.name or not runs_here(call)])
         for env in envs:
             if env.name == call.task.env.name and runs_here(call):
                 continue
@@ -175,6 +171,18 @@ class SlurmEngine(Engine):
 
         shutil.rmtree(self.home / "runs" / self.run / "secrets", ignore_errors=True)
 
+    def warn_unused_images(self, envs: list[EnvSpec]) -> None:
+        """One warning for every environment whose image its jobs will not use (the settings
+        name no container runtime): their nodes run the settings' Python instead."""
+        if self.settings.container_runtime is not None:
+            return
+        names = [e.name for e in envs if e.image is not None and e.name not in self._warned]
+        if names:
+            self._warned.update(names)
+            warnings.warn(f"environment(s) {', '.join(map(repr, names))}: their images are not "
+                          "used on Slurm (the settings name no container_runtime); their nodes "
+                          f"run {self.settings.python}", stacklevel=2)
+
     async def _preempt(self) -> int:
         """`shoal preempt`: requeue every running gang's job, as a preemption would."""
         count = 0
@@ -188,6 +196,8 @@ class SlurmEngine(Engine):
     async def check_run(self, root: CallSpec) -> None:
         """``sbatch --test-only`` for every environment the driver may call: a partition,
         account, QoS or size Slurm refuses fails the run now, not at the first call."""
+        self.warn_unused_images([e for e in self._envs.values()
+                                 if e.name != root.task.env.name or not runs_here(root)])
         for env in self._envs.values():
             if (env.name == root.task.env.name and runs_here(root)) or env.name in self._checked:
                 continue
