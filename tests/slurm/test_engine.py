@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal._storage.metrics import RunMetrics
 from shoal._storage.records import Records
 from shoal.errors import NotFoundError
 from tests.slurm.cluster import SlurmCluster
@@ -233,6 +234,12 @@ def test_the_pretraining_example_end_to_end(slurm_cluster: SlurmCluster,
                                               ["pretrain.pretrain", "a0.2:"],
                                               ["eval.evaluate", "a0.3:"]], jobs
     assert "(2 node(s))" in jobs[1]
+    # Every rank's metrics, written on the nodes into the home they share with the driver.
+    metrics = RunMetrics(shoal_home, "pretrain")
+    metrics.refresh()
+    series = metrics.series(name="loss", action="a0.2")
+    assert sorted(s.rank for s in series) == [0, 1, 2, 3]
+    assert all(len(s.values) == 20 for s in series)
 
 
 def _kill_driver_at_step(home: Path, run: str, step: int, count: int) -> str:
