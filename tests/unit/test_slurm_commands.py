@@ -137,5 +137,5 @@ def test_without_slurm_on_path_the_error_names_the_commands_and_the_fix(
     with pytest.raises(SlurmMissing) as err:
         commands.run(["sbatch", "--version"])
     said = str(err.value)
-    assert "sbatch, scontrol, scancel, sinfo, srun not found" in said
+    assert "sbatch, scontrol, scancel, sinfo, squeue, srun not found" in said
     assert "login node" in said and "slurm-client" in said and "SLURM_CONF" in said
