@@ -16,7 +16,7 @@ from typing import Any
 
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.trace import TraceCall, TraceOutcome
-from shoal.errors import EngineError, FailureInfo
+from shoal.errors import EngineError, FailureInfo, SpecError
 
 # What the engine calls when a running task asks something of the controller: a call of another
 # task (-> its output literal), or a traced call starting (-> a TraceReplay or None) or ending.
@@ -60,6 +60,16 @@ def default_launch(cluster: ClusterSpec) -> str:
                                        or cluster.torch_max_restarts > 0):
         return "torchrun"
     return "direct"
+
+
+def refuse_progress_timeout(env: EnvSpec, engine: str) -> None:
+    """``ClusterFailurePolicy(progress_timeout=)`` is watched by the local engine only."""
+    if env.cluster is not None and env.cluster.progress_timeout is not None:
+        raise SpecError(f"environment {env.name!r}: ClusterFailurePolicy.progress_timeout",
+                        env.cluster.progress_timeout, "is watched by the local engine only "
+                        f"(on {engine} a collective timeout still fails the gang)",
+                        f"leave progress_timeout out on {engine} and bound hangs with "
+                        "collective_timeout")
 
 
 class Engine(abc.ABC):

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from shoal._engines.base import default_launch
+from shoal._engines.base import default_launch, refuse_progress_timeout
 from shoal._engines.kubernetes import validate
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.names import (
@@ -121,12 +121,7 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
                         call.task.max_queued_time, "is honoured by the local engine only (Kueue "
                         "has no per-workload admission deadline)",
                         "leave it out on Kubernetes, or bound the run with max_runtime=")
-    if env.cluster is not None and env.cluster.progress_timeout is not None:
-        raise SpecError(f"environment {env.name!r}: ClusterFailurePolicy.progress_timeout",
-                        env.cluster.progress_timeout, "is watched by the local engine only "
-                        "(on Kubernetes a collective timeout still fails the gang)",
-                        "leave progress_timeout out on Kubernetes and bound hangs with "
-                        "collective_timeout")
+    refuse_progress_timeout(env, "Kubernetes")
     labels, annotations = _identity(env, run, action, attempt, call.task.name)
     own, pod_labels = split_labels(env, config, default_queue=True)
     # The controller lowers each attempt's timeout to what is left of a Timeout(deadline=);

@@ -8,10 +8,8 @@ cluster of the kubeconfig, created with its RBAC, followed to its end, its log s
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from shoal._engines.base import CodeRef, RemoteDriver
@@ -27,6 +25,7 @@ from shoal._engines.kubernetes.manifests import (
 )
 from shoal._engines.kubernetes.pods import LABEL_PREFIX, CodeBundle
 from shoal._engines.kubernetes.status import is_true
+from shoal._engines.settings_file import read_settings_file
 from shoal._spec.call import CallSpec
 from shoal.errors import EngineError, SpecError
 
@@ -38,18 +37,8 @@ def load_settings(path: str | None, field: str, store: str) -> KubeConfig:
     the path came from), its store defaulting to ``store``; pods reach object stores only."""
     values: dict[str, Any] = {}
     if path:
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise SpecError(field, path, f"cannot be read: {e.strerror}",
-                            "pass the path of a YAML file of KubeConfig fields") from e
-        import yaml
-
-        loaded = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-        if not isinstance(loaded, dict):
-            raise SpecError(field, path, "must hold a mapping of KubeConfig fields",
-                            "e.g. namespace: ml\\nregistry: ghcr.io/my-org")
-        values.update(loaded)
+        values.update(read_settings_file(path, field, "KubeConfig fields",
+                                         "namespace: ml\\nregistry: ghcr.io/my-org"))
     values.setdefault("store", store)
     if not str(values["store"]).startswith(STORE_SCHEMES):
         raise SpecError("store", values["store"],

@@ -27,7 +27,13 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
+from shoal._engines.base import (
+    AttemptOutcome,
+    AttemptRef,
+    Engine,
+    default_launch,
+    refuse_progress_timeout,
+)
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.slurm import commands
 from shoal._engines.slurm.commands import JobInfo, SbatchRefused
@@ -99,12 +105,7 @@ class SlurmEngine(Engine):
 
     def job_plan(self, call: CallSpec, ref: AttemptRef) -> JobPlan:
         env = call.task.env
-        if env.cluster is not None and env.cluster.progress_timeout is not None:
-            raise SpecError(f"environment {env.name!r}: ClusterFailurePolicy.progress_timeout",
-                            env.cluster.progress_timeout, "is watched by the local engine only "
-                            "(on Slurm a collective timeout still fails the gang)",
-                            "leave progress_timeout out on Slurm and bound hangs with "
-                            "collective_timeout")
+        refuse_progress_timeout(env, "Slurm")
         c = env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
         node = NodeEnv(
             home=str(self.home), store=self.store, run=ref.run, action=ref.action,

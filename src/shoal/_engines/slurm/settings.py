@@ -19,15 +19,14 @@ Nothing here is a secret; the file may be committed next to the code.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
+from shoal._engines.settings_file import read_settings_file
 from shoal.errors import SpecError
 
 # Slurm's time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
@@ -222,50 +221,10 @@ def settings_from_mapping(data: Mapping[str, Any], field_name: str) -> SlurmSett
     return SlurmSettings(**values)
 
 
-def _yaml(text: str) -> Any:
-    """YAML without base-60 numbers: YAML 1.1 reads ``time_limit: 12:00:00`` as 43200 and
-    ``30:00`` as 1800, which sbatch would take for minutes; here they stay the text written."""
-    import yaml
-
-    loader: Any = type("SlurmSettingsLoader", (yaml.SafeLoader,), {})
-    numbers = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    loader.yaml_implicit_resolvers = {
-        first: [(tag, re.compile("(?!.*:)" + rx.pattern, rx.flags) if tag in numbers else rx)
-                for tag, rx in resolvers]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    return yaml.load(text, Loader=loader)  # a SafeLoader: no Python objects
-
-
-def _parse(text: str, path: str, field_name: str) -> Any:
-    """JSON, else YAML (``{partition: gpu}`` is YAML's flow style, not JSON)."""
-    import yaml
-
-    if text.lstrip().startswith("{"):
-        with contextlib.suppress(json.JSONDecodeError):
-            return json.loads(text)
-    try:
-        return _yaml(text)
-    except yaml.YAMLError as e:
-        raise SpecError(field_name, path, "is not valid YAML: " + " ".join(str(e).split()),
-                        "fix the file's syntax") from e
-
-
 def load_settings(path: str | None, field_name: str, store: str) -> SlurmSettings:
     """The settings of a file (YAML or JSON; ``field_name`` says where its path came from),
     their store defaulting to ``store``. No file: every value is the cluster's default."""
-    data: dict[str, Any] = {}
-    if path:
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise SpecError(field_name, path, f"cannot be read: {e.strerror}",
-                            "pass the path of a YAML file of Slurm settings") from e
-        loaded = _parse(text, path, field_name)
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise SpecError(field_name, path, "must hold a mapping of Slurm settings",
-                            "e.g. partition: gpu\\naccount: ml-team")
-        data = loaded
+    data = read_settings_file(path, field_name, "Slurm settings",
+                              "partition: gpu\\naccount: ml-team") if path else {}
     settings = settings_from_mapping(data, field_name)
     return settings if settings.store else replace(settings, store=store)
