@@ -20,12 +20,13 @@ __all__ = ["GPU_PRODUCTS", "GPU_PRODUCT_LABEL", "accelerator_selector"]
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 # The SXM (8-GPU baseboard) part where a GPU ships in several boards: the one training nodes
-# carry. Values as GPU feature discovery labels nodes, seen in public manifests and docs:
-# NVIDIA-H200, NVIDIA-B200 (GPU profile tables of MIG tooling that read GFD labels);
-# NVIDIA-H100-80GB-HBM3, NVIDIA-A100-SXM4-40GB, NVIDIA-A100-SXM4-80GB (GFD nodeSelector
-# examples in the GPU operator's MIG guides); NVIDIA-L40S, NVIDIA-L4 (``kubectl get nodes -l
-# nvidia.com/gpu.product=...`` on g6e / g6 nodes); NVIDIA-A10G (g5 nodes); NVIDIA-A10;
-# Tesla-T4 and Tesla-V100-SXM2-16GB (older boards keep nvidia-smi's "Tesla" prefix).
+# carry. Each value is nvidia-smi's product name with dashes for spaces, as found on
+# GFD-labelled nodes in public manifests and docs: nodeSelector examples of the GPU operator's
+# MIG guide (NVIDIA-A100-SXM4-40GB, NVIDIA-A100-SXM4-80GB and their -MIG-<profile> forms);
+# `kubectl get nodes -l nvidia.com/gpu.product=...` runbooks (NVIDIA-H100-80GB-HBM3 on p5,
+# NVIDIA-L40S on g6e, NVIDIA-L4 on g6, NVIDIA-A10G on g5); GPU profile tables of MIG tools that
+# match GFD labels (NVIDIA-H200, NVIDIA-B200, Tesla-T4); node listings (NVIDIA-A10,
+# Tesla-V100-SXM2-16GB: older boards keep nvidia-smi's "Tesla" prefix).
 GPU_PRODUCTS: Mapping[str, str] = {
     "B200": "NVIDIA-B200",
     "H200": "NVIDIA-H200",
