@@ -21,6 +21,9 @@
         │   └── ObjectNotFound
         └── EngineError           the engine could not start or talk to a process
 
+``FailureInfo`` (``TaskFailed.info``: task, action, attempt, rank, node, exit code or signal,
+log tail) is the one value here that is not an error, exported for code that annotates with it.
+
 User errors say the field, the value, the rule and the fix. Third-party exceptions are
 translated into this tree at one place per layer (store backends, the local process layer).
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 __all__ = [
     "BaseRuntimeError",
     "EngineError",
+    "FailureInfo",
     "InputError",
     "MissingDependencyError",
     "NonRecoverableError",

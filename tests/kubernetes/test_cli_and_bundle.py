@@ -40,6 +40,51 @@ def test_run_dry_run_writes_the_jobset_of_a_clustered_call(tmp_path: Path) -> No
     assert rj["template"]["spec"]["parallelism"] == 2
 
 
+SEED_AT_FULL_SIZE = """
+import shoal
+from shoal.clustered import ClusteredTaskEnvironment
+
+image = shoal.Image.from_debian_base().with_pip_packages("torch")
+pretrain = ClusteredTaskEnvironment(
+    name="pretrain", image=image, replicas=4, nproc_per_node=8,
+    resources=shoal.Resources(cpu=64, memory="512Gi", gpu="H200:8", shm="16Gi"))
+
+
+@pretrain.task
+async def train(steps: int = 10) -> float:
+    raise NotImplementedError
+"""
+
+
+def _node_pod(jobset: dict[str, object]) -> dict[str, object]:
+    rj = jobset["spec"]["replicatedJobs"][0]  # type: ignore[index]
+    return rj["template"]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def test_the_seeds_gpus_render_with_only_a_store_given(tmp_path: Path) -> None:
+    """The seed's H200:8 nodes and the DDP example's GPU nodes need no settings file: the
+    well-known GPUs select their feature-discovery product."""
+    program = tmp_path / "seed_full.py"
+    program.write_text(SEED_AT_FULL_SIZE)
+    out = tmp_path / "seed"
+    shoal("run", "--engine", "kubernetes", "--dry-run", "--out", str(out), "--store",
+          "s3://bucket/shoal", str(program), "train")
+    (jobset,) = _objects(out)
+    pod = _node_pod(jobset)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    limits = pod["containers"][0]["resources"]["limits"]  # type: ignore[index]
+    assert limits["nvidia.com/gpu"] == "8"
+
+    out = tmp_path / "ddp"
+    p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--engine", "kubernetes",
+                        "--dry-run", "--out", str(out), "--store", "s3://bucket/shoal",
+                        str(ROOT / "examples/seed/ddp.py"), "train_ddp"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "SHOAL_EXAMPLE_GPU": "1"})
+    assert p.returncode == 0, p.stderr
+    (jobset,) = _objects(out)
+    assert _node_pod(jobset)["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L4"}
+
+
 def test_run_dry_run_of_a_driver_writes_rbac_and_its_job(tmp_path: Path) -> None:
     settings = tmp_path / "kube.yaml"
     settings.write_text("namespace: ml\ndefault_image: ghcr.io/example/shoal:0.1.0\n")

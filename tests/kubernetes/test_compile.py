@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 import shoal
-from shoal._engines.kubernetes import CodeBundle, KubeConfig, compile_call, compile_driver
+from shoal._engines.kubernetes import (
+    CodeBundle,
+    KubeConfig,
+    compile_call,
+    compile_driver,
+    gpu_products,
+)
 from shoal._engines.kubernetes.pods import CODE_BUNDLE, KUBE_CONFIG
 from shoal._runtime import contract
 from shoal._runtime.contract import NodeEnv
@@ -238,7 +244,6 @@ def _env_task(**env_kwargs: Any) -> Any:
 
 
 @pytest.mark.parametrize(("env_kwargs", "config", "words"), [
-    ({"resources": shoal.Resources(gpu="L4:1")}, CONFIG, ["accelerators", "'L4'", "H200"]),
     ({"secrets": ["TOKEN"]}, CONFIG, ["secret_name", "TOKEN"]),
     ({}, dataclasses.replace(CONFIG, default_image=None), ["default_image"]),
     ({"pod_template": shoal.PodTemplate(pod_spec={"restartPolicy": "OnFailure"})}, CONFIG,
@@ -401,3 +406,53 @@ def test_a_deadline_bounds_the_job_as_the_controller_lowers_each_attempt() -> No
                                                                         timeout=12.3))
     job = compile_call(later, run=RUN, action="a0.1", attempt=1, config=CONFIG, code=CODE)[0]
     assert job["spec"]["activeDeadlineSeconds"] == 13  # what the controller left it
+
+
+# --- GPU placement: well-known products by default, the settings over them ----------------------
+
+BARE = KubeConfig(store="s3://shoal-bucket/store", default_image="ghcr.io/example/shoal:0.1.0")
+
+
+def _gpu_selector(gpu: Any, config: KubeConfig = BARE) -> dict[str, str] | None:
+    spec = _pod_spec(_compile(_env_task(resources=shoal.Resources(gpu=gpu)), config)[0])
+    selector: dict[str, str] | None = spec.get("nodeSelector")
+    return selector
+
+
+@pytest.mark.parametrize(("gpu", "product"), [
+    ("H200:8", "NVIDIA-H200"),
+    ("H100:8", "NVIDIA-H100-80GB-HBM3"),
+    ("A100:8", "NVIDIA-A100-SXM4-40GB"),
+    ("A100 80G:8", "NVIDIA-A100-SXM4-80GB"),  # Flyte's spelling reaches the same product
+    ("L40s:1", "NVIDIA-L40S"),
+    ("L4:1", "NVIDIA-L4"),
+    ("A10G:1", "NVIDIA-A10G"),
+    ("T4:1", "Tesla-T4"),
+    ("V100:8", "Tesla-V100-SXM2-16GB"),
+    ("B200:8", "NVIDIA-B200"),
+    (shoal.GPU("A100", 1, partition="1g.5gb"), "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
+])
+def test_well_known_gpus_select_their_feature_discovery_product(gpu: Any, product: str) -> None:
+    assert _gpu_selector(gpu) == {"nvidia.com/gpu.product": product}
+
+
+def test_the_settings_accelerators_win_over_the_default_product() -> None:
+    config = dataclasses.replace(BARE, accelerators={
+        "H100": {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"},
+        "L4": {"cloud.google.com/gke-accelerator": "nvidia-l4"}})
+    assert _gpu_selector("H100:2", config) == {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"}
+    assert _gpu_selector("L4:1", config) == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert _gpu_selector("H200:8", config) == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+
+
+def test_an_unknown_gpu_renders_without_a_product_selector_and_warns_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_products, "_WARNED", set())
+    with pytest.warns(UserWarning, match=r"'X9000'.*no product selector") as caught:
+        first = _compile(_env_task(resources=shoal.Resources(gpu="X9000:2")), BARE)
+        again = _compile(_env_task(resources=shoal.Resources(gpu="X9000:4")), BARE)
+    assert [str(w.message).count("X9000") > 0 for w in caught] == [True]
+    for obj in first + again:
+        spec = _pod_spec(obj)
+        assert "nodeSelector" not in spec
+        assert _container(obj)["resources"]["limits"]["nvidia.com/gpu"] in ("2", "4")

@@ -404,6 +404,72 @@ def test_the_driver_pod_runs_the_root_here_and_its_calls_as_jobs(
     assert json.loads(store.get_bytes(join(io, "output.json"))) == 17
 
 
+GANG_DRIVER_PROGRAM = '''
+import shoal
+from shoal.clustered import ClusteredTaskEnvironment
+
+gang = ClusteredTaskEnvironment(name="pod-gang", image="shoal:test", replicas=2,
+                                nproc_per_node=1)
+root = shoal.TaskEnvironment(name="pod-gang-root", image="shoal:test", depends_on=[gang])
+
+
+@gang.task
+def train(steps: int = 1) -> float:
+    raise NotImplementedError  # never runs here: the test plays the gang
+
+
+@root.task
+def main() -> float:
+    return train() * 2
+'''
+
+
+def test_the_driver_pod_sizes_nested_gangs_as_the_submitter_overrode_them(
+        fake: FakeApiServer, s3_root: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`shoal run --override pod-gang.replicas=3 --override pod-gang.nproc_per_node=2`: the
+    submitter writes the gang sizes next to the inputs; the driver pod imports the code as
+    written (2 x 1), and the gang its root calls is still 3 nodes of 2 processes."""
+    import threading
+
+    from shoal._driver import pod
+    from shoal._runtime import contract
+    from shoal._storage.call_io import put_topology
+
+    _, store, io = _as_driver_pod(fake, s3_root, tmp_path, monkeypatch, GANG_DRIVER_PROGRAM,
+                                  "main", "r-podgang", {})
+    put_topology(store, io, {"pod-gang": {"replicas": 3, "nproc_per_node": 2}})
+    seen: list[tuple[int, str]] = []
+
+    def play_the_gang() -> None:
+        deadline = time.monotonic() + 20
+        while not fake.all("jobsets") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (js,) = fake.all("jobsets")
+        rj = js["spec"]["replicatedJobs"][0]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in
+               rj["template"]["spec"]["containers"][0]["env"]}
+        seen.append((rj["parallelism"], env[contract.NPROC_PER_NODE]))
+        store.put_bytes(join(s3_root, "runs", "r-podgang", "a0.1", "0", "r0", "output.json"),
+                        json.dumps(0.5).encode())
+        fake.cluster.succeed(js["metadata"]["name"])  # type: ignore[attr-defined]
+
+    player = threading.Thread(target=play_the_gang, daemon=True)
+    player.start()
+    assert pod.main() == 0
+    player.join(5)
+    assert seen == [(3, "2")]
+    assert json.loads(store.get_bytes(join(io, "output.json"))) == 1.0
+
+
+def test_a_topology_naming_no_clustered_environment_is_refused(tmp_path: Path) -> None:
+    from shoal._driver.pod import resize_gangs
+    from shoal.errors import SpecError
+
+    with pytest.raises(SpecError, match="not a clustered environment"):
+        resize_gangs(prepare, {"engine-plain": {"replicas": 2}})
+
+
 def test_submit_driver_creates_rbac_and_the_job_and_streams_its_log(
         fake: FakeApiServer, s3_root: str) -> None:
     from shoal._engines.kubernetes.submit import submit_driver

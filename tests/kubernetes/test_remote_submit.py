@@ -139,6 +139,59 @@ def test_shoal_run_and_the_cli_submit_the_same_driver_and_return_the_same_output
     assert len(fake.all("roles")) == 1
 
 
+GANG_PROGRAM = '''
+import shoal
+from shoal.clustered import ClusteredTaskEnvironment
+
+gang = ClusteredTaskEnvironment(name="remote-gang", image="shoal:test", replicas=2,
+                                nproc_per_node=1)
+env = shoal.TaskEnvironment(name="remote-driver", image="shoal:test", depends_on=[gang])
+
+
+@gang.task
+def train(steps: int = 1) -> float:
+    raise NotImplementedError
+
+
+@env.task
+def main() -> float:
+    return train()
+'''
+
+
+def test_overrides_travel_to_the_driver_with_the_inputs(
+        fake: FakeApiServer, cluster: dict[str, Path], s3_root: str) -> None:
+    """`--override` (and `env.override` before `shoal.run`) changes this process's
+    environments; the gang sizes go to the store next to the inputs, where the driver pod
+    reads them (`shoal._driver.pod.resize_gangs`)."""
+    from shoal._engines.kubernetes.manifests import driver_io
+
+    program = cluster["program"].with_name("remote_gang.py")
+    program.write_text(GANG_PROGRAM)
+    done = {"output.json": lambda inputs: 0.5}
+    store = open_store(s3_root)
+
+    def topology(run: str) -> Any:
+        return json.loads(store.get_bytes(join(driver_io(s3_root, run), "topology.json")))
+
+    player = _play_driver(fake, done)
+    p = _cli("run", "--engine", "kubernetes", "--kube-settings", str(cluster["settings"]),
+             "--name", "r-over", "--override", "remote-gang.replicas=4",
+             "--override", "remote-gang.nproc_per_node=2", str(program), "main")
+    player.join(5)
+    assert p.returncode == 0, p.stderr
+    assert topology("r-over") == {"remote-gang": {"replicas": 4, "nproc_per_node": 2}}
+
+    task = find_task(program, "main")
+    task.env.reachable()["remote-gang"].override("replicas", 3)
+    shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
+    player = _play_driver(fake, done)
+    run = shoal.with_runcontext(name="r-over-py").run(task)
+    assert run.wait(quiet=True) is run
+    player.join(5)
+    assert topology("r-over-py") == {"remote-gang": {"replicas": 3, "nproc_per_node": 1}}
+
+
 def test_a_failed_remote_run_raises_its_failure_in_python_and_fails_the_cli(
         fake: FakeApiServer, cluster: dict[str, Path]) -> None:
     info = {"task": "remote_prog.square_of", "action": "a0", "attempt": 0, "kind": "user",

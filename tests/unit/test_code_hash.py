@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import shoal
 from shoal._spec.code import _strip, cache_key, code_hash
 from shoal._spec.user_code import piece, reached
@@ -279,3 +281,48 @@ def test_file_and_dir_inputs_key_on_their_hash_not_their_place() -> None:
     assert key(a) != key({**b, "hash": "k2"})
     unhashed = {"path": "s3://b/w/x", "name": "x", "hash": None, "format": ""}
     assert key(unhashed) != key({**unhashed, "path": "s3://b/w/y"})
+
+
+# A global whose own __getattr__ raises: the walk cannot tell which module it comes from.
+LAZY = """\
+import os
+
+
+class Lazy:
+    def __call__(self, n):
+        return n
+
+    def __getattr__(self, name):
+        if os.environ.get("LAZY_IS_BROKEN"):
+            raise RuntimeError(f"lazy proxy has no {name} yet")
+        raise AttributeError(name)
+
+
+helper = Lazy()
+
+
+def task(n: int) -> int:
+    return helper(n)
+"""
+
+
+def test_what_the_walk_cannot_follow_warns_once_and_marks_the_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal._spec import user_code
+
+    monkeypatch.setattr(user_code, "_warned", set())
+    followed = _hash({"pipeline.py": LAZY})
+    monkeypatch.setenv("LAZY_IS_BROKEN", "1")
+    with _project({"pipeline.py": LAZY}) as folder:
+        func = _load(folder)
+        with pytest.warns(UserWarning) as caught:
+            marked = code_hash(func)
+            assert code_hash(func) == marked  # the same key again, and no second warning
+    (warning,) = caught
+    text = str(warning.message)
+    assert ".helper" in text and "RuntimeError: lazy proxy has no __wrapped__ yet" in text
+    assert "Cache(version=" in text
+    assert marked != followed  # never the key of the walk that followed everything
+    with pytest.warns(UserWarning, match="helper"):  # another module name: warned on its own
+        assert _reaches({"pipeline.py": LAZY}) == ["name:Lazy", "name:helper",
+                                                   "unfollowed:name:helper"]

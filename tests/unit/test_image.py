@@ -316,6 +316,45 @@ def test_declared_pip_packages(tmp_path: Path) -> None:
     assert image.declared_pip_packages() == [
         "torch", "numpy", "mylib", "requests", "Pillow", "tool", "datasets",
     ]
+    assert image.declared_pip_requirements() == [
+        "torch", "numpy>=1.24", "mylib @ https://x.example/mylib.whl", "requests>=2",
+        "Pillow==10.*", "pywin32; sys_platform == 'win32'", "tool", "datasets[audio] >= 2.0",
+    ]
+
+
+def test_requirements_with_markers_and_extras_are_checked_not_skipped() -> None:
+    image = Image.from_debian_base("3.11").with_pip_packages(
+        "pytest; python_version >= '3.8'", "not-a-real-shoal-pkg-a; python_version >= '3.8'",
+        "not-a-real-shoal-pkg-b; sys_platform == 'no-such-platform'",
+        "not-a-real-shoal-pkg-c[gpu]")
+    assert image.declared_pip_packages() == [
+        "pytest", "not-a-real-shoal-pkg-a", "not-a-real-shoal-pkg-c"]
+    assert missing_locally(image) == ["not-a-real-shoal-pkg-a", "not-a-real-shoal-pkg-c"]
+
+
+def test_versions_and_the_extras_dependencies_are_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution installed here (its metadata on sys.path, as pip leaves it) with an
+    extra whose dependency is missing."""
+    info = tmp_path / "shoal_fake_dist-1.4.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: shoal-fake-dist\nVersion: 1.4.0\n"
+        "Provides-Extra: gpu\nProvides-Extra: cli\n"
+        "Requires-Dist: pytest\n"
+        'Requires-Dist: not-a-real-shoal-kernel>=2; extra == "gpu"\n'
+        'Requires-Dist: pytest; extra == "cli"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    image = Image.from_debian_base("3.11").with_pip_packages(
+        "shoal-fake-dist>=1.2", "shoal_fake_dist[cli]")
+    assert missing_locally(image) == []
+    for requirement, problem in [
+        ("shoal-fake-dist>=2", "shoal-fake-dist>=2 (1.4.0 is installed)"),
+        ("shoal-fake-dist[gpu]", "shoal-fake-dist[gpu] (its extra needs not-a-real-shoal-kernel)"),
+        ("shoal-fake-dist[gpu]; python_version < '3'", None),
+    ]:
+        got = missing_locally(Image.from_debian_base("3.11").with_pip_packages(requirement))
+        assert got == ([problem] if problem else []), requirement
 
 
 def test_missing_locally_uses_metadata_not_imports() -> None:

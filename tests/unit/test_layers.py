@@ -30,8 +30,53 @@ def test_public_names_do_not_drift() -> None:
     assert set(shoal.__all__) == PUBLIC
     for name in shoal.__all__:
         assert hasattr(shoal, name), name
-    for name in shoal.errors.__all__:
+    for name in set(shoal.errors.__all__) - ERROR_VALUES:
         assert issubclass(getattr(shoal.errors, name), shoal.errors.ShoalError)
+
+
+CLUSTERED = {"ClusterFailurePolicy", "ClusteredTaskEnvironment", "JaxRun", "TorchRun"}
+ERRORS = {
+    "BaseRuntimeError", "EngineError", "InputError", "MissingDependencyError",
+    "NonRecoverableError", "NotFoundError", "OOMError", "ObjectNotFound", "RunCancelled",
+    "RuntimeSystemError", "RuntimeUnknownError", "RuntimeUserError", "ShoalError",
+    "ShoalSystemError", "SpecError", "StoreError", "TaskFailed", "TaskTimeout",
+    "TaskTimeoutError", "UnsupportedTypeError", "UserError",
+}
+ERROR_VALUES = {"FailureInfo"}  # in shoal.errors for annotations (TaskFailed.info), not raised
+
+
+def test_clustered_public_names_do_not_drift() -> None:
+    import shoal.clustered
+
+    assert set(shoal.clustered.__all__) == CLUSTERED
+    for name in shoal.clustered.__all__:
+        assert getattr(shoal.clustered, name).__module__ == "shoal.clustered", name
+    defined = {n for n, v in vars(shoal.clustered).items() if isinstance(v, type)
+               and v.__module__ == "shoal.clustered" and not n.startswith("_")}
+    assert defined <= CLUSTERED, defined - CLUSTERED  # a new public class must be listed
+
+
+def test_errors_public_names_do_not_drift() -> None:
+    assert set(shoal.errors.__all__) == ERRORS | ERROR_VALUES
+    for name in ERRORS:
+        assert issubclass(getattr(shoal.errors, name), shoal.errors.ShoalError), name
+    defined = {n for n, v in vars(shoal.errors).items() if isinstance(v, type)
+               and v.__module__ == "shoal.errors" and not n.startswith("_")}
+    assert defined <= ERRORS | ERROR_VALUES, defined - ERRORS - ERROR_VALUES
+
+
+def test_types_users_annotate_with_are_exported() -> None:
+    """What a user's code names in an annotation: a task's context and checkpoint, a run
+    handle, the failure a caught TaskFailed carries."""
+    from shoal._driver.handle import Run
+    from shoal._storage.checkpoints import Checkpoint
+
+    assert shoal.Checkpoint is Checkpoint and shoal.Run is Run
+    assert shoal.errors.FailureInfo is type(shoal.errors.RuntimeUserError(
+        shoal.errors.FailureInfo(task="t", action="a0", attempt=0, kind="user",
+                                 message="m")).info)
+    for name in ("Checkpoint", "Run", "TaskContext", "File", "Dir"):
+        assert name in shoal.__all__, name
 
 
 def test_everything_else_is_private() -> None:

@@ -50,6 +50,17 @@ def test_missing_image_packages_are_noted() -> None:
     assert any("surely-not-installed-pkg-xyz" in n for n in plan.notes)
 
 
+def test_image_requirements_with_markers_are_noted_when_they_apply_here() -> None:
+    image = shoal.Image.from_debian_base().with_pip_packages(
+        "surely-not-installed-pkg-m1[extra]; python_version >= '3'",
+        "surely-not-installed-pkg-m2; python_version < '3'")
+    env = shoal.TaskEnvironment("p-img-markers", image=image)
+    plan = plan_process(env.spec(), capacity=Request(2, 2**34, 0), wenv=WENV, base={},
+                        priorities={})
+    (note,) = [n for n in plan.notes if "lacks" in n]
+    assert "surely-not-installed-pkg-m1" in note and "m2" not in note
+
+
 def test_kueue_labels_pick_queue_and_priority() -> None:
     pt = shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a",
                                    "kueue.x-k8s.io/priority-class": "high"})

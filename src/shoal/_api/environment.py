@@ -229,7 +229,7 @@ class TaskEnvironment:
             cluster=self._cluster_spec(),
             image_tag=(self.image if isinstance(self.image, str)
                        else self.image.uri() if self.image is not None else ""),
-            image_packages=(tuple(self.image.declared_pip_packages())
+            image_packages=(tuple(self.image.declared_pip_requirements())
                             if self.image is not None and not isinstance(self.image, str)
                             else ()),
         )

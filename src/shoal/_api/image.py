@@ -70,6 +70,7 @@ from shoal._api.image_layers import (
 )
 from shoal._api.image_script import check_requires_python, pick_python, read_script_block
 from shoal._runtime import contract
+from shoal._runtime.packages import applies_here, parse_requirement, unmet
 from shoal.errors import SpecError
 
 __all__ = [
@@ -449,20 +450,30 @@ class Image:
                     shutil.copy2(payload, target)
         return root
 
-    def declared_pip_packages(self) -> list[str]:
-        """Distribution names this image pip-installs (packages and requirements files).
-
-        URLs without a name and requirements with environment markers (which may not apply
-        here) are left out. Reads the requirements files.
-        """
-        names: list[str] = []
+    def declared_pip_requirements(self) -> list[str]:
+        """The pip requirements this image installs (packages, requirements files, wheels), as
+        PEP 508 strings with their extras, specifiers and markers; a URL by the name its
+        ``#egg=`` gives, a URL without one left out. Reads the requirements files."""
+        found: list[str] = []
         for layer in self.layers:
             if isinstance(layer, PipPackages):
-                names += [n for p in layer.packages if (n := requirement_name(p))]
+                found += [p if parse_requirement(p) is not None else n
+                          for p in layer.packages if (n := requirement_name(p))]
             elif isinstance(layer, Requirements):
-                names += read_requirements(layer.path, "with_requirements")
+                found += read_requirements(layer.path, "with_requirements")
             elif isinstance(layer, PythonWheels) and layer.package_name != FLYTE_PACKAGE:
-                names.append(layer.package_name)
+                found.append(layer.package_name)
+        return list(dict.fromkeys(found))
+
+    def declared_pip_packages(self) -> list[str]:
+        """Distribution names of the requirements that apply to this interpreter (a
+        requirement whose marker is false here, ``pywin32; sys_platform == "win32"`` on Linux,
+        is left out). Reads the requirements files."""
+        names: list[str] = []
+        for text in self.declared_pip_requirements():
+            req = parse_requirement(text)
+            if req is not None and applies_here(req):
+                names.append(req.name)
         return list(dict.fromkeys(names))
 
 
@@ -507,13 +518,9 @@ def check_wheels_present(layer: PythonWheels) -> None:
 
 
 def missing_locally(image: Image) -> list[str]:
-    """Declared pip packages the running interpreter does not have (by metadata, no imports)."""
-    import importlib.metadata  # lazy: only the local engine asks, once per image
-
-    installed = {
-        normalize_name(d.metadata["Name"] or "") for d in importlib.metadata.distributions()
-    }
-    return [n for n in image.declared_pip_packages() if normalize_name(n) not in installed]
+    """Declared pip requirements the running interpreter does not meet (by metadata, no
+    imports): see `shoal._runtime.packages.unmet`."""
+    return unmet(image.declared_pip_requirements())
 
 
 # Where the Shoal package goes in a build context when it is copied in (see shoal_source).

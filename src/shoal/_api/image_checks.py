@@ -1,9 +1,11 @@
 """Argument checks for the ``Image`` builder, and reading pip requirements.
 
 Every check either returns the value (sometimes normalized) or raises a ``SpecError`` that names
-the builder call, the rule and a fix ("did you mean 'numpy==1.24'?"). The requirement grammar
-is a practical subset of PEP 508, enough to catch the common slips (``"numpy=1.24"``,
-``"pip install torch"``, several packages in one string) before anything is built.
+the builder call, the rule and a fix ("did you mean 'numpy==1.24'?"). Requirements are read
+by `packaging` (PEP 508: extras, version specifiers, markers, ``name @ url``), so the common
+slips (``"numpy=1.24"``, ``"pip install torch"``, several packages in one string) are caught
+before anything is built, and every valid requirement, markers and extras included, is checked
+against the local interpreter (`shoal._runtime.packages`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from shoal._runtime.packages import parse_requirement
 from shoal.errors import SpecError
 
 __all__ = [
@@ -44,12 +47,6 @@ MIN_PYTHON = (3, 10)
 
 # --- validation grammars ---------------------------------------------------------------------
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"  # a PEP 508 distribution name
-_CLAUSE = r"(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"
-_SPECS = rf"{_CLAUSE}(?:\s*,\s*{_CLAUSE})*"
-_REQUIREMENT = re.compile(
-    rf"^(?P<name>{_NAME})\s*(?:\[\s*(?:{_NAME}(?:\s*,\s*{_NAME})*)?\s*\])?\s*"
-    rf"(?:@\s*\S+(?:\s+;\s*\S.*)?|(?:\(\s*{_SPECS}\s*\)|{_SPECS})?\s*(?:;\s*\S.*)?)$"
-)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")  # a bare URL pip can install from
 _EGG = re.compile(rf"#egg=(?P<name>{_NAME})")
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?$")
@@ -65,9 +62,11 @@ _IMAGE_REF = re.compile(r"^(?!.*://)[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
 
 
 def read_requirements(path: Path, field: str, seen: frozenset[Path] = frozenset()) -> list[str]:
+    """The requirements a requirements file declares, nested ``-r`` files included, as PEP 508
+    strings (a ``URL#egg=name`` line as its name); options and unnamed URLs are left out."""
     if not path.is_file():
         raise SpecError(field, str(path), "does not exist", "pass an existing requirements file")
-    names: list[str] = []
+    requirements: list[str] = []
     text = path.read_text().replace("\\\n", "")
     for raw in text.splitlines():
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
@@ -77,19 +76,23 @@ def read_requirements(path: Path, field: str, seen: frozenset[Path] = frozenset(
         if nested:
             child = (path.parent / nested.group(1)).resolve()
             if child not in seen:
-                names += read_requirements(child, field, seen | {path.resolve()})
+                requirements += read_requirements(child, field, seen | {path.resolve()})
             continue
         if line.startswith("-"):
             continue  # options: --index-url, -c constraints, -e editables
-        if name := requirement_name(line):
-            names.append(name)
-    return names
+        if parse_requirement(line) is not None:
+            requirements.append(line)
+        elif egg := _EGG.search(line):
+            requirements.append(egg.group("name"))
+    return requirements
 
 
 def requirement_name(requirement: str) -> str | None:
-    match = _REQUIREMENT.match(requirement)
-    if match:
-        return None if ";" in requirement else match.group("name")
+    """The distribution a requirement installs (markers and extras aside), or None for a URL
+    that names none."""
+    req = parse_requirement(requirement)
+    if req is not None:
+        return req.name
     egg = _EGG.search(requirement)
     return egg.group("name") if egg else None
 
@@ -113,7 +116,7 @@ def check_requirement(value: object) -> str:
     if value != value.strip():
         raise SpecError(field, value, "a package must not start or end with whitespace",
                         f"use {value.strip()!r}")
-    if _REQUIREMENT.match(value) or _URL.match(value):
+    if parse_requirement(value) is not None or _URL.match(value):
         return value
     raise SpecError(field, value, "is not a pip requirement (PEP 508: name[extras] "
                     "version-specifiers; markers, or name @ url)", _requirement_fix(value))
@@ -138,7 +141,7 @@ def _requirement_fix(value: str) -> str:
         return f"did you mean {single.group(1) + '==' + single.group(2)!r}?"
     if len(tokens) == 2 and re.match(r"^v?\d", tokens[1]) and re.match(rf"^{_NAME}$", tokens[0]):
         return f"did you mean {tokens[0] + '==' + tokens[1].lstrip('v')!r}?"
-    if len(tokens) > 1 and all(_REQUIREMENT.match(t) for t in tokens):
+    if len(tokens) > 1 and all(parse_requirement(t) is not None for t in tokens):
         return "pass each package as its own argument: with_pip_packages(" + ", ".join(
             repr(t) for t in tokens) + ")"
     return 'use a name with optional version specifiers, e.g. "numpy>=1.24,<3"'

@@ -315,16 +315,16 @@ def start(task: TaskTemplate[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
         options = replace(options, labels={**DEFAULT_LABELS, **options.labels})
     call = task.make_call(args, kwargs, parent_action=None)
     logs = RootLog()
-    if is_remote(engine):
-        return Run(task, _remote_runner(call, engine, name, options, store, logs), logs)
     envs = [e.spec() for e in task.env.reachable().values()]
+    if is_remote(engine):
+        return Run(task, _remote_runner(call, envs, engine, name, options, store, logs), logs)
     runner = Runner(call, envs=envs, name=name, engine=engine, reporter=logs,
                     store=store, options=options)
     return Run(task, runner, logs)
 
 
-def _remote_runner(call: Any, engine: str, name: str | None, options: RunOptions,
-                   store: str | None, logs: RootLog) -> Any:
+def _remote_runner(call: Any, envs: list[Any], engine: str, name: str | None,
+                   options: RunOptions, store: str | None, logs: RootLog) -> Any:
     """The same submission as `shoal run --engine kubernetes`, with the same checks."""
     from shoal._driver import remote
 
@@ -332,7 +332,7 @@ def _remote_runner(call: Any, engine: str, name: str | None, options: RunOptions
         raise SpecError("with_runcontext(raw_data_path=...)", store, f"a {engine} run's store is "
                         "the one its driver was given", "pass it to shoal.init(store=...)")
     remote.check_options(engine, options, {})
-    return remote.RemoteRunner(options.seed_root(call), engine=engine, name=name,
+    return remote.RemoteRunner(options.seed_root(call), engine=engine, name=name, envs=envs,
                                on_log=lambda line: logs.line(f"[driver] {line}"))
 
 

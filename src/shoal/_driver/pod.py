@@ -2,12 +2,14 @@
 (`manifests.compile_driver` sets its variables).
 
 It is the `shoal run` of a pod: it fetches the code bundle, loads the task, reads the root
-call's inputs from ``$SHOAL_IO/inputs.json`` and runs the call through the same `Runner` and
-controller as on a laptop (cache, retries, records in an ephemeral SQLite under SHOAL_HOME).
-The root call of a plain task runs here, in a local worker of this pod, so the calls it makes
-reach the controller; each of those calls (and a clustered root) becomes its own Job or
-JobSet through the Kubernetes engine. The outcome goes back to the store for the submitting
-CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or ``$SHOAL_IO/failure.json``.
+call's inputs from ``$SHOAL_IO/inputs.json``, sizes the run's gangs as the submitter had them
+(``$SHOAL_IO/topology.json``: ``shoal run --override``) and runs the call through the same
+`Runner` and controller as on a laptop (cache, retries, records in an ephemeral SQLite under
+SHOAL_HOME). The root call of a plain task runs here, in a local worker of this pod, so the
+calls it makes reach the controller; each of those calls (and a clustered root) becomes its
+own Job or JobSet through the Kubernetes engine. The outcome goes back to the store for the
+submitting CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or
+``$SHOAL_IO/failure.json``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import json
 import os
 import posixpath
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from shoal._driver.runner import Runner, make_engine
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
-from shoal.errors import TaskFailed
+from shoal.errors import SpecError, TaskFailed
 
 
 class RootInPod(Engine):
@@ -62,13 +65,28 @@ def _report(kind: str, action: str, data: dict[str, Any]) -> None:
     print(f"shoal: {action} {where}{data.get('task', '')}: {kind} {what}".rstrip(), flush=True)
 
 
+def resize_gangs(task: Any, topology: Mapping[str, Mapping[str, int]]) -> None:
+    """The gang sizes the submitter ran with, on the environments this pod imported as
+    written: the controller sizes each nested gang from them (`Controller._with_run_topology`)."""
+    envs = task.env.reachable()
+    for name, sizes in topology.items():
+        env = envs.get(name)
+        if env is None or not hasattr(env, "override"):
+            raise SpecError("topology.json", name, "is not a clustered environment the task "
+                            "reaches in the code bundle", "submit the run again: the bundle "
+                            "and the topology come from the same shoal run")
+        for field, value in sizes.items():
+            if getattr(env, field) != value:
+                env.override(field, value)
+
+
 def main() -> int:
     from shoal._engines.kubernetes import CodeBundle, KubeConfig
     from shoal._engines.kubernetes.client import KubeClient
     from shoal._engines.kubernetes.pods import code_dir
     from shoal._runtime.loader import find_task
     from shoal._storage.bundle import fetch
-    from shoal._storage.call_io import get_custom_context, get_inputs
+    from shoal._storage.call_io import get_custom_context, get_inputs, get_topology
     from shoal._storage.store import join, open_store
 
     env = os.environ
@@ -79,6 +97,7 @@ def main() -> int:
     os.environ[contract.CODE_FILE] = local_file
     task = find_task(local_file, env[contract.TASK])
     store, io = open_store(config.store), env[contract.IO]
+    resize_gangs(task, get_topology(store, io))
     call = CallSpec(task=task.spec(), inputs=get_inputs(store, io), parent_action=None,
                     custom_context=get_custom_context(store, io))
     envs = [e.spec() for e in task.env.reachable().values()]

@@ -1,9 +1,9 @@
 """Starting a run on an engine that drives it elsewhere (Kubernetes: a driver Job): the one path
 `shoal run --engine kubernetes` and `shoal.run` after ``shoal.init(engine="kubernetes")`` take.
 
-    check the cluster answers ─► bundle the code (once per content) ─► the root's inputs
-    ─► submit the driver, follow it, its log lines to ``on_log`` ─► output.json: the output
-                                                                   failure.json: the failure
+    check the cluster answers ─► bundle the code (once per content) ─► the root's inputs and
+    the run's gang sizes ─► submit the driver, follow it, its log lines to ``on_log``
+    ─► output.json: the output | failure.json: the failure
 
 The engine's `RemoteDriver` (`shoal._engines.base`) owns the cluster side; this module owns
 what is the same for every such engine, so the CLI and `shoal.run` cannot drift apart.
@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from shoal._driver.run_options import RunOptions
 from shoal._driver.runner import RunOutcome
 from shoal._engines.base import CodeRef, RemoteDriver
 from shoal._runtime import contract
-from shoal._spec.call import CallSpec
+from shoal._spec.call import CallSpec, EnvSpec
 from shoal.errors import (
     FailureInfo,
     ObjectNotFound,
@@ -102,19 +102,28 @@ def write_plan(driver: RemoteDriver, objects: list[dict[str, Any]], out: str | N
     return driver.render(objects)
 
 
-def submit(call: CallSpec, run: str, driver: RemoteDriver, *,
+def topology(envs: Iterable[EnvSpec]) -> dict[str, dict[str, int]]:
+    """The gang size of each clustered environment, as this process has it (overrides in)."""
+    return {e.name: {"replicas": e.cluster.replicas, "nproc_per_node": e.cluster.nproc_per_node}
+            for e in envs if e.cluster is not None}
+
+
+def submit(call: CallSpec, run: str, driver: RemoteDriver, *, envs: Iterable[EnvSpec],
            on_log: Callable[[str], None],
            on_started: Callable[[str], None] = lambda where: None) -> RunOutcome:
-    """Run ``call`` as run ``run`` on the driver's cluster, to its end. A run that fails or is
-    cancelled there comes back as its outcome (``error``: what `shoal.run` raises); what keeps
-    it from starting (no cluster, a bad bundle) is raised."""
-    from shoal._storage.call_io import put_call_io
+    """Run ``call`` as run ``run`` on the driver's cluster, to its end. ``envs``: the
+    environments the root reaches as this process built them; their gang sizes go with the
+    inputs, so `--override` reaches the nested gangs the driver there starts. A run that fails
+    or is cancelled there comes back as its outcome (``error``: what `shoal.run` raises); what
+    keeps it from starting (no cluster, a bad bundle) is raised."""
+    from shoal._storage.call_io import put_call_io, put_topology
     from shoal._storage.store import join, open_store
 
     where = driver.connect()  # no cluster, no upload
     code = _code(call, driver, upload=True)
     store, io = open_store(driver.store), driver.io(run)
     put_call_io(store, io, call.inputs, call.custom_context)
+    put_topology(store, io, topology(envs))
     on_started(where)
     said = driver.submit(call, run, code, on_log)
     try:
@@ -145,9 +154,10 @@ class RemoteRunner:
     """
 
     def __init__(self, call: CallSpec, *, engine: str, name: str | None,
-                 on_log: Callable[[str], None]) -> None:
+                 envs: Iterable[EnvSpec], on_log: Callable[[str], None]) -> None:
         self.driver = driver_for(engine)
         self.call = call
+        self.envs = list(envs)
         self.engine_kind = engine
         self.name = name or new_run_name()
         self.on_log = on_log
@@ -174,8 +184,8 @@ class RemoteRunner:
 
         def follow() -> None:
             try:
-                box.append(submit(self.call, self.name, self.driver, on_log=self.on_log,
-                                  on_started=started))
+                box.append(submit(self.call, self.name, self.driver, envs=self.envs,
+                                  on_log=self.on_log, on_started=started))
             except BaseException as e:  # handed to the awaiting coroutine, raised there
                 box.append(e)
 

@@ -86,7 +86,7 @@ class EnvSpec:
     interruptible: bool = False
     cluster: ClusterSpec | None = None
     image_tag: str = ""  # content hash of the image (or its URI), computed once
-    image_packages: tuple[str, ...] = ()  # pip distributions the image declares
+    image_packages: tuple[str, ...] = ()  # pip requirements the image declares (PEP 508)
     reuse: ReuseSpec | None = None
     profile: ProfileSpec | None = None  # `shoal.Profile` / `shoal run --profile`
 

@@ -24,6 +24,12 @@ same code gives the same result in every process and on every machine. Modules a
 directories only, while ``importlib.util.find_spec`` of a dotted name imports its parents.
 Dynamic imports (``importlib.import_module(name)``) cannot be seen; ``Cache(version=...)`` is
 the escape hatch for them.
+
+A piece the walk cannot follow (a global whose own ``__getattr__`` raises, source that cannot
+be parsed) is not left out quietly: it warns once per process, naming the piece and why, and
+its label goes into the result as ``unfollowed:<label>`` (digest: the error's type). The key
+then covers everything else the task reaches and never equals the key of a walk that followed
+everything, so such a key can miss a change to that piece but never hit another key's result.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import importlib.util
 import inspect
 import sys
 import sysconfig
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
@@ -172,12 +179,10 @@ def _module_of(value: object) -> str | None:
     """The module a global's value comes from: itself, or where its function or class lives."""
     if isinstance(value, ModuleType):
         return value.__name__
-    try:
-        obj = inspect.unwrap(value) if callable(value) else value  # type: ignore[arg-type]
-        name = (obj.__module__ if isinstance(obj, type) or inspect.isroutine(obj)
-                else type(obj).__module__)
-    except Exception:  # a user object's own __getattr__ runs here: it must not break hashing
-        return None
+    # a user object's own __getattr__ runs here; what it raises is the walk's to report
+    obj = inspect.unwrap(value) if callable(value) else value  # type: ignore[arg-type]
+    name = (obj.__module__ if isinstance(obj, type) or inspect.isroutine(obj)
+            else type(obj).__module__)
     return name if isinstance(name, str) else None
 
 
@@ -192,9 +197,10 @@ def _absolute(level: int, module: str, package: str) -> str | None:
 
 class _Walk:
     def __init__(self, root: Path, task_file: Path, module: str, package: str,
-                 globals_: Mapping[str, Any]) -> None:
+                 globals_: Mapping[str, Any], task_name: str) -> None:
         self.root, self.task_file, self.module, self.package = root, task_file, module, package
         self.globals = globals_
+        self.task = f"{module}.{task_name}"
         self.top_level = _top_level(task_file)
         self.parts: dict[str, str] = {}
         self.todo: list[tuple[bool, str]] = []  # (is a module name, name)
@@ -208,10 +214,15 @@ class _Walk:
             if item not in self.seen:
                 self.seen.add(item)
                 is_module, name = item
-                if is_module:
-                    self.visit_module(name)
-                else:
-                    self.visit_name(name)
+                try:
+                    if is_module:
+                        self.visit_module(name)
+                    else:
+                        self.visit_name(name)
+                except Exception as e:  # user code runs here (__getattr__): reported, marked
+                    label = f"module:{name}" if is_module else f"name:{name}"
+                    what = f"module {name}" if is_module else f"{self.module}.{name}"
+                    unfollowed(self.parts, label, self.task, what, e)
         return self.parts
 
     def follow(self, p: Piece, package: str, *, own_module: bool) -> None:
@@ -291,20 +302,44 @@ class _Walk:
         return path
 
 
+_warned: set[tuple[str, str]] = set()  # (task, what) already reported in this process
+
+
+def unfollowed(parts: dict[str, str], label: str, task: str, what: str,
+               error: Exception) -> None:
+    """Mark ``parts`` with a piece the walk could not follow (``label``: its name, the same in
+    every process; ``what``: how the warning names it); say so once per process."""
+    parts[f"unfollowed:{label}"] = type(error).__name__
+    if (task, what) not in _warned:
+        _warned.add((task, what))
+        warnings.warn(f"the cache key of task {task} cannot follow {what} ({type(error).__name__}"
+                      f": {error}); the key covers the rest of the code the task reaches, but "
+                      f"code reached only through {what} does not count in it. Give the task "
+                      "cache=shoal.Cache(version=...) to key it yourself", stacklevel=2)
+
+
 def reached(func: Any, start: Piece) -> dict[str, str]:
     """Label -> digest of each piece of user code ``func`` reaches (``start`` is its own AST).
 
-    Never raises: whatever cannot be read or found is left out, as before this walk existed.
+    Never raises: a piece that cannot be followed is marked ``unfollowed:<label>`` and warned
+    about (`unfollowed`); source that is simply not there (a builtin, an exec'd function)
+    leaves the task's own code as its whole key.
     """
+    module = str(getattr(func, "__module__", None) or "")
+    name = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", "?"))
     try:
         source_file = inspect.getsourcefile(func)
-        if source_file is None:
-            return {}
+    except TypeError:  # a builtin or C function: no user source to walk
+        return {}
+    if source_file is None:
+        return {}
+    try:
         task_file = Path(source_file).resolve()
-        module = getattr(func, "__module__", None) or ""
         globals_: Mapping[str, Any] = getattr(func, "__globals__", {})
         package = globals_.get("__package__") or module.rpartition(".")[0]
-        walk = _Walk(task_file.parent, task_file, module, str(package), globals_)
+        walk = _Walk(task_file.parent, task_file, module, str(package), globals_, name)
         return walk.run(start)
-    except Exception:  # the key then covers the task's own code only: never fail a task spec
-        return {}
+    except Exception as e:  # the walk's own set-up on user objects: reported, marked
+        parts: dict[str, str] = {}
+        unfollowed(parts, "task", f"{module}.{name}", "the code it reaches", e)
+        return parts

@@ -225,8 +225,9 @@ def _remote(engine: str, task: Any, call: Any, args: argparse.Namespace) -> int:
         print(f"shoal: run {run} of {task.name} on {where} (store {driver.store})",
               file=sys.stderr)
 
-    outcome = remote.submit(call, run, driver, on_started=started, on_log=lambda line: print(
-        f"[driver] {line}", file=sys.stderr))
+    envs = [e.spec() for e in task.env.reachable().values()]  # --override applied
+    outcome = remote.submit(call, run, driver, envs=envs, on_started=started,
+                            on_log=lambda line: print(f"[driver] {line}", file=sys.stderr))
     if outcome.state != "succeeded":
         print(f"shoal: run {run} {outcome.state}: {outcome.error}", file=sys.stderr)
         return 1

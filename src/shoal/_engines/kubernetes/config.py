@@ -47,8 +47,9 @@ class KubeConfig:
         registry: pushed-to registry of built `shoal.Image`s (``ghcr.io/my-org``).
         default_image: the image of environments that name none; it must hold Shoal.
         accelerators: accelerator name (``gpu="H200:8"``) -> node selector, e.g.
-            ``{"H200": {"nvidia.com/gpu.product": "NVIDIA-H200"}}``. An accelerator missing
-            here is an error, not a silently ignored constraint.
+            ``{"H100": {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"}}``; it wins over the
+            well-known GPUs' ``nvidia.com/gpu.product`` values (`gpu_products.GPU_PRODUCTS`).
+            An accelerator in neither renders without a product selector, with a warning.
         gpu_tolerations: tolerations added to pods that ask for GPUs (GPU nodes are often
             tainted ``nvidia.com/gpu:NoSchedule``).
         service_account: the driver's service account (``compile_rbac`` renders it).

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
+from shoal._engines.kubernetes.gpu_products import accelerator_selector
 from shoal._engines.kubernetes.secrets import secret_env_entries, secret_volume
 from shoal._engines.kubernetes.validate import KUEUE_LABELS
 from shoal._runtime import contract
@@ -153,15 +154,7 @@ def _placement(env: EnvSpec, config: KubeConfig) -> tuple[dict[str, str], list[A
     if r is not None and r.gpu_count:
         tolerations += [dict(t) for t in config.gpu_tolerations]
         if r.accelerator is not None:
-            if r.accelerator not in config.accelerators:
-                known = ", ".join(sorted(config.accelerators)) or "none"
-                raise SpecError(f"TaskEnvironment({env.name!r}).resources.gpu",
-                                f"{r.accelerator}:{r.gpu_count}", "the cluster's KubeConfig."
-                                f"accelerators has no node selector for {r.accelerator!r} "
-                                f"(known: {known})", "add it, e.g. KubeConfig(accelerators="
-                                f"{{{r.accelerator!r}: {{'nvidia.com/gpu.product': "
-                                f"'NVIDIA-{r.accelerator}'}}}}), or ask for gpu={r.gpu_count}")
-            selector.update(config.accelerators[r.accelerator])
+            selector.update(accelerator_selector(r.accelerator, config.accelerators, env.name))
     if env.interruptible:
         selector.update(config.interruptible_node_selector)
         tolerations += [dict(t) for t in config.interruptible_tolerations]

@@ -14,23 +14,12 @@ from dataclasses import dataclass, field
 from shoal._engines.local.pool import Request
 from shoal._runtime import contract
 from shoal._runtime.contract import WorkerEnv
+from shoal._runtime.packages import unmet
 from shoal._spec.call import EnvSpec
 from shoal.errors import SpecError
 
 WORKER_ARGV = (sys.executable, "-m", "shoal._runtime.worker")
 DEFAULT_REQUEST = Request(cpu=1.0, memory=0, gpu=0)
-
-
-def missing_packages(names: tuple[str, ...]) -> list[str]:
-    from importlib import metadata
-
-    missing = []
-    for name in names:
-        try:
-            metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            missing.append(name)
-    return missing
 
 
 def request_for(env: EnvSpec) -> Request:
@@ -128,7 +117,7 @@ def plan_process(env: EnvSpec, *, capacity: Request, wenv: WorkerEnv,
     got, clamped = ResourcePool(capacity).clamp(want)
     queue, priority = priority_for(env, priorities)
     notes = []
-    missing = missing_packages(env.image_packages)
+    missing = unmet(env.image_packages)
     if missing:
         # Locally a task runs in this interpreter, not in its image: say what it lacks.
         notes.append("its image declares packages this interpreter lacks: " + ", ".join(missing)
