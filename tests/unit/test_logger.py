@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import shoal
+from shoal import _contract as contract
 from shoal._api.context import TaskContext, running
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 

@@ -228,7 +228,7 @@ def test_the_straggler_is_the_rank_that_waits_least_in_collectives() -> None:
 
 # -- where nsys comes in ------------------------------------------------------------------------
 def _node(profile: str) -> Any:
-    from shoal._runtime.contract import NodeEnv
+    from shoal._contract import NodeEnv
 
     return NodeEnv(home="/h", store="file:///s", run="r", action="a0", attempt=0, env_name="e",
                    code_file="/c.py", task="e.t", io="file:///s/io", node_rank=1, nnodes=2,

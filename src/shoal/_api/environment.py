@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
 from shoal._api.names import check_name
 from shoal._api.secret import secret_specs
-from shoal._runtime import contract
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
 from shoal.errors import SpecError
 

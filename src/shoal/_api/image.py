@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal import _contract as contract
 from shoal._api.image_checks import (
     DEFAULT_IMAGE_NAME,
     check_apt,
@@ -69,7 +70,6 @@ from shoal._api.image_layers import (
     context_name,
 )
 from shoal._api.image_script import check_requires_python, pick_python, read_script_block
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 __all__ = [

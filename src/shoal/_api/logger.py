@@ -17,8 +17,8 @@ import os
 import sys
 from typing import TextIO
 
+from shoal import _contract as contract
 from shoal._api.context import ctx
-from shoal._runtime import contract
 
 NAME = "shoal.user"
 DEFAULT_LEVEL = logging.INFO

@@ -31,8 +31,8 @@ import threading
 import time
 from typing import NoReturn
 
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._spec.profile import ProfileSpec
 
 # Real-time signals are not used by Python, torch or the usual libraries' handlers.

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal.errors import SpecError
 
 
