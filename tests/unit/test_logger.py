@@ -14,7 +14,7 @@ import pytest
 
 import shoal
 from shoal import _contract as contract
-from shoal._api.context import TaskContext, running
+from shoal._runtime.context import TaskContext, running
 from shoal.errors import SpecError
 
 

@@ -56,7 +56,7 @@ from typing import IO, Any
 
 from shoal import _contract as contract
 from shoal._api import io_streams
-from shoal._api.context import ctx
+from shoal._runtime.context import ctx
 from shoal._storage.store import (
     SCHEMES,
     atomic_local_file,

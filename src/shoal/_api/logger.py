@@ -18,7 +18,7 @@ import sys
 from typing import TextIO
 
 from shoal import _contract as contract
-from shoal._api.context import ctx
+from shoal._runtime.context import ctx
 
 NAME = "shoal.user"
 DEFAULT_LEVEL = logging.INFO

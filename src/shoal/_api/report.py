@@ -32,8 +32,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Generic, ParamSpec, TypeVar
 
-from shoal._api.context import ctx
 from shoal._api.report_page import MAIN_TAB, Report, Tab, render_page
+from shoal._runtime.context import ctx
 from shoal.errors import StoreError
 
 __all__ = ["Report", "ReportSession", "Tab", "current_report", "flush", "get_tab", "log",

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from shoal._api.cache import Cache
-from shoal._api.context import ctx
 from shoal._api.custom_context import current_custom_context
 from shoal._api.group import current_group
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import TaskSettings
+from shoal._runtime.context import ctx
 from shoal._spec.call import CallSpec, TaskSpec, frozen_map
 from shoal._spec.code import code_hash
 from shoal.errors import MissingDependencyError, SpecError

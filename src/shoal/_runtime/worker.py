@@ -14,10 +14,10 @@ import sys
 import traceback
 from typing import Any
 
-from shoal._api.context import TaskContext, running
 from shoal._contract import WorkerEnv
 from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
+from shoal._runtime.context import TaskContext, running
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
