@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 import shoal
-from shoal._api.profile import parse_profile, profile_from_text
 from shoal._driver.run_options import RunOptions
 from shoal._runtime.profiling import check_profiles
 from shoal._spec.call import ClusterSpec, EnvSpec
-from shoal._spec.profile import ProfileSpec
+from shoal._spec.profile import ProfileSpec, parse_profile, profile_from_text
 from shoal._storage import profile_summary as ps
 from shoal.errors import SpecError
 

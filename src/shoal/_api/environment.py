@@ -173,7 +173,7 @@ class TaskEnvironment:
                             "Flyte plugins (Ray, Spark, Dask, ...) do not run on Shoal",
                             "use shoal.clustered.ClusteredTaskEnvironment for multi-node "
                             "torch/JAX, or start the framework inside a task")
-        from shoal._api.profile import Profile
+        from shoal._spec.profile import Profile
 
         if profile is not None and not isinstance(profile, Profile):
             raise SpecError(f"{kind}({name!r}).profile", profile, "must be shoal.Profile(...)",

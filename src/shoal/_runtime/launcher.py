@@ -91,7 +91,7 @@ def nsys_profiled(node: NodeEnv, rank: int | None = None) -> bool:
     are started as `shoal._runtime.nsys_rank`, never forked."""
     if "tool=nsys" not in node.profile:
         return False
-    from shoal._api.profile import profile_from_text
+    from shoal._spec.profile import profile_from_text
 
     spec = profile_from_text(node.profile, contract.PROFILE)
     return rank is None or spec.profiles_rank(rank)

@@ -62,7 +62,7 @@ def setting(environ: Any = None) -> ProfileSpec | None:
     text = (os.environ if environ is None else environ).get(contract.PROFILE, "")
     if not text:
         return None
-    from shoal._api.profile import profile_from_text
+    from shoal._spec.profile import profile_from_text
 
     return profile_from_text(text, contract.PROFILE)
 

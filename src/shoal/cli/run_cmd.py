@@ -190,7 +190,7 @@ def _run_options(metrics: str | None, profiles: dict[str, Any]) -> Any:
 def _profiles(task: Any, items: list[str]) -> dict[str, Any]:
     """``--profile ENV[:ranks=..][:steps=A-B]...`` -> {env name: ProfileSpec}, for the
     environments this task reaches."""
-    from shoal._api.profile import parse_profile
+    from shoal._spec.profile import parse_profile
 
     envs = task.env.reachable()
     out: dict[str, Any] = {}
