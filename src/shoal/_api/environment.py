@@ -10,6 +10,7 @@ from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
 from shoal._api.names import check_name
 from shoal._api.secret import secret_specs
+from shoal._runtime import task_registry
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
 from shoal.errors import SpecError
 
@@ -32,12 +33,8 @@ _RESERVED = frozenset(
     }
 )
 
-# Every environment defined in this process, by name (a worker looks tasks up through it).
-_REGISTRY: dict[str, TaskEnvironment] = {}
-
-
 def registered_environments() -> Mapping[str, TaskEnvironment]:
-    return _REGISTRY
+    return task_registry.ENVIRONMENTS
 
 
 def _check_env_vars(field: str, value: object) -> dict[str, str]:
@@ -180,7 +177,7 @@ class TaskEnvironment:
                             "e.g. profile=shoal.Profile(ranks=[0], steps=(10, 12))")
         self.profile: Profile | None = profile
         self.tasks: dict[str, TaskTemplate[Any]] = {}
-        _REGISTRY[self.name] = self
+        task_registry.ENVIRONMENTS[self.name] = self
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
