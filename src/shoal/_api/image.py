@@ -528,14 +528,13 @@ def shoal_source() -> Path | None:
     (PEP 610's direct_url.json). None when it came from a package index."""
     import importlib.metadata
 
-    import shoal
-
+    package = Path(__file__).parent.parent  # shoal/, this file being shoal/_api/image.py
     try:
         dist = importlib.metadata.distribution("shoal")
     except importlib.metadata.PackageNotFoundError:
-        return Path(shoal.__file__).parent
+        return package
     if dist.read_text("direct_url.json"):
-        return Path(shoal.__file__).parent
+        return package
     return None
 
 
