@@ -420,7 +420,7 @@ def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
     import obstore
     from obstore.store import S3Store
 
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.checkpoints import Checkpoint
     from shoal._storage.objstore import CHUNK, ObjectStore
 
@@ -715,7 +715,7 @@ def main() -> None:
                            env)
                  for nice in (0, 19)]
     print(f"s3:// on loopback moto, {args.s3_mib} MiB...", flush=True)
-    from shoal._runtime import contract
+    from shoal import _contract as contract
 
     with moto_server(BUCKET) as endpoint:
         s3_env = dict(env, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",

@@ -265,7 +265,7 @@ def categorize(error: str, stderr: str) -> str:
 
 
 def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
 
     name = path.name
     folder = scratch / path.parent.name / path.stem

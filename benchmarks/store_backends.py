@@ -32,7 +32,7 @@ from pathlib import Path
 
 from _common import headline, moto_server  # benchmarks/_common.py, next to this script
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.store import Store, join, open_store, put_dir
 
 MiB = 1024 * 1024

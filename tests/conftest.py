@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 
 
 @pytest.fixture(autouse=True)

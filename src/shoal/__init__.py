@@ -12,7 +12,6 @@ from shoal import errors, io, report
 from shoal._api.accelerators import AMD_GPU, GPU, HABANA_GAUDI, TPU, Device, Neuron
 from shoal._api.cache import Cache
 from shoal._api.checkpoint import latest_checkpoint
-from shoal._api.context import TaskContext, ctx
 from shoal._api.custom_context import custom_context, get_custom_context
 from shoal._api.environment import TaskEnvironment
 from shoal._api.group import group
@@ -22,7 +21,7 @@ from shoal._api.logger import logger
 from shoal._api.map import map
 from shoal._api.metrics import log_metrics
 from shoal._api.pod_template import PodTemplate
-from shoal._api.profile import Profile, profile_region
+from shoal._api.profile import profile_region
 from shoal._api.resources import Resources
 from shoal._api.reuse import ReusePolicy
 from shoal._api.secret import Secret
@@ -32,6 +31,8 @@ from shoal._api.trace import trace
 from shoal._driver.handle import Run, run
 from shoal._driver.initialize import init, init_from_config
 from shoal._driver.runcontext import with_runcontext
+from shoal._runtime.context import TaskContext, ctx
+from shoal._spec.profile import Profile
 
 if TYPE_CHECKING:
     from shoal._storage.checkpoints import Checkpoint

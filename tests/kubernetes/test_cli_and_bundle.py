@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.bundle import build, fetch, pack
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 import shoal
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._engines.kubernetes import (
     CodeBundle,
     KubeConfig,
@@ -17,8 +19,6 @@ from shoal._engines.kubernetes import (
     gpu_products,
 )
 from shoal._engines.kubernetes.pods import CODE_BUNDLE, KUBE_CONFIG
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy
 from shoal.errors import SpecError
 from tests.kubernetes import seed_program, variants_program

@@ -346,8 +346,8 @@ def _as_driver_pod(fake: FakeApiServer, s3_root: str, tmp_path: Path,
     """This process as the driver pod of ``run``: the program bundled to the store, the pod's
     variables set from its compiled Job, the root's inputs written, the in-cluster client
     pointed at the fake API server. Returns the call, the store and the run's io folder."""
+    from shoal import _contract as contract
     from shoal._engines.kubernetes.manifests import compile_driver, driver_io
-    from shoal._runtime import contract
     from shoal._runtime.loader import find_task
     from shoal._storage.bundle import build
 
@@ -433,7 +433,7 @@ def test_the_driver_pod_sizes_nested_gangs_as_the_submitter_overrode_them(
     import threading
 
     from shoal._driver import pod
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.call_io import put_topology
 
     _, store, io = _as_driver_pod(fake, s3_root, tmp_path, monkeypatch, GANG_DRIVER_PROGRAM,

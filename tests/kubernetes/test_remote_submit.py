@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import shoal
+from shoal import _contract as contract
 from shoal._driver import config
-from shoal._runtime import contract
 from shoal._runtime.loader import find_task
 from shoal._storage.store import join, open_store
 from shoal.errors import RunCancelled, RuntimeUserError, SpecError

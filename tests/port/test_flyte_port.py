@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 
 pytestmark = [pytest.mark.port, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.records import Records
 from shoal.errors import RuntimeUserError
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.records import Records
 
 from .programs import gang_traps as traps

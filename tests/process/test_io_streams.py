@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 
 from .programs import io_streams as prog
 

@@ -12,7 +12,7 @@ import pytest
 from tensorboardX.proto.event_pb2 import Event
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.metrics import RunMetrics
 from shoal._storage.records import Records
 

@@ -129,7 +129,7 @@ def test_on_an_object_store_the_traces_are_kept_in_it_and_read_back_from_it(
         shoal_home: Path, s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.store import open_store
 
     monkeypatch.setenv(contract.STORE, s3_root)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.report_store import report_uri, stored_reports
 from shoal._storage.store import open_store
 from shoal.errors import TaskFailed

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.records import Records
 from shoal.errors import SpecError, TaskTimeout
 

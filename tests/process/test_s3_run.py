@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]

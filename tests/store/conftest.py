@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.store import Store, open_store
 
 SRC = Path(__file__).resolve().parents[2] / "src"

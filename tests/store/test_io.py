@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from shoal import _contract as contract
 from shoal._api.io import Dir, File
-from shoal._runtime import contract
 from shoal._storage.store import join, open_store
 from shoal.errors import NotFoundError, SpecError
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.local import LocalStore
 from shoal._storage.store import (
     TMP_PREFIX,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.objstore import CHUNK, ObjectStore
 from shoal._storage.store import join, open_store, split_scheme
 from shoal.errors import StoreError

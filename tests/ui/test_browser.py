@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._runtime.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
 

@@ -244,7 +244,7 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
         client: TestClient, records: Records, shoal_home: Path) -> None:
     """The gang panel's data from what a 2-node × 2-rank gang leaves: a start whose rank 2
     raised, a start preempted, a start that is still running, and two checkpoints."""
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.checkpoint_layout import Version, Versions
     from shoal._storage.store import join, open_store
 

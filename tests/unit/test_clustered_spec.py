@@ -92,7 +92,7 @@ def test_override_is_validated_and_drops_cached_specs() -> None:
 
 
 def test_rank_env_is_what_torchrun_gives() -> None:
-    from shoal._runtime.contract import NodeEnv, torch_rank_env
+    from shoal._contract import NodeEnv, torch_rank_env
 
     node = NodeEnv(home="h", store="s", run="r", action="a0", attempt=0, env_name="e",
                    code_file="f", task="t", io="x", node_rank=1, nnodes=2, nproc_per_node=2,
@@ -105,7 +105,7 @@ def test_rank_env_is_what_torchrun_gives() -> None:
 
 
 def test_launcher_compiles_torchrun_commands() -> None:
-    from shoal._runtime.contract import NodeEnv
+    from shoal._contract import NodeEnv
     from shoal._runtime.launcher import torchrun_argv
 
     node = NodeEnv(home="h", store="s", run="r", action="a0", attempt=0, env_name="e",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import shoal
+from shoal import _contract as contract
 from shoal._driver import config, handle
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._api.context import TaskContext, running
 from shoal._driver.run_options import RunOptions
+from shoal._runtime.context import TaskContext, running
 from shoal._spec.call import CallSpec
 from shoal._storage.records import Records
 from shoal.errors import SpecError

@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._runtime.frameworks import _on_cpu, cpu_backend
 
 

@@ -1,4 +1,4 @@
-"""The architecture as a test: the public surface, the light import, the layer rules."""
+"""The architecture as a test: the public surface, the light import, the one order of the layers."""
 
 from __future__ import annotations
 
@@ -101,44 +101,104 @@ def test_import_shoal_stays_light() -> None:
 
 
 def _imports(path: Path) -> set[str]:
+    """The Shoal modules ``path`` imports, anywhere in the file (lazily, or for type checks
+    only: a layer that names another for its types still depends on it)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            pytest.fail(f"{path.relative_to(SRC)}: a relative import; spell shoal.…")
+        elif isinstance(node, ast.ImportFrom) and node.module == "shoal":
+            names |= {f"shoal.{a.name}" for a in node.names}  # from shoal import _contract
+        elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
-    return {n for n in names if n.startswith("shoal")}
+    return {n for n in names if n == "shoal" or n.startswith("shoal.")}
 
 
-# layer -> what it must never import (anywhere in the file, lazily or not)
-RULES = {
-    "_spec": ("shoal._engines", "shoal._driver", "shoal._storage", "shoal._runtime", "shoal.cli",
-              "shoal._api"),
-    "_api": ("shoal._engines", "shoal.cli"),
-    "_runtime": ("shoal._engines", "shoal._driver", "shoal.cli"),
-    "_storage": ("shoal._engines", "shoal._driver", "shoal.cli"),
-    "_engines": ("shoal._api", "shoal._driver", "shoal.cli"),
-    "_driver": ("shoal.cli",),
-    # The web UI reads the records, the store and the run's files; it never drives a run.
-    "_ui": ("shoal._engines", "shoal._driver", "shoal._api", "shoal.cli"),
-}
+# The layers, bottom to top. A layer imports only the layers below it, never one beside or
+# above it (lazily or not); the foundation imports no other layer.
+#
+#   foundation   errors, _contract (the env-var contract), _spec (frozen descriptions)
+#   _storage     the store, codecs, records, checkpoints
+#   _runtime     what runs in a task process: the task context, worker, ranks, launcher
+#   _api | _engines | _ui    what users write | the engines | the web UI: side by side
+#   _driver      one run on any engine; shoal.run / init / Run / with_runcontext
+#   public       shoal/__init__.py, io.py, report.py, clustered.py, _image.py
+#   cli          the commands
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("foundation",),
+    ("_storage",),
+    ("_runtime",),
+    ("_api", "_engines", "_ui"),
+    ("_driver",),
+    ("public",),
+    ("cli",),
+)
+RANK = {layer: rank for rank, names in enumerate(LAYERS) for layer in names}
+FOUNDATION = {"errors", "_contract", "_spec"}
+PUBLIC_FILES = {"__init__", "io", "report", "clustered", "_image"}
+
+
+def _layer(top: str) -> str:
+    """The layer of ``shoal.<top>`` (a top-level module or package of Shoal)."""
+    if top in FOUNDATION:
+        return "foundation"
+    if top in PUBLIC_FILES or top not in RANK:
+        return "public"  # `import shoal`, `from shoal import Run`: the package's surface
+    return top
+
+
+def _layer_of_file(path: Path) -> str:
+    top = path.relative_to(SRC).parts[0].removesuffix(".py")
+    assert top in FOUNDATION | PUBLIC_FILES or top in RANK, (
+        f"{top}: give it a layer in test_layers.py (LAYERS, FOUNDATION or PUBLIC_FILES)")
+    return _layer(top)
+
+
+def _layer_of_module(name: str) -> str:
+    return _layer(name.split(".")[1]) if name != "shoal" else "public"
+
+
+def _sources() -> list[Path]:
+    return [p for p in SRC.rglob("*.py") if "__pycache__" not in p.parts]
+
+
+def test_every_file_has_a_layer() -> None:
+    for path in _sources():
+        _layer_of_file(path)
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    bad = []
+    for path in _sources():
+        mine = _layer_of_file(path)
+        for name in sorted(_imports(path)):
+            theirs = _layer_of_module(name)
+            if theirs != mine and RANK[theirs] >= RANK[mine]:
+                bad.append(f"{path.relative_to(SRC)} ({mine}) imports {name} ({theirs})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_foundation_imports_no_other_layer() -> None:
+    """errors, the contract and the specs load first, in any process: errors and the contract
+    import nothing of Shoal, the specs nothing but errors (and each other)."""
+    bad = []
+    for path in _sources():
+        top = path.relative_to(SRC).parts[0].removesuffix(".py")
+        if top not in FOUNDATION:
+            continue
+        allowed = {"shoal.errors"} if top == "_spec" else set()
+        bad += [f"{path.relative_to(SRC)} imports {name}" for name in sorted(_imports(path))
+                if name not in allowed and name.split(".")[:2] != ["shoal", top]]
+    assert not bad, "\n".join(bad)
 
 
 def test_only_the_cli_imports_the_ui() -> None:
     bad = [f"{path.relative_to(SRC)} imports {name}"
-           for path in SRC.rglob("*.py")
+           for path in _sources()
            if path.parent.name != "cli" and "_ui" not in path.relative_to(SRC).parts
            for name in _imports(path) if name == "shoal._ui" or name.startswith("shoal._ui.")]
-    assert not bad, "\n".join(bad)
-
-
-@pytest.mark.parametrize("layer", sorted(RULES))
-def test_layer_rules(layer: str) -> None:
-    bad = []
-    for path in (SRC / layer).rglob("*.py"):
-        for name in _imports(path):
-            if any(name == f or name.startswith(f + ".") for f in RULES[layer]):
-                bad.append(f"{path.relative_to(SRC)} imports {name}")
     assert not bad, "\n".join(bad)
 
 
@@ -156,7 +216,7 @@ def test_env_var_names_live_in_the_contract() -> None:
     """No module but the contract spells a SHOAL_* variable name."""
     offenders = []
     for path in SRC.rglob("*.py"):
-        if path.name == "contract.py":
+        if path.relative_to(SRC).as_posix() == "_contract.py":
             continue
         tree = ast.parse(path.read_text())
         own = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign)

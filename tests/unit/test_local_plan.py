@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import shoal
+from shoal import _contract as contract
+from shoal._contract import WorkerEnv
 from shoal._engines.local.plan import plan_process, priority_for, request_for, worker_environ
 from shoal._engines.local.pool import Request
-from shoal._runtime import contract
-from shoal._runtime.contract import WorkerEnv
 from shoal.errors import SpecError
 
 WENV = WorkerEnv(home="/h", store="file:///s", env_name="e", code_file="/f.py",

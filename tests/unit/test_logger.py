@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._api.context import TaskContext, running
-from shoal._runtime import contract
+from shoal import _contract as contract
+from shoal._runtime.context import TaskContext, running
 from shoal.errors import SpecError
 
 

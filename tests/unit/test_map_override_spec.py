@@ -112,7 +112,7 @@ def test_map_reads_its_inputs_lazily_and_stops_at_the_shortest() -> None:
 
 
 def test_map_from_a_rank_of_a_gang_is_refused_even_with_return_exceptions() -> None:
-    from shoal._api.context import TaskContext, running
+    from shoal._runtime.context import TaskContext, running
 
     rank = TaskContext(run_name="r", action="a0.1", task=train.name, env=gang.name, rank=1,
                        in_gang=True)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from shoal import _contract as contract
 from shoal._driver.bridges import spec as bridge_spec
 from shoal._driver.bridges.follower import Bridge, Bridges, BridgeThread, Point, Stream
 from shoal._driver.bridges.spec import BridgeSpec, check_installed, parse_bridges
 from shoal._driver.run_options import RunOptions
 from shoal._driver.runcontext import with_runcontext
 from shoal._driver.runner import check_system_metrics_interval, metric_bridges
-from shoal._runtime import contract
 from shoal._runtime.metrics import open_writer
 from shoal.errors import SpecError
 

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 import shoal
-from shoal._api.profile import parse_profile, profile_from_text
 from shoal._driver.run_options import RunOptions
 from shoal._runtime.profiling import check_profiles
 from shoal._spec.call import ClusterSpec, EnvSpec
-from shoal._spec.profile import ProfileSpec
+from shoal._spec.profile import ProfileSpec, parse_profile, profile_from_text
 from shoal._storage import profile_summary as ps
 from shoal.errors import SpecError
 
@@ -228,7 +227,7 @@ def test_the_straggler_is_the_rank_that_waits_least_in_collectives() -> None:
 
 # -- where nsys comes in ------------------------------------------------------------------------
 def _node(profile: str) -> Any:
-    from shoal._runtime.contract import NodeEnv
+    from shoal._contract import NodeEnv
 
     return NodeEnv(home="/h", store="file:///s", run="r", action="a0", attempt=0, env_name="e",
                    code_file="/c.py", task="e.t", io="file:///s/io", node_rank=1, nnodes=2,

@@ -11,9 +11,9 @@ import pytest
 
 import shoal
 from shoal._api import report as report_api
-from shoal._api.context import TaskContext, running
-from shoal._api.report import ReportSession, reporting
-from shoal._api.report_page import Report, render_page
+from shoal._runtime.context import TaskContext, running
+from shoal._runtime.report_page import Report, render_page
+from shoal._runtime.report_scope import ReportSession, reporting
 from shoal._storage.report_store import report_uri, stored_reports
 from shoal._storage.store import open_store
 from shoal.errors import SpecError, StoreError

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import shoal
+from shoal import _contract as contract
 from shoal._driver import runcontext
 from shoal._driver.handle import ActionPhase
 from shoal._driver.run_options import RunOptions
-from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec, TaskSpec
 from shoal.errors import SpecError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._runtime.allocation import STATE_FILE, Allocation, AllocationState, Start
 from shoal._storage.store import join, open_store
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import shoal
+from shoal import _contract as contract
 from shoal._driver import config
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 PROGRAM = Path(__file__).with_name("slurm_program.py")

@@ -132,7 +132,7 @@ def test_nvml_answers_become_gpu_states(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_the_node_sampler_writes_each_ranks_file(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from shoal._runtime.contract import NodeEnv
+    from shoal._contract import NodeEnv
     from shoal._runtime.node_sampler import NodeSampler
     from shoal._storage.metrics import RunMetrics
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import shoal
-from shoal._api.context import TaskContext, running
+from shoal._runtime.context import TaskContext, running
 from shoal._spec.trace import TraceCall, TraceOutcome, TraceReplay
 from shoal.errors import InputError, SpecError
 

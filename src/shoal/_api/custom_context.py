@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from shoal._api.context import called_with, custom_block
+from shoal._runtime.context import called_with, custom_block
 from shoal.errors import SpecError
 
 

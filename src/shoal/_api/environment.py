@@ -6,10 +6,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
 from shoal._api.names import check_name
 from shoal._api.secret import secret_specs
-from shoal._runtime import contract
+from shoal._runtime import task_registry
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
 from shoal.errors import SpecError
 
@@ -32,12 +33,8 @@ _RESERVED = frozenset(
     }
 )
 
-# Every environment defined in this process, by name (a worker looks tasks up through it).
-_REGISTRY: dict[str, TaskEnvironment] = {}
-
-
 def registered_environments() -> Mapping[str, TaskEnvironment]:
-    return _REGISTRY
+    return task_registry.ENVIRONMENTS
 
 
 def _check_env_vars(field: str, value: object) -> dict[str, str]:
@@ -173,14 +170,14 @@ class TaskEnvironment:
                             "Flyte plugins (Ray, Spark, Dask, ...) do not run on Shoal",
                             "use shoal.clustered.ClusteredTaskEnvironment for multi-node "
                             "torch/JAX, or start the framework inside a task")
-        from shoal._api.profile import Profile
+        from shoal._spec.profile import Profile
 
         if profile is not None and not isinstance(profile, Profile):
             raise SpecError(f"{kind}({name!r}).profile", profile, "must be shoal.Profile(...)",
                             "e.g. profile=shoal.Profile(ranks=[0], steps=(10, 12))")
         self.profile: Profile | None = profile
         self.tasks: dict[str, TaskTemplate[Any]] = {}
-        _REGISTRY[self.name] = self
+        task_registry.ENVIRONMENTS[self.name] = self
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal import _contract as contract
 from shoal._api.image_checks import (
     DEFAULT_IMAGE_NAME,
     check_apt,
@@ -69,7 +70,6 @@ from shoal._api.image_layers import (
     context_name,
 )
 from shoal._api.image_script import check_requires_python, pick_python, read_script_block
-from shoal._runtime import contract
 from shoal._runtime.packages import applies_here, parse_requirement, unmet
 from shoal.errors import SpecError
 
@@ -535,14 +535,13 @@ def shoal_source() -> Path | None:
     (PEP 610's direct_url.json). None when it came from a package index."""
     import importlib.metadata
 
-    import shoal
-
+    package = Path(__file__).parent.parent  # shoal/, this file being shoal/_api/image.py
     try:
         dist = importlib.metadata.distribution("shoal")
     except importlib.metadata.PackageNotFoundError:
-        return Path(shoal.__file__).parent
+        return package
     if dist.read_text("direct_url.json"):
-        return Path(shoal.__file__).parent
+        return package
     return None
 
 

@@ -54,9 +54,9 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from shoal import _contract as contract
 from shoal._api import io_streams
-from shoal._api.context import ctx
-from shoal._runtime import contract
+from shoal._runtime.context import ctx
 from shoal._storage.store import (
     SCHEMES,
     atomic_local_file,

@@ -17,8 +17,8 @@ import os
 import sys
 from typing import TextIO
 
-from shoal._api.context import ctx
-from shoal._runtime import contract
+from shoal import _contract as contract
+from shoal._runtime.context import ctx
 
 NAME = "shoal.user"
 DEFAULT_LEVEL = logging.INFO

@@ -25,8 +25,8 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from shoal._api.context import ctx
 from shoal._api.group import group
+from shoal._runtime.context import ctx
 from shoal.errors import InputError, SpecError
 
 if TYPE_CHECKING:

@@ -24,81 +24,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Generic, ParamSpec, TypeVar
 
-from shoal._api.context import ctx
-from shoal._api.report_page import MAIN_TAB, Report, Tab, render_page
-from shoal.errors import StoreError
+from shoal._runtime.context import ctx
+from shoal._runtime.report_page import MAIN_TAB, Report, Tab
+from shoal._runtime.report_scope import ReportSession, current_session
 
-__all__ = ["Report", "ReportSession", "Tab", "current_report", "flush", "get_tab", "log",
-           "replace", "reporting"]
+__all__ = ["current_report", "flush", "get_tab", "log", "replace"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@dataclass
-class ReportSession:
-    """The report of one running task call (one rank, for clustered tasks).
-
-    ``write`` stores the rendered page (bytes) atomically; None when this process's report is
-    not stored, and ``not_stored`` then says why (the warning users see).
-    """
-
-    report: Report
-    facts: list[tuple[str, str]]
-    write: Callable[[bytes], None] | None
-    not_stored: str = ""
-    note: str = ""
-    status: str = "running"
-    warned: bool = field(default=False, init=False)
-
-    def render(self) -> str:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        facts = [*self.facts, ("status", self.status), ("written", stamp)]
-        return render_page(self.report, title=self.report.name, facts=facts, note=self.note)
-
-    def flush(self) -> None:
-        if self.write is None:
-            return
-        # Render and write under the report's lock: two flushes from threads (``.aio``) must
-        # not store an older page over a newer one.
-        with self.report.lock:
-            self.write(self.render().encode())
-
-    def finish(self, error: BaseException | None) -> None:
-        """The last write, with the outcome. A store failure here is printed to the task's log
-        and does not change the task's result: the report observes the work, it is not it."""
-        self.status = "finished" if error is None else f"failed: {type(error).__name__}: {error}"
-        try:
-            self.flush()
-        except StoreError as e:
-            print(f"shoal: the report of this task could not be stored: {e}", file=sys.stderr)
-
-
-_current: ContextVar[ReportSession | None] = ContextVar("shoal_report", default=None)
 _warned: set[tuple[object, ...]] = set()
-
-
-@contextmanager
-def reporting(session: ReportSession) -> Iterator[ReportSession]:
-    """Make ``session`` the report of the body, and write it at the end (runtime use only)."""
-    token = _current.set(session)
-    error: BaseException | None = None
-    try:
-        yield session
-    except BaseException as e:
-        error = e
-        raise
-    finally:
-        _current.reset(token)
-        session.finish(error)
 
 
 def _warn(message: str) -> None:
@@ -118,7 +58,7 @@ def _warn_once(key: tuple[object, ...], message: str) -> None:
 def _session(api: str) -> ReportSession | None:
     """The running call's report session; None (after a one-time warning) when there is none
     or when this process's report is not stored."""
-    session = _current.get()
+    session = current_session()
     if session is not None:
         if session.write is None and not session.warned:
             session.warned = True

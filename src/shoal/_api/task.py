@@ -16,11 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from shoal._api.cache import Cache
-from shoal._api.context import ctx
 from shoal._api.custom_context import current_custom_context
 from shoal._api.group import current_group
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import TaskSettings
+from shoal._runtime.context import ctx
+from shoal._runtime.task_registry import LoadableTask
 from shoal._spec.call import CallSpec, TaskSpec, frozen_map
 from shoal._spec.code import code_hash
 from shoal.errors import MissingDependencyError, SpecError
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class TaskTemplate(Generic[F]):
+class TaskTemplate(LoadableTask, Generic[F]):
     """A task: a typed function bound to an environment."""
 
     def __init__(

@@ -42,8 +42,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from shoal._api.context import TaskContext, ctx, running
 from shoal._api.group import current_group
+from shoal._runtime.context import TaskContext, ctx, running
 from shoal._spec.trace import TraceCall, TraceOutcome, TraceReplay
 from shoal.errors import InputError, SpecError
 

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._driver.engine_choice import check_engine
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 FILE_NAME = "config.yaml"

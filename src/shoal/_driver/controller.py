@@ -24,11 +24,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._driver.deadline import Deadline, PastDeadline
 from shoal._driver.run_options import RunOptions
 from shoal._driver.traces import TraceKeeper
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
-from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._spec.code import cache_key
 from shoal._spec.trace import TraceCall, TraceOutcome

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal.errors import SpecError
 
 ENGINES = contract.ENGINES

@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from shoal import _contract as contract
 from shoal._api.task import TaskTemplate
 from shoal._driver.engine_choice import engine_from_env, is_remote
 from shoal._driver.outputs import RunOutputs
 from shoal._driver.run_options import RunOptions
 from shoal._driver.syncaio import SyncAio, SyncAioMethod
-from shoal._runtime import contract
 from shoal.errors import SpecError, TaskTimeout
 
 POLL_SECONDS = 0.2

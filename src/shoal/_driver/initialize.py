@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._driver import handle
 from shoal._driver.engine_choice import check_engine, is_remote
 from shoal._driver.syncaio import SyncAio
-from shoal._runtime import contract
 from shoal.errors import SpecError
 
 

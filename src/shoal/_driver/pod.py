@@ -23,9 +23,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._driver.runner import Runner, make_engine
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
-from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal.errors import SpecError, TaskFailed
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._driver.run_options import RunOptions
 from shoal._driver.runner import RunOutcome
 from shoal._engines.base import CodeRef, RemoteDriver
-from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal.errors import (
     FailureInfo,

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._driver.bridges.run_bridges import FINAL_DRAIN_SECONDS, start_bridges
 from shoal._driver.bridges.spec import BridgeSpec, check_installed, parse_bridges
 from shoal._driver.controller import Controller, Reporter
 from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
-from shoal._runtime import contract
 from shoal._runtime.profiling import check_profiles
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._storage.records import PREEMPT_REQUEST, Records

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._spec.call import EnvSpec, SecretSpec
 
 

@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 
 STATE_FILE = "allocation.json"
 # What srun says when a node's task ends badly ("srun: error: n2: task 1: Killed") or a node

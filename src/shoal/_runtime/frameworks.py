@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._runtime.rank_status import wrap_collectives
 
 

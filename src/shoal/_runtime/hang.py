@@ -25,8 +25,8 @@ from typing import Any
 
 import psutil
 
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._runtime.rank_status import STACKS_SIGNAL, raw_stacks_path, read_status, status_dir
 
 HANG_SIGNAL = signal.SIGUSR1  # engine -> launcher: "record your ranks now"

@@ -31,8 +31,8 @@ import threading
 import time
 from typing import NoReturn
 
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -91,7 +91,7 @@ def nsys_profiled(node: NodeEnv, rank: int | None = None) -> bool:
     are started as `shoal._runtime.nsys_rank`, never forked."""
     if "tool=nsys" not in node.profile:
         return False
-    from shoal._api.profile import profile_from_text
+    from shoal._spec.profile import profile_from_text
 
     spec = profile_from_text(node.profile, contract.PROFILE)
     return rank is None or spec.profiles_rank(rank)

@@ -14,6 +14,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from shoal._runtime import task_registry
+from shoal._runtime.task_registry import LoadableTask
 from shoal.errors import NotFoundError, SpecError
 
 _loaded: dict[str, ModuleType] = {}
@@ -65,13 +67,9 @@ def load_file(path: str | Path) -> ModuleType:
 
 def find_task(path: str | Path, task_name: str) -> Any:
     """The task called ``task_name`` (``env.fn``, or a bare function name) in the file."""
-    from shoal._api.task import TaskTemplate
-
     module = load_file(path)
-    tasks = {t.name: t for t in vars(module).values() if isinstance(t, TaskTemplate)}
-    from shoal._api.environment import registered_environments
-
-    for env in registered_environments().values():
+    tasks = {t.name: t for t in vars(module).values() if isinstance(t, LoadableTask)}
+    for env in task_registry.ENVIRONMENTS.values():
         for t in env.tasks.values():
             if t.func.__module__ == module.__name__:
                 tasks.setdefault(t.name, t)

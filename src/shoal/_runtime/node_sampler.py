@@ -20,8 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._runtime.metrics import MetricsWriter, open_writer
 from shoal._runtime.system_metrics import Gpus, TreeSampler, gpu_points, visible_device
 

@@ -25,8 +25,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._runtime.profiling import copy_to_store, profile_folder, setting, store_folder
 from shoal._spec.profile import ProfileSpec
 

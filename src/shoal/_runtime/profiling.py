@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._spec.profile import ProfileSpec
 
 # Real-time signals are not used by Python, torch or the usual libraries' handlers.
@@ -62,7 +62,7 @@ def setting(environ: Any = None) -> ProfileSpec | None:
     text = (os.environ if environ is None else environ).get(contract.PROFILE, "")
     if not text:
         return None
-    from shoal._api.profile import profile_from_text
+    from shoal._spec.profile import profile_from_text
 
     return profile_from_text(text, contract.PROFILE)
 

@@ -18,9 +18,10 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from shoal._api.context import TaskContext, running
-from shoal._runtime import contract, rank_status
-from shoal._runtime.contract import NodeEnv
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
+from shoal._runtime import rank_status
+from shoal._runtime.context import TaskContext, running
 from shoal._runtime.frameworks import prepare_runtime
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope

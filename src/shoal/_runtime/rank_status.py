@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from shoal._runtime.contract import NodeEnv
+from shoal._contract import NodeEnv
 
 if TYPE_CHECKING:
     from shoal._runtime.metrics import MetricsWriter

@@ -7,11 +7,78 @@ that is (``file://`` here, ``s3://``/``gs://`` on a cluster).
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
-from shoal._api.report import ReportSession, reporting
-from shoal._api.report_page import Report
+from shoal._runtime.report_page import Report, render_page
+from shoal.errors import StoreError
+
+
+@dataclass
+class ReportSession:
+    """The report of one running task call (one rank, for clustered tasks).
+
+    ``write`` stores the rendered page (bytes) atomically; None when this process's report is
+    not stored, and ``not_stored`` then says why (the warning users see).
+    """
+
+    report: Report
+    facts: list[tuple[str, str]]
+    write: Callable[[bytes], None] | None
+    not_stored: str = ""
+    note: str = ""
+    status: str = "running"
+    warned: bool = field(default=False, init=False)
+
+    def render(self) -> str:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        facts = [*self.facts, ("status", self.status), ("written", stamp)]
+        return render_page(self.report, title=self.report.name, facts=facts, note=self.note)
+
+    def flush(self) -> None:
+        if self.write is None:
+            return
+        # Render and write under the report's lock: two flushes from threads (``.aio``) must
+        # not store an older page over a newer one.
+        with self.report.lock:
+            self.write(self.render().encode())
+
+    def finish(self, error: BaseException | None) -> None:
+        """The last write, with the outcome. A store failure here is printed to the task's log
+        and does not change the task's result: the report observes the work, it is not it."""
+        self.status = "finished" if error is None else f"failed: {type(error).__name__}: {error}"
+        try:
+            self.flush()
+        except StoreError as e:
+            print(f"shoal: the report of this task could not be stored: {e}", file=sys.stderr)
+
+
+_current: ContextVar[ReportSession | None] = ContextVar("shoal_report", default=None)
+
+
+def current_session() -> ReportSession | None:
+    """The report session of the running call; None outside one."""
+    return _current.get()
+
+
+@contextmanager
+def reporting(session: ReportSession) -> Iterator[ReportSession]:
+    """Make ``session`` the report of the body, and write it at the end (runtime use only)."""
+    token = _current.set(session)
+    error: BaseException | None = None
+    try:
+        yield session
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        _current.reset(token)
+        session.finish(error)
 
 
 def report_scope(task: Any, *, store: str, run: str, action: str, attempt: int,

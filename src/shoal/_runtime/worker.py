@@ -1,7 +1,7 @@
 """One worker process of one environment: takes `Run` orders and executes task calls.
 
 Started by the local engine as ``python -m shoal._runtime.worker`` with the variables of
-`shoal._runtime.contract.WorkerEnv`. It stays warm between calls (the user's module is imported
+`shoal._contract.WorkerEnv`. It stays warm between calls (the user's module is imported
 once), runs one call at a time, and writes each call's stdout/stderr to that call's log file.
 """
 
@@ -14,10 +14,10 @@ import sys
 import traceback
 from typing import Any
 
-from shoal._api.context import TaskContext, running
+from shoal._contract import WorkerEnv
 from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
-from shoal._runtime.contract import WorkerEnv
+from shoal._runtime.context import TaskContext, running
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
@@ -63,7 +63,7 @@ def _failure(order: m.Run, exc: BaseException, kind: str) -> FailureInfo:
 
 def _checkpoint(order: m.Run) -> Any:
     """The call's checkpoint; created lazily by nothing but a few attributes (no I/O)."""
-    from shoal._runtime.contract import checkpoint_local_dir
+    from shoal._contract import checkpoint_local_dir
     from shoal._storage.checkpoints import Checkpoint
 
     return Checkpoint(order.checkpoint_uri, local_dir=checkpoint_local_dir(order.checkpoint_uri),

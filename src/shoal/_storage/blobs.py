@@ -45,6 +45,6 @@ def _blobs_for(root: str) -> StoreBlobs:
 
 def store_blobs(root: str | None = None) -> StoreBlobs:
     """The blob store of ``root`` (default: this process's store from the env contract)."""
-    from shoal._runtime import contract
+    from shoal import _contract as contract
 
     return _blobs_for(root or contract.store_uri())

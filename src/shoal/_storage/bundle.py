@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.store import join, open_store, store_for
 from shoal.errors import SpecError
 

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.store import Store, Upload, atomic_local_file, split_scheme
 from shoal.errors import ObjectNotFound, ShoalError, StoreError
 

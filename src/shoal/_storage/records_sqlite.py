@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._storage.records_schema import SCHEMA_VERSION, migrate, schema_version
 from shoal.errors import NotFoundError, ShoalSystemError
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import unquote, urlparse
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal.errors import NotFoundError, SpecError
 
 __all__ = [

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal._runtime.reports import first_failure, read_reports
 from shoal._storage.checkpoint_layout import Versions
 from shoal._storage.records import AttemptRecord, EventRecord, Records, RunRecord

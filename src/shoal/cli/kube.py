@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 
 
 def kube_config(settings: str | None) -> Any:

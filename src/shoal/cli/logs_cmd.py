@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.records import Records
 
     pattern = _pattern(args.grep)
@@ -107,7 +107,7 @@ def _lines(source: LogSource, args: argparse.Namespace,
 
 def _combined(records: Records, run: str, args: argparse.Namespace,
               pattern: re.Pattern[str] | None) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.logs import log_sources
 
     tasks = {a.action_id: ("/".join(a.group_path) + " › " if a.group_path else "") + a.task
@@ -140,7 +140,7 @@ def _combined(records: Records, run: str, args: argparse.Namespace,
 def _rank_logs(records: Records, run: str, args: argparse.Namespace,
                pattern: re.Pattern[str] | None) -> int:
     """Logs of one rank, every attempt and gang restart, each under its own header."""
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.logs import log_sources
     from shoal.errors import NotFoundError
 
@@ -178,7 +178,7 @@ def _grep_result(run: str, pattern: re.Pattern[str] | None, matched: int) -> int
 
 def _follow(records: Records, run: str, args: argparse.Namespace,
             pattern: re.Pattern[str] | None) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.log_lines import LogFollower
     from shoal._storage.logs import LINE_LIMIT, cut_line
 

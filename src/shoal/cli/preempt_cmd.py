@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.records import Records
 
     records = Records(contract.home() / "shoal.db")

@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage import profile_files
     from shoal._storage.profile_summary import render
     from shoal._storage.records import Records

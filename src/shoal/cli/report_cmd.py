@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.records import Records
     from shoal._storage.report_store import stored_reports
     from shoal._storage.store import open_store

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal.errors import SpecError
 
 
@@ -190,7 +190,7 @@ def _run_options(metrics: str | None, profiles: dict[str, Any]) -> Any:
 def _profiles(task: Any, items: list[str]) -> dict[str, Any]:
     """``--profile ENV[:ranks=..][:steps=A-B]...`` -> {env name: ProfileSpec}, for the
     environments this task reaches."""
-    from shoal._api.profile import parse_profile
+    from shoal._spec.profile import parse_profile
 
     envs = task.env.reachable()
     out: dict[str, Any] = {}

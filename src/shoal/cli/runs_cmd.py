@@ -41,7 +41,7 @@ def _duration(start: float | None, end: float | None) -> str:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal._storage.records import Records
 
     records = Records(contract.home() / "shoal.db")

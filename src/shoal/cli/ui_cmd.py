@@ -13,7 +13,7 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
 
     p.add_argument("run", metavar="RUN", nargs="?", default=None,
                    help="print the URL of this run's page (a unique prefix is enough)")
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
-    from shoal._runtime import contract
+    from shoal import _contract as contract
     from shoal.errors import SpecError
 
     if not 0 <= args.port <= 65535:

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import shoal
-from shoal._runtime import contract
+from shoal import _contract as contract
 from shoal.clustered import ClusteredTaskEnvironment
 
 plain = shoal.TaskEnvironment(name="plain", resources=shoal.Resources(cpu=0.1))

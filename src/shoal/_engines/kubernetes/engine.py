@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._engines.kubernetes.client import KubeClient, Watch, WatchEvent
 from shoal._engines.kubernetes.config import KubeConfig
@@ -43,7 +44,6 @@ from shoal._engines.kubernetes.status import (
     owned_workload,
     terminal_record,
 )
-from shoal._runtime import contract
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._storage.call_io import put_call_io

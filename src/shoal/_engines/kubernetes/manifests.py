@@ -25,6 +25,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._engines.base import default_launch, refuse_progress_timeout
 from shoal._engines.kubernetes import validate
 from shoal._engines.kubernetes.config import KubeConfig
@@ -44,8 +46,6 @@ from shoal._engines.kubernetes.pods import (
     pod_template,
     split_labels,
 )
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._storage.store import join
 from shoal.errors import SpecError

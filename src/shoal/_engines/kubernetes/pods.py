@@ -18,17 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
 from shoal._engines.kubernetes.gpu_products import accelerator_selector
 from shoal._engines.kubernetes.secrets import secret_env_entries, secret_volume
 from shoal._engines.kubernetes.validate import KUEUE_LABELS
-from shoal._runtime import contract
 from shoal._spec.call import EnvSpec
 from shoal.errors import SpecError
 
 __all__ = ["CODE_BUNDLE", "KUBE_CONFIG", "LABEL_PREFIX", "CodeBundle", "pod_template"]
 
-# Contract variables this engine adds; they move into `shoal._runtime.contract` with the
+# Contract variables this engine adds; they move into `shoal._contract` with the
 # launcher's bundle fetch (built from PREFIX so that the contract stays their only spelling).
 CODE_BUNDLE = contract.CODE_BUNDLE
 KUBE_CONFIG = contract.KUBE_CONFIG

@@ -13,8 +13,8 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._engines.kubernetes.config import KubeConfig
-from shoal._runtime import contract
 from shoal._spec.call import EnvSpec
 from shoal.errors import SpecError
 

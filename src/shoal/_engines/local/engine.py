@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
+from shoal._contract import WorkerEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.local import procs
@@ -31,9 +33,7 @@ from shoal._engines.local.plan import (
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
-from shoal._runtime import contract
 from shoal._runtime import messages as m
-from shoal._runtime.contract import WorkerEnv
 from shoal._runtime.metrics import open_writer
 from shoal._runtime.system_metrics import CallSampler
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import gang_hang, procs
 from shoal._engines.local.plan import worker_environ
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
 from shoal._runtime.hang import timed_out
 from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import FirstFailure, first_failure

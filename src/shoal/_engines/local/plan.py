@@ -11,9 +11,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from shoal import _contract as contract
+from shoal._contract import WorkerEnv
 from shoal._engines.local.pool import Request
-from shoal._runtime import contract
-from shoal._runtime.contract import WorkerEnv
 from shoal._runtime.packages import unmet
 from shoal._spec.call import EnvSpec
 from shoal.errors import SpecError

@@ -27,6 +27,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._engines.base import (
     AttemptOutcome,
     AttemptRef,
@@ -39,9 +41,7 @@ from shoal._engines.slurm import commands
 from shoal._engines.slurm.commands import JobInfo, SbatchRefused
 from shoal._engines.slurm.script import JobPlan, render, render_driver, run_prefix
 from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
-from shoal._runtime import contract
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start
-from shoal._runtime.contract import NodeEnv
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io

@@ -14,9 +14,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shoal import _contract as contract
+from shoal._contract import NodeEnv
 from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
-from shoal._runtime import contract
-from shoal._runtime.contract import NodeEnv
 from shoal._spec.call import ClusterSpec, EnvSpec
 
 JOB_PREFIX = "shoal"
