@@ -8,6 +8,11 @@ The root call of a plain task runs here, in a local worker of this pod, so the c
 reach the controller; each of those calls (and a clustered root) becomes its own Job or
 JobSet through the Kubernetes engine. The outcome goes back to the store for the submitting
 CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or ``$SHOAL_IO/failure.json``.
+
+Its records stay in this pod; it publishes them to the same folder as it goes, every
+`PUBLISH_SECONDS` and at the end, and carries out the cancel and preempt requests other
+machines leave there (`shoal._storage.remote_records`), through its own records as the local
+driver does.
 """
 
 from __future__ import annotations
@@ -20,11 +25,16 @@ import posixpath
 import sys
 from typing import Any
 
-from shoal._driver.runner import Runner, make_engine
+from shoal._driver.runner import Runner, RunOutcome, make_engine
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._runtime import contract
 from shoal._spec.call import CallSpec, EnvSpec
-from shoal.errors import TaskFailed
+from shoal._storage.records import Records
+from shoal._storage.remote_records import RecordsPublisher
+from shoal._storage.store import Store
+from shoal.errors import StoreError, TaskFailed
+
+PUBLISH_SECONDS = 1.0
 
 
 class RootInPod(Engine):
@@ -62,6 +72,31 @@ def _report(kind: str, action: str, data: dict[str, Any]) -> None:
     print(f"shoal: {action} {where}{data.get('task', '')}: {kind} {what}".rstrip(), flush=True)
 
 
+async def _run_publishing(runner: Runner, store: Store, io: str) -> RunOutcome:
+    """``runner.run()``, its records published to ``io`` while it runs and once it ended."""
+    publisher = RecordsPublisher(runner.records, runner.name, store, io)
+    main = asyncio.ensure_future(runner.run())
+    while not main.done():
+        try:
+            await asyncio.to_thread(_publish_and_obey, publisher, runner.records, runner.name)
+        except StoreError as e:  # a store hiccup must not end the run; the next try may pass
+            print(f"shoal: could not publish the run's records to {io}: {e}", file=sys.stderr,
+                  flush=True)
+        await asyncio.wait({main}, timeout=PUBLISH_SECONDS)
+    outcome = main.result()
+    await asyncio.to_thread(publisher.publish)
+    return outcome
+
+
+def _publish_and_obey(publisher: RecordsPublisher, records: Records, run: str) -> None:
+    publisher.publish()
+    for kind in publisher.requests():
+        if kind == "cancel":
+            records.request_cancel(run)
+        else:
+            records.request_preempt(run, "`shoal preempt` (through the store)")
+
+
 def main() -> int:
     from shoal._engines.kubernetes import CodeBundle, KubeConfig
     from shoal._engines.kubernetes.client import KubeClient
@@ -90,7 +125,8 @@ def main() -> int:
         local = make_engine("local", run=runner.name, home=runner.home,
                             store=runner.store_uri, lineage=runner.lineage_root)
         runner.engine = RootInPod(local, runner.engine)
-    outcome = asyncio.run(runner.run())
+    runner.register()
+    outcome = asyncio.run(_run_publishing(runner, store, io))
     if outcome.state == "succeeded":
         store.put_bytes(join(io, "output.json"), json.dumps(outcome.output).encode())
         print(f"shoal: run {runner.name} succeeded", flush=True)

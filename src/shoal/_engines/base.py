@@ -170,6 +170,21 @@ class RemoteDriver(abc.ABC):
     def how_to_stop(self, run: str) -> str:
         """How a person stops the run on the cluster (while Shoal cannot from here)."""
 
+    def where(self, run: str) -> dict[str, str]:
+        """Where the run's driver runs, as the run's records keep it (for `stop`)."""
+        return {}
+
+    def driver_alive(self, run: str, where: dict[str, str]) -> bool:
+        """Whether the run's driver is still there to carry out requests (True when this
+        engine cannot tell)."""
+        return True
+
+    def stop(self, run: str, where: dict[str, str]) -> int:
+        """Delete what runs the run's driver, for a driver that can no longer stop itself;
+        how many objects were deleted."""
+        raise EngineError(f"the {self.name} engine cannot stop a run's driver from here: "
+                          f"{self.how_to_stop(run)}")
+
     @abc.abstractmethod
     def submit(self, call: CallSpec, run: str, code: CodeRef,
                on_log: Callable[[str], None]) -> str:

@@ -42,10 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal._runtime import contract
     from shoal._storage.records import Records
+    from shoal._storage.remote_records import refresh
 
     pattern = _pattern(args.grep)
     records = Records(contract.home() / "shoal.db")
-    run = records.get_run(args.run)
+    # a run driven elsewhere: its records and its driver's logs, from the store
+    run = refresh(records, records.get_run(args.run), home=contract.home(), logs=True)
     if args.action is not None and not (args.follow and not run.terminal):
         _check_action(records, run.name, args.action)
     try:
@@ -181,6 +183,7 @@ def _follow(records: Records, run: str, args: argparse.Namespace,
     from shoal._runtime import contract
     from shoal._storage.log_lines import LogFollower
     from shoal._storage.logs import LINE_LIMIT, cut_line
+    from shoal._storage.remote_records import refresh
 
     follower = LogFollower(contract.home(), records, run, keep=lambda s: _wanted(args, s),
                            limit=None if args.full or pattern is not None else LINE_LIMIT)
@@ -199,5 +202,6 @@ def _follow(records: Records, run: str, args: argparse.Namespace,
             return 0
         if time.monotonic() - reaped_at > REAP_EVERY:  # a killed driver never ends its run
             records.reap_dead_runs()
+            refresh(records, records.get_run(run), home=contract.home(), logs=True)
             reaped_at = time.monotonic()
         time.sleep(POLL)

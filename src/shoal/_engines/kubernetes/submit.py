@@ -95,8 +95,35 @@ class KubeRemoteDriver(RemoteDriver):
         return to_yaml(objects)
 
     def how_to_stop(self, run: str) -> str:
-        return (f"kubectl delete job -n {self.config.namespace} -l {LABEL_PREFIX}run={run},"
-                f"{LABEL_PREFIX}role=driver --cascade=foreground")
+        return (f"kubectl delete job -n {self.config.namespace} -l {self._selector(run)} "
+                "--cascade=foreground")
+
+    def _selector(self, run: str) -> str:
+        return f"{LABEL_PREFIX}run={run},{LABEL_PREFIX}role=driver"
+
+    def where(self, run: str) -> dict[str, str]:
+        return {"namespace": self.config.namespace, "selector": self._selector(run)}
+
+    def _client_for(self, where: dict[str, str]) -> KubeClient:
+        if self.client is None or self.client.namespace != where["namespace"]:
+            self.client = KubeClient.from_kubeconfig(namespace=where["namespace"], timeout=10)
+        return self.client
+
+    def driver_alive(self, run: str, where: dict[str, str]) -> bool:
+        """A driver pod that has not ended; a Job still to start one counts too."""
+        client = self._client_for(where)
+        pods = client.list("Pod", where["selector"])
+        if any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods):
+            return True
+        return any(not (is_true(j, "Complete") or is_true(j, "Failed")) and not pods
+                   for j in client.list("Job", where["selector"]))
+
+    def stop(self, run: str, where: dict[str, str]) -> int:
+        client = self._client_for(where)
+        jobs = client.list("Job", where["selector"])
+        for job in jobs:
+            client.delete("Job", job["metadata"]["name"], "Foreground", missing_ok=True)
+        return len(jobs)
 
     def submit(self, call: CallSpec, run: str, code: CodeRef,
                on_log: Callable[[str], None]) -> str:
