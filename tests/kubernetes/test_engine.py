@@ -279,6 +279,9 @@ def test_a_failed_job_without_reports_says_how_its_pod_ended(harness: Harness) -
     f = asyncio.run(harness.attempt(prepare, "a0.2", play)).failure
     assert f is not None and f.kind == "crash" and f.exit_code == 1 and f.node == 0
     assert "No module named 'torch'" in f.log_tail
+    # the pod's log is kept as the attempt's log, for after the Job and its pod are gone
+    kept = (harness.tmp / "logs" / "a0.2.0.log").read_text()
+    assert kept == "import torch\nModuleNotFoundError: No module named 'torch'\n"
 
 
 def _closed_port() -> int:

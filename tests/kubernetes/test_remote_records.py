@@ -35,8 +35,22 @@ PROGRAM = '''
 import time
 
 import shoal
+from shoal.clustered import ClusteredTaskEnvironment, TorchRun
 
-env = shoal.TaskEnvironment(name="records-root", image="shoal:test")
+gang = ClusteredTaskEnvironment(
+    name="records-gang", image="shoal:test", replicas=2, nproc_per_node=2, runtime=TorchRun(),
+    pod_template=shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "research"}))
+env = shoal.TaskEnvironment(name="records-root", image="shoal:test", depends_on=[gang])
+
+
+@gang.task
+def train(steps: int) -> float:
+    raise NotImplementedError  # its pods are played by the test
+
+
+@env.task
+def pretrain(steps: int = 3) -> float:
+    return train(steps)
 
 
 @env.task
@@ -167,6 +181,8 @@ def test_a_finished_kubernetes_run_is_listed_with_its_call_tree_and_its_logs(
     assert "hello k8s from the driver pod" in logs.stdout
     (run,) = laptop.records().list_runs()
     assert (run.engine, run.engine_pid) == ("kubernetes", None)
+    resume = laptop.run("run", "--resume", "r-greet")
+    assert resume.returncode == 2 and "does not replay an earlier run's calls yet" in resume.stderr
 
 
 def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
@@ -210,6 +226,51 @@ def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
     logs = laptop.run("logs", "r-spin")
     assert "spin 0" in logs.stdout and "(cancelled)" in logs.stdout
     assert fake.all("jobs")  # the driver ended itself: its Job is left to its TTL
+
+
+def test_the_logs_of_a_gang_the_driver_pod_ran_are_read_per_rank(
+        fake: FakeApiServer, laptop: Laptop, tmp_path: Path, s3_root: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gang's pods log to their stdout; the driver keeps each node's log when the JobSet
+    ends and publishes it: `shoal logs RUN --rank N` is the log of rank N's node."""
+    from shoal._driver import pod
+    from shoal._storage.store import join, open_store
+
+    cli = laptop.submit("r-gang", "pretrain")
+    played = _become_the_driver_pod(fake, tmp_path, monkeypatch, "r-gang")
+    cluster: FakeCluster = fake.cluster  # type: ignore[attr-defined]
+
+    def play_the_gang() -> None:
+        (jobset,) = wait_for(lambda: fake.all("jobsets"), 30, "the gang's JobSet")
+        name = jobset["metadata"]["name"]
+        wait_for(lambda: fake.all("workloads"), 10, "its Kueue workload")
+        cluster.admit(name)
+        for node in (0, 1):
+            p = cluster.node_pod(name, node)
+            fake.append_log("default", p["metadata"]["name"], p["spec"]["containers"][0]["name"],
+                            *(f"node {node} rank {r} step 3" for r in (2 * node, 2 * node + 1)))
+        open_store(s3_root).put_bytes(join(s3_root, "runs", "r-gang", "a0.1", "0", "r0",
+                                           "output.json"), b"0.5")
+        cluster.succeed(name)
+
+    gang = threading.Thread(target=play_the_gang, daemon=True)
+    gang.start()
+    assert pod.main() == 0
+    gang.join(10)
+    _end_the_driver(fake, played, ok=True)
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0, err
+    assert json.loads(out) == 0.5
+
+    rank3 = laptop.run("logs", "r-gang", "--rank", "3")
+    assert rank3.returncode == 0, rank3.stderr
+    assert "==> a0.1 attempt 0 restart 0 rank 3 (in node 1's log) <==" in rank3.stdout
+    assert "node 1 rank 3 step 3" in rank3.stdout and "node 0" not in rank3.stdout
+    every = laptop.run("logs", "r-gang")
+    assert "[node 0 launcher attempt 0] node 0 rank 0 step 3" in every.stdout
+    assert "[node 1 launcher attempt 0] training done" in every.stdout
+    missing = laptop.run("logs", "r-gang", "--rank", "4")
+    assert missing.returncode == 2 and "use one of rank0, rank1, rank2, rank3" in missing.stderr
 
 
 def test_cancelling_a_run_whose_driver_pod_is_gone_deletes_its_driver_job(

@@ -74,7 +74,7 @@ def _report(kind: str, action: str, data: dict[str, Any]) -> None:
 
 async def _run_publishing(runner: Runner, store: Store, io: str) -> RunOutcome:
     """``runner.run()``, its records published to ``io`` while it runs and once it ended."""
-    publisher = RecordsPublisher(runner.records, runner.name, store, io)
+    publisher = RecordsPublisher(runner.records, runner.name, store, io, runner.home)
     main = asyncio.ensure_future(runner.run())
     while not main.done():
         try:

@@ -8,7 +8,9 @@ and reads there what other machines ask of it:
         state.json                  the run's state, error and times: small, what `shoal runs`
                                     reads for each unfinished run
         records.json                the run, its actions, attempts and events (`snapshot`)
-        logs/<action>.<attempt>.log the logs of the calls the driver ran in its own pod
+        logs/<action>.<attempt>.log the log of each plain call: run in the driver's pod, or
+                                    its Job's pod log, kept when the Job ended
+        logs/gang/<action>.<attempt>/r<restart>/node<i>.log   each node's pod log of a gang
         requests/cancel.json        `shoal cancel RUN`
         requests/preempt-<ns>.json  `shoal preempt RUN`, one object per request
 
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shoal._storage.logs import gang_log_root
 from shoal._storage.records import Records, RunRecord
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import ObjectNotFound, StoreError
@@ -34,7 +37,7 @@ from shoal.errors import ObjectNotFound, StoreError
 __all__ = ["SUBMITTED", "RecordsPublisher", "driver_folder", "local_log", "put_request",
            "refresh", "unreachable"]
 
-STATE, RECORDS, LOGS, REQUESTS = "state.json", "records.json", "logs", "requests"
+STATE, RECORDS, LOGS, REQUESTS, GANG = "state.json", "records.json", "logs", "requests", "gang"
 SUBMITTED = "driver_submitted"  # the submitter's event: data {"io", "namespace", "selector"}
 _STATE_FIELDS = ("state", "error", "started_at", "ended_at", "heartbeat_at")
 
@@ -42,28 +45,33 @@ _STATE_FIELDS = ("state", "error", "started_at", "ended_at", "heartbeat_at")
 class RecordsPublisher:
     """The driver's side: publish the run's records, collect the requests made of it."""
 
-    def __init__(self, records: Records, run: str, store: Store, io: str) -> None:
+    def __init__(self, records: Records, run: str, store: Store, io: str, home: Path) -> None:
         self.records, self.run, self.store, self.io = records, run, store, io
+        self.gangs = gang_log_root(home, run)
         self._sizes: dict[str, int] = {}  # log file -> bytes already published
         self._seen: set[str] = set()
 
     def publish(self) -> None:
         snap = self.records.snapshot(self.run)
         for attempt in snap["attempts"]:
-            self._publish_log(attempt)
+            path = Path(attempt["log_path"]) if attempt.get("log_path") else None
+            name = f"{attempt['action_id']}.{attempt['attempt']}.log"
+            self._publish_log(path, join(self.io, LOGS, name))
+        if self.gangs.is_dir():
+            for path in sorted(self.gangs.rglob("*.log")):
+                rel = path.relative_to(self.gangs).as_posix()
+                self._publish_log(path, join(self.io, LOGS, GANG, *rel.split("/")))
         self.store.put_bytes(join(self.io, RECORDS), json.dumps(snap).encode())
         state = {k: snap["run"][k] for k in _STATE_FIELDS}
         self.store.put_bytes(join(self.io, STATE), json.dumps(
             {**state, "published_at": time.time()}).encode())
 
-    def _publish_log(self, attempt: dict[str, Any]) -> None:
-        path = Path(attempt["log_path"]) if attempt.get("log_path") else None
+    def _publish_log(self, path: Path | None, uri: str) -> None:
         if path is None or not path.is_file():
-            return  # a call run as its own Job or JobSet logs to its pods, not to this disk
+            return  # a Job's pod log is kept once the Job has ended
         size = path.stat().st_size
         if self._sizes.get(str(path)) != size:
-            name = f"{attempt['action_id']}.{attempt['attempt']}.log"
-            self.store.put_file(path, join(self.io, LOGS, name))
+            self.store.put_file(path, uri)
             self._sizes[str(path)] = size
 
     def requests(self) -> list[str]:
@@ -120,11 +128,7 @@ def refresh(records: Records, run: RunRecord, *, home: Path, full: bool = False,
             records.merge_snapshot(run.name, snap, lambda action, attempt: str(
                 local_log(home, run.name, action, attempt)))
             if logs:
-                for uri in store.list(join(io, LOGS)):
-                    action, attempt, _ = posixpath.basename(uri).rsplit(".", 2)
-                    dest = local_log(home, run.name, action, int(attempt))
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    store.get_file(uri, dest)
+                _download_logs(store, join(io, LOGS), home, run.name)
         else:
             state = json.loads(store.get_bytes(join(io, STATE)))
             records.merge_snapshot(run.name, {"run": state})
@@ -134,3 +138,16 @@ def refresh(records: Records, run: RunRecord, *, home: Path, full: bool = False,
         raise unreachable(run.name, run.store, e) from e
     return records.get_run(run.name)
 
+
+
+def _download_logs(store: Store, logs: str, home: Path, run: str) -> None:
+    """The published logs where this machine's readers look for a run's logs."""
+    for uri in store.list(logs):
+        rel = uri[len(logs):].strip("/").split("/")
+        if rel[0] == GANG:
+            dest = gang_log_root(home, run).joinpath(*rel[1:])
+        else:
+            action, attempt, _ = rel[-1].rsplit(".", 2)
+            dest = local_log(home, run, action, int(attempt))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        store.get_file(uri, dest)

@@ -146,17 +146,21 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
     from shoal._storage.logs import log_sources
     from shoal.errors import NotFoundError
 
-    sources = [s for s in log_sources(contract.home(), records, run)
-               if s.kind == "rank" or (s.kind == "stacks" and s.rank is not None)]
+    every = log_sources(contract.home(), records, run)
+    sources = [s for s in every if s.kind == "rank" or (s.kind == "stacks" and s.rank is not None)]
     found = [s for s in sources if _wanted(args, s)]
+    if not sources:  # Kubernetes: a node is a pod whose ranks all write to its one log
+        sources = _ranks_in_node_logs(records, run, every)
+        found = [s for s in sources if _wanted(args, s)]
     if not found:
         ranks = sorted({f"rank{s.rank}" for s in sources})
         fix = f"use one of {', '.join(ranks)}" if ranks else "it ran no clustered task"
         raise NotFoundError(f"--rank={args.rank}: run {run} has no log of that rank. Fix: {fix}")
     matched = 0
     for source in found:
+        what = {"stacks": " stacks", "node": f" (in node {source.node}'s log)"}
         header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
-                  f"rank {source.rank}{' stacks' if source.kind == 'stacks' else ''} <==\n")
+                  f"rank {source.rank}{what.get(source.kind, '')} <==\n")
         if pattern is None:
             sys.stdout.write(header)
         printed = 0
@@ -168,6 +172,26 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
         matched += printed
     sys.stdout.flush()
     return _grep_result(run, pattern, matched)
+
+
+def _ranks_in_node_logs(records: Records, run: str, every: list[LogSource]) -> list[LogSource]:
+    """One source per rank of each node log, the node's file: where a gang's ranks log to
+    their node's stdout (Kubernetes pods), that is a rank's log."""
+    import dataclasses
+
+    per_node: dict[str, int] = {}
+    for e in records.events(run):
+        if e.kind == "gang_started" and e.action_id and isinstance(e.data, dict):
+            nproc = e.data.get("nproc_per_node")
+            if isinstance(nproc, int) and nproc > 0:
+                per_node[e.action_id] = nproc
+    out = []
+    for s in every:
+        nproc = per_node.get(s.action)
+        if s.kind == "node" and s.node is not None and nproc:
+            out += [dataclasses.replace(s, rank=r)
+                    for r in range(s.node * nproc, (s.node + 1) * nproc)]
+    return out
 
 
 def _grep_result(run: str, pattern: re.Pattern[str] | None, matched: int) -> int:

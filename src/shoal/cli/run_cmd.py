@@ -66,6 +66,12 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
     engine = (check_engine("--engine", args.engine) if args.engine else
               _recorded_engine(args.resume) if args.resume else engine_from_env())
+    if is_remote(engine) and args.resume:
+        raise SpecError("--resume", args.resume, f"a {engine} run's driver does not replay an "
+                        "earlier run's calls yet (its records are in the store, but the new "
+                        "driver pod does not read them)",
+                        "start it again with `shoal run --engine kubernetes FILE TASK ...`; "
+                        "see what the earlier run did with `shoal runs RUN`")
     if is_remote(engine):
         from shoal._driver import remote
         from shoal._driver.run_options import RunOptions
