@@ -223,6 +223,8 @@ def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
     assert said["cancel"].returncode == 0, said["cancel"].stderr
     assert "run r-spin: cancelled" in said["cancel"].stdout
     assert _row(laptop.run("runs").stdout, "r-spin")[2] == "cancelled"
+    kinds = [e.kind for e in laptop.records().events("r-spin")]  # merged many times, once each
+    assert kinds.count("preempt_done") == 1 and kinds.count("driver_submitted") == 1
     logs = laptop.run("logs", "r-spin")
     assert "spin 0" in logs.stdout and "(cancelled)" in logs.stdout
     assert fake.all("jobs")  # the driver ended itself: its Job is left to its TTL
@@ -320,3 +322,68 @@ def test_every_command_on_a_run_whose_store_is_unreachable_names_the_store_and_t
         assert "Fix: give this machine the store's credentials and endpoint" in err, name
     assert listing.returncode == 0 and _row(listing.stdout, "r-far")[2] == "queued"
     assert f"the store {s3_root}" in listing.stderr
+
+
+def test_the_web_ui_lists_shows_and_asks_a_kubernetes_run_through_the_store(
+        s3_root: str, shoal_home: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The UI of the submitting machine: the run's state, tree and logs as its driver (played
+    here by records of another home, published as the pod publishes them) left them in the
+    store; its preempt and cancel buttons leave requests there for the driver."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from shoal._driver import remote
+    from shoal._engines.kubernetes.config import KubeConfig
+    from shoal._engines.kubernetes.submit import KubeRemoteDriver
+    from shoal._runtime.loader import find_task
+    from shoal._spec.call import CallSpec
+    from shoal._storage.remote_records import RecordsPublisher
+    from shoal._storage.store import open_store
+    from shoal._ui import app
+    from shoal._ui.guard import allowed_hosts
+
+    monkeypatch.setattr(app, "REAP_SECONDS", 0.0)
+    task = find_task(Path(__file__).parent / "seed_program.py", "prepare")
+    driver = KubeRemoteDriver(KubeConfig(store=s3_root, namespace="default"))
+    remote.record(CallSpec(task=task.spec(), inputs={}, parent_action=None), "r-ui", driver)
+
+    pod_home = tmp_path / "pod-home"
+    pod = Records(pod_home / "shoal.db")
+    pod.create_run(name="r-ui", task=task.spec().name, code_file="/code/seed_program.py",
+                   engine="kubernetes", store=s3_root, inputs={})
+    pod.set_run_state("r-ui", "running")
+    pod.create_action(run="r-ui", action_id="a0", task=task.spec().name, env="data", inputs={})
+    log = pod_home / "runs" / "r-ui" / "logs" / "a0.0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("tokenizing shard 0\n")
+    pod.start_attempt("r-ui", "a0", 0, pid=7, log_path=log)
+    publisher = RecordsPublisher(pod, "r-ui", open_store(s3_root), driver.io("r-ui"), pod_home)
+    publisher.publish()
+
+    ui = app.build_app(shoal_home, token="t", hosts=allowed_hosts("127.0.0.1", 8484), port=8484)
+    with TestClient(ui, base_url="http://127.0.0.1:8484") as client:
+        client.get("/?token=t")
+        (row,) = client.get("/api/runs").json()["runs"]
+        assert (row["name"], row["state"], row["engine"]) == ("r-ui", "running", "kubernetes")
+        page = client.get("/api/runs/r-ui").json()
+        assert [a["id"] for a in page["actions"]] == ["a0"]
+        (source,) = client.get("/api/runs/r-ui/logs").json()["sources"]
+        assert source["action"] == "a0" and source["size"] == len("tokenizing shard 0\n")
+        asked = client.post("/api/runs/r-ui/preempt", headers={"X-Shoal-Token": "t"}).json()
+        assert asked["requested"] is True
+        assert publisher.requests() == ["preempt"]
+
+        pod.finish_attempt("r-ui", "a0", 0, state="succeeded")
+        pod.set_action_state("r-ui", "a0", "succeeded", outputs=3)
+        pod.set_run_state("r-ui", "succeeded", outputs=3)
+        publisher.publish()
+        (row,) = client.get("/api/runs").json()["runs"]
+        assert row["state"] == "succeeded"
+        asked = client.post("/api/runs/r-ui/cancel", headers={"X-Shoal-Token": "t"}).json()
+        assert asked == {"run": "r-ui", "requested": False, "message": "already ended "
+                         "(succeeded)"}
+        assert publisher.requests() == []
+        again = client.get("/api/runs/r-ui").json()  # merged twice: nothing doubled
+        assert [a["state"] for a in again["actions"]] == ["succeeded"]
+        assert [e["kind"] for e in again["events"]].count("driver_submitted") == 1
