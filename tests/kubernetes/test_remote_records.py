@@ -32,6 +32,7 @@ pytestmark = pytest.mark.s3
 
 TOKEN = "test-token"
 PROGRAM = '''
+import os
 import time
 
 import shoal
@@ -40,7 +41,21 @@ from shoal.clustered import ClusteredTaskEnvironment, TorchRun
 gang = ClusteredTaskEnvironment(
     name="records-gang", image="shoal:test", replicas=2, nproc_per_node=2, runtime=TorchRun(),
     pod_template=shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "research"}))
-env = shoal.TaskEnvironment(name="records-root", image="shoal:test", depends_on=[gang])
+leaf = shoal.TaskEnvironment(name="records-leaf", image="shoal:test")
+env = shoal.TaskEnvironment(name="records-root", image="shoal:test", depends_on=[gang, leaf])
+
+
+@leaf.task
+def square(x: int) -> int:
+    raise NotImplementedError  # its Job's pod is played by the test
+
+
+@env.task
+def square_then_check(x: int = 3) -> int:
+    y = square(x)
+    if not os.path.exists(os.environ["RECORDS_MARK"]):
+        raise ValueError("no mark yet")
+    return y + 1
 
 
 @gang.task
@@ -127,7 +142,7 @@ def _become_the_driver_pod(fake: FakeApiServer, tmp: Path, monkeypatch: pytest.M
     for var in job["spec"]["template"]["spec"]["containers"][0]["env"]:
         if "value" in var:
             monkeypatch.setenv(var["name"], var["value"])
-    monkeypatch.setenv(contract.HOME, str(tmp / "pod-home"))
+    monkeypatch.setenv(contract.HOME, str(tmp / f"pod-home-{run}"))  # each pod its own
     monkeypatch.setattr(KubeClient, "in_cluster", classmethod(
         lambda cls, **kw: KubeClient(fake.url, token=TOKEN, namespace="default", timeout=5)))
     labels = job["spec"]["template"]["metadata"]["labels"]
@@ -181,8 +196,6 @@ def test_a_finished_kubernetes_run_is_listed_with_its_call_tree_and_its_logs(
     assert "hello k8s from the driver pod" in logs.stdout
     (run,) = laptop.records().list_runs()
     assert (run.engine, run.engine_pid) == ("kubernetes", None)
-    resume = laptop.run("run", "--resume", "r-greet")
-    assert resume.returncode == 2 and "does not replay an earlier run's calls yet" in resume.stderr
 
 
 def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
@@ -211,6 +224,7 @@ def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
             return any(e.kind == "preempt_done" for e in laptop.records().events("r-spin"))
 
         wait_for(preempted, 30, "the driver's preempt_done event")
+        said["resume"] = laptop.run("run", "--resume", "r-spin")
         said["cancel"] = laptop.run("cancel", "r-spin", "--wait", "30")
 
     helper = threading.Thread(target=user, daemon=True)
@@ -221,6 +235,8 @@ def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
     assert said["preempt"].returncode == 0, said["preempt"].stderr
     assert "preemption requested for r-spin" in said["preempt"].stdout
     assert said["cancel"].returncode == 0, said["cancel"].stderr
+    assert said["resume"].returncode == 2
+    assert "is still running (its driver runs on kubernetes)" in said["resume"].stderr
     assert "run r-spin: cancelled" in said["cancel"].stdout
     assert _row(laptop.run("runs").stdout, "r-spin")[2] == "cancelled"
     kinds = [e.kind for e in laptop.records().events("r-spin")]  # merged many times, once each
@@ -273,6 +289,52 @@ def test_the_logs_of_a_gang_the_driver_pod_ran_are_read_per_rank(
     assert "[node 1 launcher attempt 0] training done" in every.stdout
     missing = laptop.run("logs", "r-gang", "--rank", "4")
     assert missing.returncode == 2 and "use one of rank0, rank1, rank2, rank3" in missing.stderr
+
+
+def test_a_failed_kubernetes_run_is_resumed_and_its_completed_calls_replayed(
+        fake: FakeApiServer, laptop: Laptop, tmp_path: Path, s3_root: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`shoal run --resume` of a kubernetes run: the new driver pod reads the earlier run's
+    published records, so the call that completed there is replayed, not submitted again."""
+    from shoal._driver import pod
+    from shoal._storage.store import join, open_store
+
+    mark = tmp_path / "mark"
+    monkeypatch.setenv("RECORDS_MARK", str(mark))
+    store = open_store(s3_root)
+
+    def play_the_square() -> None:
+        (job,) = wait_for(lambda: [j for j in fake.all("jobs") if j["metadata"].get(
+            "annotations", {}).get("shoal.dev/action") == "a0.1"], 30, "the square's Job")
+        io = join(s3_root, "runs", "r-first", "a0.1", "0")
+        x = json.loads(store.get_bytes(join(io, "inputs.json")))["x"]
+        store.put_bytes(join(io, "r0", "output.json"), json.dumps(x * x).encode())
+        job["status"] = {"conditions": [{"type": "Complete", "status": "True",
+                                         "reason": "CompletionsReached", "message": "-"}]}
+        fake.put("jobs", job)
+
+    cli = laptop.submit("r-first", "square_then_check")
+    played = _become_the_driver_pod(fake, tmp_path, monkeypatch, "r-first")
+    threading.Thread(target=play_the_square, daemon=True).start()
+    assert pod.main() == 1  # "no mark yet", after the square completed
+    _end_the_driver(fake, played, ok=False)
+    _, err = cli.communicate(timeout=60)
+    assert cli.returncode == 1 and "no mark yet" in err
+
+    mark.write_text("")
+    cli = laptop.start("run", "--resume", "r-first", "--name", "r-second", "--kube-settings",
+                       str(laptop.settings))
+    played = _become_the_driver_pod(fake, tmp_path, monkeypatch, "r-second")
+    assert pod.main() == 0
+    _end_the_driver(fake, played, ok=True)
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0, err
+    assert json.loads(out) == 10
+    second = fake.all("jobs", selector="shoal.dev/run=r-second")
+    assert [j["metadata"]["labels"]["shoal.dev/role"] for j in second] == ["driver"]
+    tree = laptop.run("runs", "r-second")
+    assert "resumes r-first" in tree.stdout.splitlines()[0]
+    assert any("a0.1" in ln and "replayed" in ln for ln in tree.stdout.splitlines())
 
 
 def test_cancelling_a_run_whose_driver_pod_is_gone_deletes_its_driver_job(

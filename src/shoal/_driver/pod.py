@@ -97,6 +97,26 @@ def _publish_and_obey(publisher: RecordsPublisher, records: Records, run: str) -
             records.request_preempt(run, "`shoal preempt` (through the store)")
 
 
+def _seed_resumed(records: Records, store: Store, root: str, resumes: list[str]) -> None:
+    """The records of the runs this one resumes, as their drivers published them, into this
+    pod's own records: what the controller replays completed calls from."""
+    from shoal._engines.kubernetes.manifests import driver_io
+    from shoal._storage.remote_records import RECORDS
+    from shoal._storage.store import join
+    from shoal.errors import ObjectNotFound
+
+    for name in reversed(resumes):  # oldest first: each names the one it resumed
+        try:
+            snap = json.loads(store.get_bytes(join(driver_io(root, name), RECORDS)))
+        except ObjectNotFound:  # its driver never published: nothing of it to replay
+            snap = {"run": {"task": "?", "code_file": "?", "inputs": {}, "state": "crashed"}}
+        run = snap["run"]
+        records.create_run(name=name, task=run["task"], code_file=run["code_file"],
+                           engine="kubernetes", store=root, inputs=run["inputs"],
+                           driven_elsewhere="kubernetes", resumed_from=run.get("resumed_from"))
+        records.merge_snapshot(name, snap)
+
+
 def main() -> int:
     from shoal._engines.kubernetes import CodeBundle, KubeConfig
     from shoal._engines.kubernetes.client import KubeClient
@@ -118,8 +138,11 @@ def main() -> int:
                     custom_context=get_custom_context(store, io))
     envs = [e.spec() for e in task.env.reachable().values()]
     client = KubeClient.in_cluster(namespace=config.namespace)
+    resumes = [r for r in env.get(contract.RESUMES, "").split(",") if r]
+    records = Records(contract.home() / "shoal.db")
+    _seed_resumed(records, store, config.store, resumes)
     runner = Runner(call, envs=envs, name=env[contract.RUN], engine="kubernetes",
-                    reporter=_report,
+                    reporter=_report, records=records, resume=resumes[0] if resumes else None,
                     engine_options={"config": config, "client": client, "code": code})
     if call.task.env.cluster is None:
         local = make_engine("local", run=runner.name, home=runner.home,

@@ -65,7 +65,7 @@ def new_run_name() -> str:
     return _records().new_run_name()
 
 
-def record(call: CallSpec, run: str, driver: RemoteDriver) -> None:
+def record(call: CallSpec, run: str, driver: RemoteDriver, resume: str | None = None) -> None:
     """The run in this machine's records (state ``queued``, no pid here: its driver runs
     elsewhere) with where its driver publishes its records; a taken name fails here."""
     from shoal._storage.remote_records import SUBMITTED
@@ -73,7 +73,7 @@ def record(call: CallSpec, run: str, driver: RemoteDriver) -> None:
     records = _records()
     records.create_run(name=run, task=call.task.name, code_file=call.task.code_file,
                        engine=driver.name, store=driver.store, inputs=dict(call.inputs),
-                       driven_elsewhere=driver.name)
+                       driven_elsewhere=driver.name, resumed_from=resume)
     where = {"io": driver.io(run), **driver.where(run)}
     records.add_event(run, SUBMITTED, f"driver submitted to {driver.name}", data=where)
 
@@ -133,8 +133,10 @@ def write_plan(driver: RemoteDriver, objects: list[dict[str, Any]], out: str | N
 
 def submit(call: CallSpec, run: str, driver: RemoteDriver, *,
            on_log: Callable[[str], None],
-           on_started: Callable[[str], None] = lambda where: None) -> RunOutcome:
-    """Run ``call`` as run ``run`` on the driver's cluster, to its end. A run that fails or is
+           on_started: Callable[[str], None] = lambda where: None,
+           resume: str | None = None) -> RunOutcome:
+    """Run ``call`` as run ``run`` on the driver's cluster, to its end (continuing run
+    ``resume``: its driver replays the calls that completed there). A run that fails or is
     cancelled there comes back as its outcome (``error``: what `shoal.run` raises); what keeps
     it from starting (no cluster, a bad bundle) is raised."""
     from shoal._storage.call_io import put_call_io
@@ -142,14 +144,15 @@ def submit(call: CallSpec, run: str, driver: RemoteDriver, *,
 
     where = driver.connect()  # no cluster, no upload
     code = _code(call, driver, upload=True)
+    records = _records()
+    resumes = tuple(r.name for r in records.lineage(resume)) if resume else ()
     if not _recorded(run):
-        record(call, run, driver)
+        record(call, run, driver, resume)
     store, io = open_store(driver.store), driver.io(run)
     put_call_io(store, io, call.inputs, call.custom_context)
-    records = _records()
     records.set_run_state(run, "running")
     on_started(where)
-    said = driver.submit(call, run, code, on_log)
+    said = driver.submit(call, run, code, on_log, resumes)
     try:
         output = json.loads(store.get_bytes(join(io, "output.json")))
     except ObjectNotFound:

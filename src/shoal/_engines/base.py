@@ -159,8 +159,10 @@ class RemoteDriver(abc.ABC):
         ``failure.json`` out."""
 
     @abc.abstractmethod
-    def plan(self, call: CallSpec, run: str, code: CodeRef) -> list[dict[str, Any]]:
-        """The objects submitting ``call`` would create, for a dry run."""
+    def plan(self, call: CallSpec, run: str, code: CodeRef,
+             resumes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The objects submitting ``call`` would create, for a dry run; ``resumes``: the runs
+        it continues, newest first (`shoal run --resume`)."""
 
     @abc.abstractmethod
     def render(self, objects: list[dict[str, Any]]) -> str:
@@ -187,6 +189,6 @@ class RemoteDriver(abc.ABC):
 
     @abc.abstractmethod
     def submit(self, call: CallSpec, run: str, code: CodeRef,
-               on_log: Callable[[str], None]) -> str:
+               on_log: Callable[[str], None], resumes: tuple[str, ...] = ()) -> str:
         """Submit the run's driver and follow it to its end, each line of its log to
         ``on_log``; what the cluster says about how it ended ("" when it says nothing)."""

@@ -34,7 +34,7 @@ from shoal._storage.records import Records, RunRecord
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import ObjectNotFound, StoreError
 
-__all__ = ["SUBMITTED", "RecordsPublisher", "driver_folder", "local_log", "put_request",
+__all__ = ["RECORDS", "SUBMITTED", "RecordsPublisher", "driver_folder", "local_log", "put_request",
            "refresh", "unreachable"]
 
 STATE, RECORDS, LOGS, REQUESTS, GANG = "state.json", "records.json", "logs", "requests", "gang"

@@ -81,7 +81,8 @@ class KubeRemoteDriver(RemoteDriver):
     def io(self, run: str) -> str:
         return driver_io(self.config.store, run)
 
-    def plan(self, call: CallSpec, run: str, code: CodeRef) -> list[Obj]:
+    def plan(self, call: CallSpec, run: str, code: CodeRef,
+             resumes: tuple[str, ...] = ()) -> list[Obj]:
         """A clustered root is its JobSet; any other root runs in a driver Job (with its RBAC)
         that submits the calls it makes."""
         bundle = CodeBundle(uri=code.uri, file=code.file)
@@ -89,7 +90,8 @@ class KubeRemoteDriver(RemoteDriver):
             return compile_call(call, run=run, action="a0", attempt=0, config=self.config,
                                 code=bundle)
         return [*compile_rbac(self.config),
-                *compile_driver(call, run=run, config=self.config, code=bundle)]
+                *compile_driver(call, run=run, config=self.config, code=bundle,
+                                resumes=resumes)]
 
     def render(self, objects: list[Obj]) -> str:
         return to_yaml(objects)
@@ -126,25 +128,28 @@ class KubeRemoteDriver(RemoteDriver):
         return len(jobs)
 
     def submit(self, call: CallSpec, run: str, code: CodeRef,
-               on_log: Callable[[str], None]) -> str:
+               on_log: Callable[[str], None], resumes: tuple[str, ...] = ()) -> str:
         if self.client is None:
             self.connect()
         assert self.client is not None
         job = submit_driver(self.client, self.config, call, run=run,
-                            code=CodeBundle(uri=code.uri, file=code.file), on_log=on_log)
+                            code=CodeBundle(uri=code.uri, file=code.file), on_log=on_log,
+                            resumes=resumes)
         conditions = (job.get("status") or {}).get("conditions") or []
         return "; ".join(f"{c.get('reason')}: {c.get('message')}" for c in conditions
                          if c.get("reason"))
 
 
 def submit_driver(client: KubeClient, config: KubeConfig, call: CallSpec, *, run: str,
-                  code: CodeBundle, on_log: Callable[[str], None]) -> Obj:
+                  code: CodeBundle, on_log: Callable[[str], None],
+                  resumes: tuple[str, ...] = ()) -> Obj:
     """Create the driver's RBAC (left as it is when already there) and its Job, then follow the
     Job until it ends, handing its pod's log lines to ``on_log``; the finished Job."""
     for obj in compile_rbac(config):
         with contextlib.suppress(KubeConflict):  # shared by every run of the namespace
             client.create(obj)
-    job = client.create(compile_driver(call, run=run, config=config, code=code)[0])
+    job = client.create(compile_driver(call, run=run, config=config, code=code,
+                                       resumes=resumes)[0])
     name = str(job["metadata"]["name"])
     done = threading.Event()
     logs = threading.Thread(target=_stream_driver_log, args=(client, name, on_log, done),
