@@ -190,8 +190,12 @@ def test_a_finished_kubernetes_run_is_listed_with_its_call_tree_and_its_logs(
     assert tree.returncode == 0, tree.stderr
     assert "succeeded" in tree.stdout.splitlines()[0]
     assert any("a0" in ln and "records-root.greet" in ln for ln in tree.stdout.splitlines()[1:])
+    fake.append_log("default", played["pod"]["metadata"]["name"], "primary",
+                    "shoal: a0 records-root.greet: started", "shoal: run r-greet succeeded")
     logs = laptop.run("logs", "r-greet")
     assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.startswith("==> driver of r-greet on kubernetes <==\n"
+                                  "shoal: a0 records-root.greet: started\n")
     assert "==> a0 records-root.greet attempt 0 (succeeded) <==" in logs.stdout
     assert "hello k8s from the driver pod" in logs.stdout
     (run,) = laptop.records().list_runs()

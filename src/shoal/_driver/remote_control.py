@@ -69,6 +69,14 @@ def cancel(records: Records, run: RunRecord, where: dict[str, Any], *, wait: flo
     return run
 
 
+def driver_log(run: RunRecord, where: dict[str, Any]) -> tuple[list[str], str | None]:
+    """The driver's log lines from the cluster, or why they cannot be read from here."""
+    try:
+        return driver_of(run, where).driver_log(run.name, where), None
+    except EngineError as e:
+        return [], str(e)
+
+
 def _alive(driver: RemoteDriver, run: RunRecord, where: dict[str, Any]) -> bool:
     """Whether the driver is there; True when the cluster cannot tell from here (the request
     is in the store: a driver that comes back carries it out)."""

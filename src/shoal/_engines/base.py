@@ -181,6 +181,10 @@ class RemoteDriver(abc.ABC):
         engine cannot tell)."""
         return True
 
+    def driver_log(self, run: str, where: dict[str, str]) -> list[str]:
+        """The lines the run's driver printed, as far as the engine still has them."""
+        return []
+
     def stop(self, run: str, where: dict[str, str]) -> int:
         """Delete what runs the run's driver, for a driver that can no longer stop itself;
         how many objects were deleted."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shoal._storage.logs import LogSource
-    from shoal._storage.records import Records
+    from shoal._storage.records import Records, RunRecord
 
 POLL = 0.2  # seconds between reads of a followed run's files
 REAP_EVERY = 2.0  # seconds between checks that a followed run's driver is still alive
@@ -55,7 +55,10 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
             return _follow(records, run.name, args, pattern)
         if args.rank is not None:
             return _rank_logs(records, run.name, args, pattern)
-        return _combined(records, run.name, args, pattern)
+        driver = 0
+        if args.action is None and args.attempt is None:
+            driver = _driver_elsewhere(records, run, args, pattern)
+        return _combined(records, run.name, args, pattern, driver)
     except KeyboardInterrupt:  # Ctrl-C is how a user stops reading, not an error
         return 0
     except BrokenPipeError:  # `shoal logs RUN | head`
@@ -107,8 +110,33 @@ def _lines(source: LogSource, args: argparse.Namespace,
             yield line if args.full else cut_line(line)
 
 
+def _driver_elsewhere(records: Records, run: RunRecord, args: argparse.Namespace,
+                      pattern: re.Pattern[str] | None) -> int:
+    """A run driven elsewhere (Kubernetes): its driver's own log first, from the cluster;
+    how many lines matched."""
+    from shoal._storage.logs import cut_line
+    from shoal._storage.remote_records import driver_folder
+
+    where = driver_folder(records, run)
+    if where is None:
+        return 0
+    from shoal._driver.remote_control import driver_log
+
+    lines, why = driver_log(run, where)
+    if why is not None:
+        print(f"shoal: the driver's own log is not readable from here ({why}); the calls' "
+              "logs follow", file=sys.stderr)
+    lines = [ln for ln in lines if pattern is None or pattern.search(ln)]
+    if lines or (pattern is None and why is None):
+        sys.stdout.write(f"==> driver of {run.name} on {run.engine} <==\n")
+        sys.stdout.writelines(f"{ln if args.full else cut_line(ln)}\n" for ln in lines)
+        if not lines:
+            sys.stdout.write("(no output, or its pod is gone)\n")
+    return len(lines)
+
+
 def _combined(records: Records, run: str, args: argparse.Namespace,
-              pattern: re.Pattern[str] | None) -> int:
+              pattern: re.Pattern[str] | None, matched: int = 0) -> int:
     from shoal._runtime import contract
     from shoal._storage.logs import log_sources
 
@@ -118,7 +146,6 @@ def _combined(records: Records, run: str, args: argparse.Namespace,
     for s in log_sources(contract.home(), records, run):
         if _wanted(args, s):
             by_attempt.setdefault((s.action, s.attempt), []).append(s)
-    matched = 0
     for att in records.list_attempts(run, args.action):
         if args.attempt is not None and att.attempt != args.attempt:
             continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._engines.base import CodeRef, RemoteDriver
-from shoal._engines.kubernetes.client import KubeClient, KubeConflict
+from shoal._engines.kubernetes.client import KubeClient, KubeConflict, KubeError
 from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
 from shoal._engines.kubernetes.engine import JOB_NAME
 from shoal._engines.kubernetes.manifests import (
@@ -119,6 +119,18 @@ class KubeRemoteDriver(RemoteDriver):
             return True
         return any(not (is_true(j, "Complete") or is_true(j, "Failed")) and not pods
                    for j in client.list("Job", where["selector"]))
+
+    def driver_log(self, run: str, where: dict[str, str]) -> list[str]:
+        """Every driver pod's log, oldest pod first (a Job that retried its pod has several);
+        [] once the pods are gone (their Job's TTL)."""
+        client = self._client_for(where)
+        pods = sorted(client.list("Pod", where["selector"]),
+                      key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+        lines: list[str] = []
+        for pod in pods:
+            with contextlib.suppress(KubeError), client.pod_logs(pod["metadata"]["name"]) as s:
+                lines += list(s)
+        return lines
 
     def stop(self, run: str, where: dict[str, str]) -> int:
         client = self._client_for(where)
