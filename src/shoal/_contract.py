@@ -92,6 +92,8 @@ LIFELINE_FD = "SHOAL_LIFELINE_FD"
 PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"
 CODE_BUNDLE = "SHOAL_CODE_BUNDLE"  # URI of the content-hashed code bundle (Kubernetes pods)
 KUBE_CONFIG = "SHOAL_KUBE_CONFIG"  # the Kubernetes engine's settings, as JSON, for the driver pod
+# The runs a driver pod's run resumes (`shoal run --resume`), newest first, comma-separated.
+RESUMES = "SHOAL_RESUMES"
 PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch and fork ranks
 # "1": the task asked for more GPUs than this machine has, so they are emulated on CPU (no
 # CUDA device is visible); torch's NCCL process groups then run on gloo (see frameworks.py).

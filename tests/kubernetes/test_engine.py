@@ -279,6 +279,9 @@ def test_a_failed_job_without_reports_says_how_its_pod_ended(harness: Harness) -
     f = asyncio.run(harness.attempt(prepare, "a0.2", play)).failure
     assert f is not None and f.kind == "crash" and f.exit_code == 1 and f.node == 0
     assert "No module named 'torch'" in f.log_tail
+    # the pod's log is kept as the attempt's log, for after the Job and its pod are gone
+    kept = (harness.tmp / "logs" / "a0.2.0.log").read_text()
+    assert kept == "import torch\nModuleNotFoundError: No module named 'torch'\n"
 
 
 def _closed_port() -> int:
@@ -432,8 +435,8 @@ def test_the_driver_pod_sizes_nested_gangs_as_the_submitter_overrode_them(
     written (2 x 1), and the gang its root calls is still 3 nodes of 2 processes."""
     import threading
 
-    from shoal._driver import pod
     from shoal import _contract as contract
+    from shoal._driver import pod
     from shoal._storage.call_io import put_topology
 
     _, store, io = _as_driver_pod(fake, s3_root, tmp_path, monkeypatch, GANG_DRIVER_PROGRAM,

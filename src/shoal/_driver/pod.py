@@ -10,6 +10,11 @@ calls it makes reach the controller; each of those calls (and a clustered root) 
 own Job or JobSet through the Kubernetes engine. The outcome goes back to the store for the
 submitting CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or
 ``$SHOAL_IO/failure.json``.
+
+Its records stay in this pod; it publishes them to the same folder as it goes, every
+`PUBLISH_SECONDS` and at the end, and carries out the cancel and preempt requests other
+machines leave there (`shoal._storage.remote_records`), through its own records as the local
+driver does.
 """
 
 from __future__ import annotations
@@ -24,10 +29,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal import _contract as contract
-from shoal._driver.runner import Runner, make_engine
+from shoal._driver.runner import Runner, RunOutcome, make_engine
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._spec.call import CallSpec, EnvSpec
-from shoal.errors import SpecError, TaskFailed
+from shoal._storage.records import Records
+from shoal._storage.remote_records import RecordsPublisher
+from shoal._storage.store import Store
+from shoal.errors import SpecError, StoreError, TaskFailed
+
+PUBLISH_SECONDS = 1.0
 
 
 class RootInPod(Engine):
@@ -80,6 +90,51 @@ def resize_gangs(task: Any, topology: Mapping[str, Mapping[str, int]]) -> None:
                 env.override(field, value)
 
 
+async def _run_publishing(runner: Runner, store: Store, io: str) -> RunOutcome:
+    """``runner.run()``, its records published to ``io`` while it runs and once it ended."""
+    publisher = RecordsPublisher(runner.records, runner.name, store, io, runner.home)
+    main = asyncio.ensure_future(runner.run())
+    while not main.done():
+        try:
+            await asyncio.to_thread(_publish_and_obey, publisher, runner.records, runner.name)
+        except StoreError as e:  # a store hiccup must not end the run; the next try may pass
+            print(f"shoal: could not publish the run's records to {io}: {e}", file=sys.stderr,
+                  flush=True)
+        await asyncio.wait({main}, timeout=PUBLISH_SECONDS)
+    outcome = main.result()
+    await asyncio.to_thread(publisher.publish)
+    return outcome
+
+
+def _publish_and_obey(publisher: RecordsPublisher, records: Records, run: str) -> None:
+    publisher.publish()
+    for kind in publisher.requests():
+        if kind == "cancel":
+            records.request_cancel(run)
+        else:
+            records.request_preempt(run, "`shoal preempt` (through the store)")
+
+
+def _seed_resumed(records: Records, store: Store, root: str, resumes: list[str]) -> None:
+    """The records of the runs this one resumes, as their drivers published them, into this
+    pod's own records: what the controller replays completed calls from."""
+    from shoal._engines.kubernetes.manifests import driver_io
+    from shoal._storage.remote_records import RECORDS
+    from shoal._storage.store import join
+    from shoal.errors import ObjectNotFound
+
+    for name in reversed(resumes):  # oldest first: each names the one it resumed
+        try:
+            snap = json.loads(store.get_bytes(join(driver_io(root, name), RECORDS)))
+        except ObjectNotFound:  # its driver never published: nothing of it to replay
+            snap = {"run": {"task": "?", "code_file": "?", "inputs": {}, "state": "crashed"}}
+        run = snap["run"]
+        records.create_run(name=name, task=run["task"], code_file=run["code_file"],
+                           engine="kubernetes", store=root, inputs=run["inputs"],
+                           driven_elsewhere="kubernetes", resumed_from=run.get("resumed_from"))
+        records.merge_snapshot(name, snap)
+
+
 def main() -> int:
     from shoal._engines.kubernetes import CodeBundle, KubeConfig
     from shoal._engines.kubernetes.client import KubeClient
@@ -102,14 +157,18 @@ def main() -> int:
                     custom_context=get_custom_context(store, io))
     envs = [e.spec() for e in task.env.reachable().values()]
     client = KubeClient.in_cluster(namespace=config.namespace)
+    resumes = [r for r in env.get(contract.RESUMES, "").split(",") if r]
+    records = Records(contract.home() / "shoal.db")
+    _seed_resumed(records, store, config.store, resumes)
     runner = Runner(call, envs=envs, name=env[contract.RUN], engine="kubernetes",
-                    reporter=_report,
+                    reporter=_report, records=records, resume=resumes[0] if resumes else None,
                     engine_options={"config": config, "client": client, "code": code})
     if call.task.env.cluster is None:
         local = make_engine("local", run=runner.name, home=runner.home,
                             store=runner.store_uri, lineage=runner.lineage_root)
         runner.engine = RootInPod(local, runner.engine)
-    outcome = asyncio.run(runner.run())
+    runner.register()
+    outcome = asyncio.run(_run_publishing(runner, store, io))
     if outcome.state == "succeeded":
         store.put_bytes(join(io, "output.json"), json.dumps(outcome.output).encode())
         print(f"shoal: run {runner.name} succeeded", flush=True)

@@ -2,8 +2,9 @@
 `shoal run --engine kubernetes` and `shoal.run` after ``shoal.init(engine="kubernetes")`` take.
 
     check the cluster answers ─► bundle the code (once per content) ─► the root's inputs and
-    the run's gang sizes ─► submit the driver, follow it, its log lines to ``on_log``
-    ─► output.json: the output | failure.json: the failure
+    the run's gang sizes ─► record the run here ─► submit the driver, follow it, its log lines
+    to ``on_log`` ─► output.json: the output, failure.json: the failure; the driver's records
+    merged here
 
 The engine's `RemoteDriver` (`shoal._engines.base`) owns the cluster side; this module owns
 what is the same for every such engine, so the CLI and `shoal.run` cannot drift apart.
@@ -19,7 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal import _contract as contract
 from shoal._driver.run_options import RunOptions
@@ -34,6 +35,9 @@ from shoal.errors import (
     SpecError,
     failure_error,
 )
+
+if TYPE_CHECKING:
+    from shoal._storage.records import Records
 
 POLL_SECONDS = 0.2
 
@@ -52,10 +56,36 @@ def driver_for(engine: str, *, settings: str | None = None,
     return KubeRemoteDriver(load_settings(settings, settings_field, contract.store_uri()))
 
 
-def new_run_name() -> str:
+def _records() -> Records:
     from shoal._storage.records import Records
 
-    return Records(contract.home() / "shoal.db").new_run_name()
+    return Records(contract.home() / "shoal.db")
+
+
+def new_run_name() -> str:
+    return _records().new_run_name()
+
+
+def record(call: CallSpec, run: str, driver: RemoteDriver, resume: str | None = None) -> None:
+    """The run in this machine's records (state ``queued``, no pid here: its driver runs
+    elsewhere) with where its driver publishes its records; a taken name fails here."""
+    from shoal._storage.remote_records import SUBMITTED
+
+    records = _records()
+    records.create_run(name=run, task=call.task.name, code_file=call.task.code_file,
+                       engine=driver.name, store=driver.store, inputs=dict(call.inputs),
+                       driven_elsewhere=driver.name, resumed_from=resume)
+    where = {"io": driver.io(run), **driver.where(run)}
+    records.add_event(run, SUBMITTED, f"driver submitted to {driver.name}", data=where)
+
+
+def _recorded(run: str) -> bool:
+    from shoal.errors import NotFoundError
+
+    try:
+        return _records().get_run(run).name == run
+    except NotFoundError:
+        return False
 
 
 # The run options a driver elsewhere cannot carry out (it gets the task from the code bundle
@@ -110,27 +140,47 @@ def topology(envs: Iterable[EnvSpec]) -> dict[str, dict[str, int]]:
 
 def submit(call: CallSpec, run: str, driver: RemoteDriver, *, envs: Iterable[EnvSpec],
            on_log: Callable[[str], None],
-           on_started: Callable[[str], None] = lambda where: None) -> RunOutcome:
-    """Run ``call`` as run ``run`` on the driver's cluster, to its end. ``envs``: the
-    environments the root reaches as this process built them; their gang sizes go with the
-    inputs, so `--override` reaches the nested gangs the driver there starts. A run that fails
-    or is cancelled there comes back as its outcome (``error``: what `shoal.run` raises); what
-    keeps it from starting (no cluster, a bad bundle) is raised."""
+           on_started: Callable[[str], None] = lambda where: None,
+           resume: str | None = None) -> RunOutcome:
+    """Run ``call`` as run ``run`` on the driver's cluster, to its end (continuing run
+    ``resume``: its driver replays the calls that completed there). ``envs``: the environments
+    the root reaches as this process built them; their gang sizes go with the inputs, so
+    `--override` reaches the nested gangs the driver there starts. A run that fails or is
+    cancelled there comes back as its outcome (``error``: what `shoal.run` raises); what keeps
+    it from starting (no cluster, a bad bundle) is raised."""
     from shoal._storage.call_io import put_call_io, put_topology
     from shoal._storage.store import join, open_store
 
     where = driver.connect()  # no cluster, no upload
     code = _code(call, driver, upload=True)
+    records = _records()
+    resumes = tuple(r.name for r in records.lineage(resume)) if resume else ()
+    if not _recorded(run):
+        record(call, run, driver, resume)
     store, io = open_store(driver.store), driver.io(run)
     put_call_io(store, io, call.inputs, call.custom_context)
     put_topology(store, io, topology(envs))
+    records.set_run_state(run, "running")
     on_started(where)
-    said = driver.submit(call, run, code, on_log)
+    said = driver.submit(call, run, code, on_log, resumes)
     try:
         output = json.loads(store.get_bytes(join(io, "output.json")))
     except ObjectNotFound:
-        return _failed(call, run, store, join(io, "failure.json"), said)
-    return RunOutcome(run, "succeeded", output=output)
+        outcome = _failed(call, run, store, join(io, "failure.json"), said)
+    else:
+        outcome = RunOutcome(run, "succeeded", output=output)
+    _settle(records, outcome)
+    return outcome
+
+
+def _settle(records: Records, outcome: RunOutcome) -> None:
+    """The driver's final records merged here; the outcome seen, where it published none."""
+    from shoal._storage.remote_records import refresh
+
+    refresh(records, records.get_run(outcome.name), home=contract.home(), full=True)
+    records.set_run_state(outcome.name, outcome.state,
+                          error=None if outcome.error is None else str(outcome.error),
+                          outputs=outcome.output)
 
 
 def _failed(call: CallSpec, run: str, store: Any, uri: str, said: str) -> RunOutcome:
@@ -165,7 +215,9 @@ class RemoteRunner:
         self._stop = threading.Event()
 
     def register(self) -> None:
-        """Nothing to record here: the driver records the run where it runs."""
+        """Record the run here (its driver publishes its progress to the store)."""
+        if not _recorded(self.name):
+            record(self.call, self.name, self.driver)
 
     def state(self) -> str:
         return self._state

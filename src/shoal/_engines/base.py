@@ -169,8 +169,10 @@ class RemoteDriver(abc.ABC):
         ``failure.json`` out."""
 
     @abc.abstractmethod
-    def plan(self, call: CallSpec, run: str, code: CodeRef) -> list[dict[str, Any]]:
-        """The objects submitting ``call`` would create, for a dry run."""
+    def plan(self, call: CallSpec, run: str, code: CodeRef,
+             resumes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The objects submitting ``call`` would create, for a dry run; ``resumes``: the runs
+        it continues, newest first (`shoal run --resume`)."""
 
     @abc.abstractmethod
     def render(self, objects: list[dict[str, Any]]) -> str:
@@ -180,8 +182,27 @@ class RemoteDriver(abc.ABC):
     def how_to_stop(self, run: str) -> str:
         """How a person stops the run on the cluster (while Shoal cannot from here)."""
 
+    def where(self, run: str) -> dict[str, str]:
+        """Where the run's driver runs, as the run's records keep it (for `stop`)."""
+        return {}
+
+    def driver_alive(self, run: str, where: dict[str, str]) -> bool:
+        """Whether the run's driver is still there to carry out requests (True when this
+        engine cannot tell)."""
+        return True
+
+    def driver_log(self, run: str, where: dict[str, str]) -> list[str]:
+        """The lines the run's driver printed, as far as the engine still has them."""
+        return []
+
+    def stop(self, run: str, where: dict[str, str]) -> int:
+        """Delete what runs the run's driver, for a driver that can no longer stop itself;
+        how many objects were deleted."""
+        raise EngineError(f"the {self.name} engine cannot stop a run's driver from here: "
+                          f"{self.how_to_stop(run)}")
+
     @abc.abstractmethod
     def submit(self, call: CallSpec, run: str, code: CodeRef,
-               on_log: Callable[[str], None]) -> str:
+               on_log: Callable[[str], None], resumes: tuple[str, ...] = ()) -> str:
         """Submit the run's driver and follow it to its end, each line of its log to
         ``on_log``; what the cluster says about how it ended ("" when it says nothing)."""

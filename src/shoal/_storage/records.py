@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from shoal._storage.records_actions import ActionsAndEvents
+from shoal._storage.records_mirror import MirroredRecords
 from shoal._storage.records_rows import RUN_COLUMNS, run_from_row, to_json
 from shoal._storage.records_schema import (
     ACTION_STATES,
@@ -98,7 +98,7 @@ def _make_run_name() -> str:
 
 
 # --- the records ----------------------------------------------------------------------------
-class Records(ActionsAndEvents):
+class Records(MirroredRecords):
     """The run records of this machine, in ``path`` (default ``$SHOAL_HOME/shoal.db``).
 
     Safe to share between threads of a process (each thread gets its own connection) and to
@@ -136,17 +136,23 @@ class Records(ActionsAndEvents):
         engine_pid: int | None = None,
         engine_host: str | None = None,
         resumed_from: str | None = None,
+        driven_elsewhere: str | None = None,
     ) -> RunRecord:
         """Record a new run in state ``queued``; ``name=None`` picks a fresh unique name.
 
         ``engine_pid``/``engine_host`` default to this process and ``socket.gethostname()``;
-        they are what ``reap_dead_runs`` checks. A name already taken is a ``SpecError``.
+        they are what ``reap_dead_runs`` checks. A run whose driver runs elsewhere (a
+        Kubernetes driver pod) has no pid here: ``driven_elsewhere`` names where it runs
+        instead, and the reaper leaves it alone. A name already taken is a ``SpecError``.
         """
-        pid = os.getpid() if engine_pid is None else engine_pid
+        pid: int | None = os.getpid() if engine_pid is None else engine_pid
         host = socket.gethostname() if engine_host is None else engine_host
-        if pid <= 0:
+        if driven_elsewhere is not None:
+            pid, host = None, driven_elsewhere
+        elif pid is not None and pid <= 0:
             raise ValueError(f"engine_pid={pid}: must be a positive process id")
-        started = _process_start_time(pid) if host == socket.gethostname() else None
+        started = (_process_start_time(pid) if pid is not None and host == socket.gethostname()
+                   else None)
         inputs_json = to_json("run inputs", dict(inputs))
 
         def insert(conn: sqlite3.Connection) -> RunRecord:

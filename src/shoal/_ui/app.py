@@ -1,7 +1,9 @@
 """The routes of `shoal ui`: pages, their JSON, log streams, and the two buttons that act.
 
 Only ``POST /api/runs/<run>/cancel`` and ``.../preempt`` change anything, through the same
-`Records` calls as `shoal cancel` and `shoal preempt`.
+`Records` calls as `shoal cancel` and `shoal preempt`; for a run driven elsewhere (Kubernetes)
+the same request objects in its store folder (`shoal._storage.remote_records`), whose
+published records the pages merge in before they read them.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from starlette.staticfiles import StaticFiles
 
 from shoal._storage.logs import LogSource
 from shoal._storage.records import Records, RunRecord
+from shoal._storage.remote_records import driver_folder, put_request, refresh
+from shoal._storage.store import open_store
 from shoal._ui import gang_view, logs_view, pages, views
 from shoal._ui.guard import Guard
 from shoal._ui.metrics_view import MetricsCache
-from shoal.errors import NotFoundError
+from shoal.errors import NotFoundError, StoreError
 
 STATIC = Path(__file__).parent / "static"
 REAP_SECONDS = 5.0
@@ -59,6 +63,20 @@ class UI:
         if time.monotonic() - self._reaped > REAP_SECONDS:
             self._reaped = time.monotonic()
             self.records.reap_dead_runs()
+            for run in self.records.list_runs(state="running") + self.records.list_runs(
+                    state="queued"):
+                try:  # a run driven elsewhere: its state, as its driver published it
+                    refresh(self.records, run, home=self.home)
+                except StoreError:
+                    continue  # its own page says why; the list shows what this machine has
+
+    def fresh(self, run: RunRecord, *, logs: bool = False) -> RunRecord | JSONResponse:
+        """``run`` with what its driver elsewhere published merged in, or the error saying
+        its store cannot be read from here."""
+        try:
+            return refresh(self.records, run, home=self.home, full=True, logs=logs)
+        except StoreError as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
 
     # -- pages ------------------------------------------------------------------------------
     def runs_page(self, request: Request) -> Response:
@@ -79,7 +97,10 @@ class UI:
         return JSONResponse(views.runs_json(self.records))
 
     def run_api(self, request: Request) -> Response:
-        return JSONResponse(views.run_json(self.records, self.run(request)))
+        run = self.fresh(self.run(request))
+        if isinstance(run, JSONResponse):
+            return run
+        return JSONResponse(views.run_json(self.records, run))
 
     def gang_api(self, request: Request) -> Response:
         run = self.run(request)
@@ -112,7 +133,9 @@ class UI:
         return JSONResponse({"windows": out})
 
     def logs_api(self, request: Request) -> Response:
-        run = self.run(request)
+        run = self.fresh(self.run(request), logs=True)
+        if isinstance(run, JSONResponse):
+            return run
         return JSONResponse({"sources": logs_view.sources_json(self.home, self.records,
                                                                run.name)})
 
@@ -142,8 +165,30 @@ class UI:
         return FileResponse(source.path, media_type="text/plain", filename=name)
 
     # -- the two that act -------------------------------------------------------------------
+    def _ask_elsewhere(self, run: RunRecord, kind: str) -> Response | None:
+        """A run driven elsewhere: the request in its store folder, for its driver."""
+        where = driver_folder(self.records, run)
+        if where is None:
+            return None
+        fresh = self.fresh(run)
+        if isinstance(fresh, JSONResponse):
+            return fresh
+        if fresh.terminal:
+            return JSONResponse({"run": run.name, "requested": False,
+                                 "message": f"already ended ({fresh.state})"})
+        try:
+            put_request(open_store(run.store), str(where["io"]), kind, "the web UI")
+        except StoreError as e:
+            return JSONResponse({"error": str(e)}, status_code=503)
+        return JSONResponse({"run": run.name, "requested": True, "message": (
+            f"{kind} requested; its driver on {run.engine} reads it within a second or two "
+            f"(if its pod is gone, `shoal cancel {run.name}` deletes its Job)")})
+
     def cancel_api(self, request: Request) -> Response:
         run = self.run(request)
+        elsewhere = self._ask_elsewhere(run, "cancel")
+        if elsewhere is not None:
+            return elsewhere
         asked = self.records.request_cancel(run.name)
         return JSONResponse({"run": run.name, "requested": asked,
                              "message": "cancel requested" if asked
@@ -151,6 +196,9 @@ class UI:
 
     def preempt_api(self, request: Request) -> Response:
         run = self.run(request)
+        elsewhere = self._ask_elsewhere(run, "preempt")
+        if elsewhere is not None:
+            return elsewhere
         asked = self.records.request_preempt(run.name, "the web UI")
         return JSONResponse({"run": run.name, "requested": asked,
                              "message": "preemption requested" if asked

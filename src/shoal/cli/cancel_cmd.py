@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,10 +16,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
     from shoal._storage.records import Records
+    from shoal._storage.remote_records import driver_folder
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
     run = records.get_run(args.run)
+    where = driver_folder(records, run)
+    if where is not None:
+        return _cancel_remote(records, run, where, args.wait)
     if not records.request_cancel(run.name):
         if run.engine == "slurm" and run.state == "crashed":
             return _cancel_slurm_jobs(run.name)
@@ -46,3 +51,22 @@ def _cancel_slurm_jobs(run: str) -> int:
     print(f"run {run} crashed (its driver is gone); " + (
         f"cancelled its Slurm job(s) {', '.join(jobs)}" if jobs else "no Slurm job of it is left"))
     return 0
+
+
+def _cancel_remote(records: Any, run: Any, where: dict[str, Any], wait: float) -> int:
+    """A run whose driver runs elsewhere: the request goes through the store."""
+    from shoal import _contract as contract
+    from shoal._driver import remote_control
+    from shoal._storage.remote_records import refresh
+
+    run = refresh(records, run, home=contract.home())
+    if run.terminal:
+        print(f"run {run.name} already ended ({run.state}); nothing to cancel")
+        return 0
+    run = remote_control.cancel(records, run, where, wait=wait, say=print)
+    if run.terminal:
+        print(f"run {run.name}: {run.state}")
+        return 0
+    print(f"run {run.name} has not stopped after {wait:g}s; its driver carries the request out "
+          "when it next reads the store")
+    return 1

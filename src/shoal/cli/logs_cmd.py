@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shoal._storage.logs import LogSource
-    from shoal._storage.records import Records
+    from shoal._storage.records import Records, RunRecord
 
 POLL = 0.2  # seconds between reads of a followed run's files
 REAP_EVERY = 2.0  # seconds between checks that a followed run's driver is still alive
@@ -42,10 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
     from shoal._storage.records import Records
+    from shoal._storage.remote_records import refresh
 
     pattern = _pattern(args.grep)
     records = Records(contract.home() / "shoal.db")
-    run = records.get_run(args.run)
+    # a run driven elsewhere: its records and its driver's logs, from the store
+    run = refresh(records, records.get_run(args.run), home=contract.home(), logs=True)
     if args.action is not None and not (args.follow and not run.terminal):
         _check_action(records, run.name, args.action)
     try:
@@ -53,7 +55,10 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
             return _follow(records, run.name, args, pattern)
         if args.rank is not None:
             return _rank_logs(records, run.name, args, pattern)
-        return _combined(records, run.name, args, pattern)
+        driver = 0
+        if args.action is None and args.attempt is None:
+            driver = _driver_elsewhere(records, run, args, pattern)
+        return _combined(records, run.name, args, pattern, driver)
     except KeyboardInterrupt:  # Ctrl-C is how a user stops reading, not an error
         return 0
     except BrokenPipeError:  # `shoal logs RUN | head`
@@ -105,8 +110,33 @@ def _lines(source: LogSource, args: argparse.Namespace,
             yield line if args.full else cut_line(line)
 
 
+def _driver_elsewhere(records: Records, run: RunRecord, args: argparse.Namespace,
+                      pattern: re.Pattern[str] | None) -> int:
+    """A run driven elsewhere (Kubernetes): its driver's own log first, from the cluster;
+    how many lines matched."""
+    from shoal._storage.logs import cut_line
+    from shoal._storage.remote_records import driver_folder
+
+    where = driver_folder(records, run)
+    if where is None:
+        return 0
+    from shoal._driver.remote_control import driver_log
+
+    lines, why = driver_log(run, where)
+    if why is not None:
+        print(f"shoal: the driver's own log is not readable from here ({why}); the calls' "
+              "logs follow", file=sys.stderr)
+    lines = [ln for ln in lines if pattern is None or pattern.search(ln)]
+    if lines or (pattern is None and why is None):
+        sys.stdout.write(f"==> driver of {run.name} on {run.engine} <==\n")
+        sys.stdout.writelines(f"{ln if args.full else cut_line(ln)}\n" for ln in lines)
+        if not lines:
+            sys.stdout.write("(no output, or its pod is gone)\n")
+    return len(lines)
+
+
 def _combined(records: Records, run: str, args: argparse.Namespace,
-              pattern: re.Pattern[str] | None) -> int:
+              pattern: re.Pattern[str] | None, matched: int = 0) -> int:
     from shoal import _contract as contract
     from shoal._storage.logs import log_sources
 
@@ -116,7 +146,6 @@ def _combined(records: Records, run: str, args: argparse.Namespace,
     for s in log_sources(contract.home(), records, run):
         if _wanted(args, s):
             by_attempt.setdefault((s.action, s.attempt), []).append(s)
-    matched = 0
     for att in records.list_attempts(run, args.action):
         if args.attempt is not None and att.attempt != args.attempt:
             continue
@@ -144,17 +173,21 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
     from shoal._storage.logs import log_sources
     from shoal.errors import NotFoundError
 
-    sources = [s for s in log_sources(contract.home(), records, run)
-               if s.kind == "rank" or (s.kind == "stacks" and s.rank is not None)]
+    every = log_sources(contract.home(), records, run)
+    sources = [s for s in every if s.kind == "rank" or (s.kind == "stacks" and s.rank is not None)]
     found = [s for s in sources if _wanted(args, s)]
+    if not sources:  # Kubernetes: a node is a pod whose ranks all write to its one log
+        sources = _ranks_in_node_logs(records, run, every)
+        found = [s for s in sources if _wanted(args, s)]
     if not found:
         ranks = sorted({f"rank{s.rank}" for s in sources})
         fix = f"use one of {', '.join(ranks)}" if ranks else "it ran no clustered task"
         raise NotFoundError(f"--rank={args.rank}: run {run} has no log of that rank. Fix: {fix}")
     matched = 0
     for source in found:
+        what = {"stacks": " stacks", "node": f" (in node {source.node}'s log)"}
         header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
-                  f"rank {source.rank}{' stacks' if source.kind == 'stacks' else ''} <==\n")
+                  f"rank {source.rank}{what.get(source.kind, '')} <==\n")
         if pattern is None:
             sys.stdout.write(header)
         printed = 0
@@ -166,6 +199,26 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
         matched += printed
     sys.stdout.flush()
     return _grep_result(run, pattern, matched)
+
+
+def _ranks_in_node_logs(records: Records, run: str, every: list[LogSource]) -> list[LogSource]:
+    """One source per rank of each node log, the node's file: where a gang's ranks log to
+    their node's stdout (Kubernetes pods), that is a rank's log."""
+    import dataclasses
+
+    per_node: dict[str, int] = {}
+    for e in records.events(run):
+        if e.kind == "gang_started" and e.action_id and isinstance(e.data, dict):
+            nproc = e.data.get("nproc_per_node")
+            if isinstance(nproc, int) and nproc > 0:
+                per_node[e.action_id] = nproc
+    out = []
+    for s in every:
+        nproc = per_node.get(s.action)
+        if s.kind == "node" and s.node is not None and nproc:
+            out += [dataclasses.replace(s, rank=r)
+                    for r in range(s.node * nproc, (s.node + 1) * nproc)]
+    return out
 
 
 def _grep_result(run: str, pattern: re.Pattern[str] | None, matched: int) -> int:
@@ -181,6 +234,7 @@ def _follow(records: Records, run: str, args: argparse.Namespace,
     from shoal import _contract as contract
     from shoal._storage.log_lines import LogFollower
     from shoal._storage.logs import LINE_LIMIT, cut_line
+    from shoal._storage.remote_records import refresh
 
     follower = LogFollower(contract.home(), records, run, keep=lambda s: _wanted(args, s),
                            limit=None if args.full or pattern is not None else LINE_LIMIT)
@@ -199,5 +253,6 @@ def _follow(records: Records, run: str, args: argparse.Namespace,
             return 0
         if time.monotonic() - reaped_at > REAP_EVERY:  # a killed driver never ends its run
             records.reap_dead_runs()
+            refresh(records, records.get_run(run), home=contract.home(), logs=True)
             reaped_at = time.monotonic()
         time.sleep(POLL)

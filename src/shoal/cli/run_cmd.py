@@ -66,6 +66,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
     engine = (check_engine("--engine", args.engine) if args.engine else
               _recorded_engine(args.resume) if args.resume else engine_from_env())
+    if args.resume and is_remote(engine) and args.store is None:
+        args.store = _recorded_store(args.resume)  # where the earlier run's records are
     if is_remote(engine):
         from shoal._driver import remote
         from shoal._driver.run_options import RunOptions
@@ -227,7 +229,8 @@ def _remote(engine: str, task: Any, call: Any, args: argparse.Namespace) -> int:
 
     envs = [e.spec() for e in task.env.reachable().values()]  # --override applied
     outcome = remote.submit(call, run, driver, envs=envs, on_started=started,
-                            on_log=lambda line: print(f"[driver] {line}", file=sys.stderr))
+                            on_log=lambda line: print(f"[driver] {line}", file=sys.stderr),
+                            resume=args.resume)
     if outcome.state != "succeeded":
         print(f"shoal: run {run} {outcome.state}: {outcome.error}", file=sys.stderr)
         return 1
@@ -245,6 +248,12 @@ def _recorded_engine(run: str) -> str:
     return records.get_run(run).engine
 
 
+def _recorded_store(run: str) -> str:
+    from shoal._storage.records import Records
+
+    return Records(contract.home() / "shoal.db").get_run(run).store
+
+
 def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:
     """The call of the run to resume: its file, task and inputs, exactly as recorded."""
     from shoal._runtime.loader import find_task
@@ -257,12 +266,17 @@ def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:
                         " ".join([*filter(None, [args.file, args.task]), *rest]),
                         "a resumed run takes its file, task and inputs from the records",
                         f"run `shoal run --resume {args.resume}` alone")
+    from shoal._storage.remote_records import refresh
+
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
-    old = records.get_run(args.resume)
+    # a run driven elsewhere: its end and its root's context, as its driver published them
+    old = refresh(records, records.get_run(args.resume), home=contract.home(), full=True)
     if not old.terminal:
-        raise SpecError("--resume", old.name, f"is still {old.state} (driver pid "
-                        f"{old.engine_pid})", f"wait for it, or `shoal cancel {old.name}` first")
+        driver = (f"driver pid {old.engine_pid}" if old.engine_pid is not None
+                  else f"its driver runs on {old.engine}")
+        raise SpecError("--resume", old.name, f"is still {old.state} ({driver})",
+                        f"wait for it, or `shoal cancel {old.name}` first")
     task = find_task(old.code_file, old.task)
     apply_overrides(task, args.override)
     args.resume = old.name

@@ -1,5 +1,8 @@
 """`shoal runs`: recent runs, newest first (runs whose driver died show as crashed);
-`shoal runs RUN`: that run's call tree (actions, groups, traces, states, durations)."""
+`shoal runs RUN`: that run's call tree (actions, groups, traces, states, durations).
+
+A run whose driver runs elsewhere (Kubernetes) is refreshed from what its driver published to
+the store first: its state for the list, its whole records for one run."""
 
 from __future__ import annotations
 
@@ -43,12 +46,22 @@ def _duration(start: float | None, end: float | None) -> str:
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
     from shoal._storage.records import Records
+    from shoal._storage.remote_records import refresh
+    from shoal.errors import StoreError
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
     if args.run is not None:
+        refresh(records, records.get_run(args.run), home=contract.home(), full=True)
         return _tree(records, args.run, io=args.io)
     runs = records.list_runs(limit=1 if args.last else args.limit, state=args.state)
+    for i, run in enumerate(runs):
+        try:
+            runs[i] = refresh(records, run, home=contract.home())
+        except StoreError as e:  # one unreachable store must not hide the other runs
+            print(f"shoal: {e}", file=sys.stderr)
+    if args.state is not None:  # a refreshed run may have left the state asked for
+        runs = [r for r in runs if r.state == args.state]
     if args.last and runs:
         print(runs[0].name)
         return 0

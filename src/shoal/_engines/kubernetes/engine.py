@@ -42,11 +42,13 @@ from shoal._engines.kubernetes.status import (
     is_true,
     node_index,
     owned_workload,
+    restart_attempt_of,
     terminal_record,
 )
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._storage.call_io import put_call_io
+from shoal._storage.logs import gang_log_root
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound
 
@@ -138,7 +140,9 @@ class KubernetesEngine(Engine):
             await asyncio.to_thread(client.create, obj)
             if obj["kind"] == "JobSet":
                 self._jobsets[ref.action] = name
-            return await follow.until_done()
+            outcome = await follow.until_done()
+            await asyncio.to_thread(follow.keep_logs)
+            return outcome
         except asyncio.CancelledError:
             for o in objects:
                 with contextlib.suppress(EngineError):
@@ -264,7 +268,8 @@ class _Follow:
             if "started" not in self.told:
                 self.told.add("started")
                 self.notify("gang_started", restart=restart, logs={}, pids=[],
-                            master_port=self.engine.config.master_port, jobset=self.name)
+                            master_port=self.engine.config.master_port, jobset=self.name,
+                            nproc_per_node=self.nproc)
         if not state.terminal:
             return None
         await self._refresh_pods()
@@ -357,6 +362,28 @@ class _Follow:
             if node is None or (node_index(pod) or 0) == node:
                 return str(pod["metadata"]["name"])
         return None
+
+    def keep_logs(self) -> None:
+        """The attempt's pod logs as files where the local engine writes its own (a plain
+        call's ``log_path``; a gang's ``gang/<action>.<attempt>/r<restart>/node<i>.log``), so
+        they outlive the pods and the driver publishes them with its records."""
+        for pod in self.pods.pods():
+            name = str(pod["metadata"]["name"])
+            if self.kind == "Job":
+                path = self.ref.log_path
+            else:
+                node, restart = node_index(pod), restart_attempt_of(pod)
+                if node is None:
+                    continue
+                path = (gang_log_root(self.engine.home, self.ref.run)
+                        / f"{self.ref.action}.{self.ref.attempt}" / f"r{restart}"
+                        / f"node{node}.log")
+            with contextlib.suppress(EngineError):  # a pod gone with its log: nothing to keep
+                with self.client.pod_logs(name) as stream:
+                    lines = [f"{line}\n" for line in stream]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a") as f:  # a Job that retried its pod: every pod's lines
+                    f.writelines(lines)
 
     async def _tail(self, pod: str | None) -> str:
         if pod is None:

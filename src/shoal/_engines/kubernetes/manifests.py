@@ -217,10 +217,11 @@ def driver_io(store: str, run: str) -> str:
 
 
 def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBundle,
-                   attempt: int = 0) -> list[dict[str, Any]]:
+                   attempt: int = 0, resumes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The driver: a Job that runs the run's root ``call`` and the controller that submits the
     calls it makes, as ``config.service_account`` (see `compile_rbac`). It is queued only if
-    its own environment names a Kueue queue (it waits on its children)."""
+    its own environment names a Kueue queue (it waits on its children). ``resumes``: the runs
+    it continues (`shoal run --resume`), newest first."""
     env = call.task.env
     labels, annotations = _identity(env, run, "driver", attempt, call.task.name)
     labels[LABEL_PREFIX + "role"] = "driver"
@@ -232,6 +233,8 @@ def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBu
         contract.IO: driver_io(config.store, run), CODE_BUNDLE: code.uri,
         KUBE_CONFIG: config.to_json(),
     }
+    if resumes:
+        values[contract.RESUMES] = ",".join(resumes)
     template = pod_template(env, config, command=list(config.driver_command), values=values,
                             labels={**labels, **pod_labels},
                             service_account=config.service_account)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shoal._engines.base import CodeRef, RemoteDriver
-from shoal._engines.kubernetes.client import KubeClient, KubeConflict
+from shoal._engines.kubernetes.client import KubeClient, KubeConflict, KubeError
 from shoal._engines.kubernetes.config import STORE_SCHEMES, KubeConfig
 from shoal._engines.kubernetes.engine import JOB_NAME
 from shoal._engines.kubernetes.manifests import (
@@ -70,7 +70,8 @@ class KubeRemoteDriver(RemoteDriver):
     def io(self, run: str) -> str:
         return driver_io(self.config.store, run)
 
-    def plan(self, call: CallSpec, run: str, code: CodeRef) -> list[Obj]:
+    def plan(self, call: CallSpec, run: str, code: CodeRef,
+             resumes: tuple[str, ...] = ()) -> list[Obj]:
         """A clustered root is its JobSet; any other root runs in a driver Job (with its RBAC)
         that submits the calls it makes."""
         bundle = CodeBundle(uri=code.uri, file=code.file)
@@ -78,35 +79,78 @@ class KubeRemoteDriver(RemoteDriver):
             return compile_call(call, run=run, action="a0", attempt=0, config=self.config,
                                 code=bundle)
         return [*compile_rbac(self.config),
-                *compile_driver(call, run=run, config=self.config, code=bundle)]
+                *compile_driver(call, run=run, config=self.config, code=bundle,
+                                resumes=resumes)]
 
     def render(self, objects: list[Obj]) -> str:
         return to_yaml(objects)
 
     def how_to_stop(self, run: str) -> str:
-        return (f"kubectl delete job -n {self.config.namespace} -l {LABEL_PREFIX}run={run},"
-                f"{LABEL_PREFIX}role=driver --cascade=foreground")
+        return (f"kubectl delete job -n {self.config.namespace} -l {self._selector(run)} "
+                "--cascade=foreground")
+
+    def _selector(self, run: str) -> str:
+        return f"{LABEL_PREFIX}run={run},{LABEL_PREFIX}role=driver"
+
+    def where(self, run: str) -> dict[str, str]:
+        return {"namespace": self.config.namespace, "selector": self._selector(run)}
+
+    def _client_for(self, where: dict[str, str]) -> KubeClient:
+        if self.client is None or self.client.namespace != where["namespace"]:
+            self.client = KubeClient.from_kubeconfig(namespace=where["namespace"], timeout=10)
+        return self.client
+
+    def driver_alive(self, run: str, where: dict[str, str]) -> bool:
+        """A driver pod that has not ended; a Job still to start one counts too."""
+        client = self._client_for(where)
+        pods = client.list("Pod", where["selector"])
+        if any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods):
+            return True
+        return any(not (is_true(j, "Complete") or is_true(j, "Failed")) and not pods
+                   for j in client.list("Job", where["selector"]))
+
+    def driver_log(self, run: str, where: dict[str, str]) -> list[str]:
+        """Every driver pod's log, oldest pod first (a Job that retried its pod has several);
+        [] once the pods are gone (their Job's TTL)."""
+        client = self._client_for(where)
+        pods = sorted(client.list("Pod", where["selector"]),
+                      key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+        lines: list[str] = []
+        for pod in pods:
+            with contextlib.suppress(KubeError), client.pod_logs(pod["metadata"]["name"]) as s:
+                lines += list(s)
+        return lines
+
+    def stop(self, run: str, where: dict[str, str]) -> int:
+        client = self._client_for(where)
+        jobs = client.list("Job", where["selector"])
+        for job in jobs:
+            client.delete("Job", job["metadata"]["name"], "Foreground", missing_ok=True)
+        return len(jobs)
 
     def submit(self, call: CallSpec, run: str, code: CodeRef,
-               on_log: Callable[[str], None]) -> str:
+               on_log: Callable[[str], None], resumes: tuple[str, ...] = ()) -> str:
         if self.client is None:
             self.connect()
         assert self.client is not None
         job = submit_driver(self.client, self.config, call, run=run,
-                            code=CodeBundle(uri=code.uri, file=code.file), on_log=on_log)
+                            code=CodeBundle(uri=code.uri, file=code.file), on_log=on_log,
+                            resumes=resumes)
         conditions = (job.get("status") or {}).get("conditions") or []
         return "; ".join(f"{c.get('reason')}: {c.get('message')}" for c in conditions
                          if c.get("reason"))
 
 
 def submit_driver(client: KubeClient, config: KubeConfig, call: CallSpec, *, run: str,
-                  code: CodeBundle, on_log: Callable[[str], None]) -> Obj:
+                  code: CodeBundle, on_log: Callable[[str], None],
+                  resumes: tuple[str, ...] = ()) -> Obj:
     """Create the driver's RBAC (left as it is when already there) and its Job, then follow the
     Job until it ends, handing its pod's log lines to ``on_log``; the finished Job."""
     for obj in compile_rbac(config):
         with contextlib.suppress(KubeConflict):  # shared by every run of the namespace
             client.create(obj)
-    job = client.create(compile_driver(call, run=run, config=config, code=code)[0])
+    job = client.create(compile_driver(call, run=run, config=config, code=code,
+                                       resumes=resumes)[0])
     name = str(job["metadata"]["name"])
     done = threading.Event()
     logs = threading.Thread(target=_stream_driver_log, args=(client, name, on_log, done),
