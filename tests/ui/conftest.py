@@ -59,6 +59,8 @@ def stop_ui(server: Server) -> None:
     except subprocess.TimeoutExpired:
         server.proc.kill()
         server.proc.wait()
+    if server.proc.stdout is not None:
+        server.proc.stdout.close()
 
 
 @pytest.fixture

@@ -145,6 +145,7 @@ class WorkerSet:
             if not worker.current.done():
                 worker.current.set_exception(WorkerDied(code))
         self._all.pop(worker.worker_id, None)
+        _close_writer(worker)
 
     def take_idle(self, env: str) -> Worker | None:
         idle = self._idle.get(env, [])
@@ -202,14 +203,23 @@ class WorkerSet:
 
     async def close(self) -> None:
         for w in list(self._all.values()):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(EngineError, ConnectionError):
                 w.send(m.Shutdown())
         await asyncio.sleep(0)
         for w in list(self._all.values()):
             await w.kill(grace=0.5)
             for t in w.tasks:
                 t.cancel()
+            _close_writer(w)
         if self._server is not None:
             self._server.close()
+            await self._server.wait_closed()
         self._all.clear()
         self._idle.clear()
+
+
+def _close_writer(worker: Worker) -> None:
+    """The engine's end of a worker's socket, closed with the worker (not left to the GC,
+    which would close it after its event loop is gone)."""
+    if worker.writer is not None and not worker.writer.is_closing():
+        worker.writer.close()
