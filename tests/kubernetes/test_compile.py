@@ -18,7 +18,6 @@ from shoal._engines.kubernetes import (
     compile_driver,
     gpu_products,
 )
-from shoal._engines.kubernetes.pods import CODE_BUNDLE, KUBE_CONFIG
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy
 from shoal.errors import SpecError
 from tests.kubernetes import seed_program, variants_program
@@ -79,7 +78,7 @@ def test_every_node_gets_the_launchers_contract_with_rank_and_restart_from_the_p
     assert node.checkpoint_uri == f"s3://shoal-bucket/store/checkpoints/{RUN}/a0.1"
     assert node.code_file == "/var/lib/shoal/code/seed_program.py"
     assert node.rank_log_dir == "" and node.launch == "direct"
-    assert env[CODE_BUNDLE] == CODE.uri
+    assert env[contract.CODE_BUNDLE] == CODE.uri
 
 
 def test_a_plain_task_is_a_one_node_launch() -> None:
@@ -210,7 +209,7 @@ def test_the_driver_runs_as_the_service_account_with_the_config() -> None:
     spec = _pod_spec(driver)
     assert spec["serviceAccountName"] == CONFIG.service_account
     env = _as_launched(_container(driver))
-    assert KubeConfig.from_json(env[KUBE_CONFIG]) == CONFIG
+    assert KubeConfig.from_json(env[contract.KUBE_CONFIG]) == CONFIG
     assert env[contract.ENGINE] == "kubernetes" and env[contract.TASK] == "driver.main"
     assert env[contract.IO] == f"s3://shoal-bucket/store/runs/{RUN}/driver"
     assert driver["metadata"]["labels"]["shoal.dev/role"] == "driver"

@@ -10,11 +10,9 @@ from shoal._engines.kubernetes.manifests import (
     compile_rbac,
     to_yaml,
 )
-from shoal._engines.kubernetes.pods import CODE_BUNDLE, KUBE_CONFIG, CodeBundle
+from shoal._engines.kubernetes.pods import CodeBundle
 
 __all__ = [
-    "CODE_BUNDLE",
-    "KUBE_CONFIG",
     "CodeBundle",
     "KubeConfig",
     "compile_call",

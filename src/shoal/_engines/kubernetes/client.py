@@ -7,7 +7,7 @@ sockets, TLS, HTTP or JSON is caught here and becomes one of the errors drawn in
 
 Beside it: `kubeconfig` (where the server and credentials come from: kubeconfig files, the
 pod's service account, exec plugins), `resources` (the kind → REST path table) and
-`api_errors` (the errors). Every name that used to live here can still be imported from here.
+`api_errors` (the errors).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from shoal._engines.kubernetes import kubeconfig
-from shoal._engines.kubernetes.api_errors import _BY_STATUS as _BY_STATUS
-from shoal._engines.kubernetes.api_errors import _INSTALLED_BY as _INSTALLED_BY
 from shoal._engines.kubernetes.api_errors import (
     KubeApiError,
     KubeConfigError,
@@ -44,9 +42,6 @@ from shoal._engines.kubernetes.api_errors import (
     unreachable,
 )
 from shoal._engines.kubernetes.kubeconfig import SERVICE_ACCOUNT_DIR, TokenSource, _static
-from shoal._engines.kubernetes.kubeconfig import _from_exec as _from_exec
-from shoal._engines.kubernetes.kubeconfig import _from_file as _from_file
-from shoal._engines.kubernetes.kubeconfig import _from_kubeconfig_files as _from_kubeconfig_files
 from shoal._engines.kubernetes.resources import RESOURCES, Obj, Resource, resource_for
 
 # A watch asks the server to end each stream after this many seconds, then reconnects from the

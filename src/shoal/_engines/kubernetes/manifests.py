@@ -38,8 +38,6 @@ from shoal._engines.kubernetes.names import (
     rule_name,
 )
 from shoal._engines.kubernetes.pods import (
-    CODE_BUNDLE,
-    KUBE_CONFIG,
     LABEL_PREFIX,
     CodeBundle,
     code_dir,
@@ -104,7 +102,7 @@ def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config:
         profile=call.task.env.profile.to_text() if call.task.env.profile is not None else "",
     )
     values = node.to_env()
-    values[CODE_BUNDLE] = code.uri
+    values[contract.CODE_BUNDLE] = code.uri
     return values
 
 
@@ -230,8 +228,8 @@ def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBu
         contract.HOME: config.home, contract.STORE: config.store, contract.ENGINE: "kubernetes",
         contract.RUN: run, contract.ATTEMPT: str(attempt), contract.ENV_NAME: env.name,
         contract.CODE_FILE: f"{code_dir(config)}/{code.file}", contract.TASK: call.task.name,
-        contract.IO: driver_io(config.store, run), CODE_BUNDLE: code.uri,
-        KUBE_CONFIG: config.to_json(),
+        contract.IO: driver_io(config.store, run), contract.CODE_BUNDLE: code.uri,
+        contract.KUBE_CONFIG: config.to_json(),
     }
     if resumes:
         values[contract.RESUMES] = ",".join(resumes)

@@ -26,12 +26,7 @@ from shoal._engines.kubernetes.validate import KUEUE_LABELS
 from shoal._spec.call import EnvSpec
 from shoal.errors import SpecError
 
-__all__ = ["CODE_BUNDLE", "KUBE_CONFIG", "LABEL_PREFIX", "CodeBundle", "pod_template"]
-
-# Contract variables this engine adds; they move into `shoal._contract` with the
-# launcher's bundle fetch (built from PREFIX so that the contract stays their only spelling).
-CODE_BUNDLE = contract.CODE_BUNDLE
-KUBE_CONFIG = contract.KUBE_CONFIG
+__all__ = ["LABEL_PREFIX", "CodeBundle", "pod_template"]
 
 LABEL_PREFIX = "shoal.dev/"
 KUEUE_PREFIX = "kueue.x-k8s.io/"
