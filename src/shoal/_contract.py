@@ -1,9 +1,9 @@
 """THE environment-variable contract: every variable that crosses a process boundary.
 
-The local engine, the Kubernetes engine (later), the node launcher, the worker and ``ctx()``
-read and write these variables through this module only; no other module spells their names.
-A Kubernetes pod and a local worker see the same variables, which is what lets one launcher and
-one worker serve both engines.
+The engines (local, Kubernetes, Slurm), the node launcher, a Slurm allocation, the worker and
+``ctx()`` read and write these variables through this module only; no other module spells
+their names. A local node, a Kubernetes pod and a Slurm node see the same variables, which is
+what lets one launcher serve every engine. It is the foundation layer: it imports nothing.
 
 Groups:
 - where things live: SHOAL_HOME (local records, logs), SHOAL_STORE (object-store root URI);
