@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 import time
 from pathlib import Path
 
@@ -48,7 +49,9 @@ def test_ddp_4x1_through_override(shoal_home: Path) -> None:
     gang.ddp_env.override("replicas", 4)
     gang.ddp_env.override("nproc_per_node", 1)
     try:
-        assert shoal.run(gang.train, 20).outputs()[0] < 1.0
+        with warnings.catch_warnings():  # 4 nodes of 1 CPU on a smaller machine: clamped, said
+            warnings.filterwarnings("ignore", message=r".*exceeds this machine's")
+            assert shoal.run(gang.train, 20).outputs()[0] < 1.0
     finally:
         gang.ddp_env.override("nproc_per_node", 2)
         gang.ddp_env.override("replicas", 2)
