@@ -209,3 +209,22 @@ def test_a_bad_command_line_is_one_line_and_its_fix(argv: list[str], line: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_the_report_adds_only_what_was_not_streamed(tmp_path: Path) -> None:
+    from shoal.cli.progress import Progress
+
+    def failure(traceback: str) -> RuntimeUserError:
+        return RuntimeUserError(FailureInfo(task="tb.t", action="a0", attempt=0, kind="user",
+                                            message="ValueError: bad", traceback=traceback,
+                                            log_tail="loading\n" + traceback))
+
+    quiet = Progress(io.StringIO(), stream_logs=False)
+    quiet("started", "a0", {"task": "tb.t", "log": str(tmp_path / "a0.log")})
+    assert quiet.failure_details(failure(LEAF)) == LEAF.rstrip() + \
+        "\nlast lines of its log:\n  | loading"
+    live = Progress(io.StringIO())
+    live("started", "a0", {"task": "tb.t", "log": str(tmp_path / "a0.log")})
+    assert live.failure_details(failure(LEAF)) == ""  # printed in the log streamed above
+    stacks = "rank 3 (node 1): process stopped\n    _train (prog.py:45)\n"
+    assert live.failure_details(failure(stacks)) == stacks.rstrip()  # in no log: shown

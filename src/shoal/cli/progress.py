@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from shoal.cli.log_stream import LogStream
+from shoal.cli.log_stream import TRACEBACK_HEADER, LogStream
 from shoal.errors import TaskFailed
 
 SHOWN_PER_TASK = 5
@@ -149,9 +149,13 @@ class Progress:
     def failure_details(self, error: TaskFailed) -> str:
         """What the report of a failed run adds to the screen: the traceback and the last log
         lines of the call where the failure began, unless that call's log was streamed above
-        (its traceback is there already); '' then."""
-        origin = error.info.origin_action or error.info.action
-        return "" if origin in self.streamed else error.details()
+        (the traceback it printed is there already). What the engine wrote itself, such as a
+        hang's stacks, was in no log: it is shown whatever was streamed."""
+        info = error.info
+        if (info.origin_action or info.action) not in self.streamed:
+            return error.details()
+        printed = info.traceback.startswith(TRACEBACK_HEADER)
+        return "" if printed else info.traceback.rstrip()
 
     def summary(self) -> str:
         rows = [("task", "calls", "ok", "cached", "replayed", "failed", "retries", "task time")]
