@@ -65,6 +65,8 @@ LOG_LEVEL = "SHOAL_LOG_LEVEL"
 USER_LOG_LEVEL = "SHOAL_USER_LOG_LEVEL"  # the level of `shoal.logger` in task processes
 # First delay between task retries, in seconds (doubles each retry, capped at 30 s).
 RETRY_BACKOFF = "SHOAL_RETRY_BACKOFF"
+# "1" (`shoal --debug`): tracebacks keep Shoal's own frames, in the CLI and in task processes.
+DEBUG = "SHOAL_DEBUG"
 
 # --- topology of a clustered task (Shoal's own names) ---------------------------------------
 NODE_RANK = "SHOAL_NODE_RANK"
@@ -191,6 +193,11 @@ def system_metrics_interval(environ: Mapping[str, str] | None = None) -> float:
     if not value >= 0 or value == float("inf"):
         raise ValueError(f"{raw!r} is not a number of seconds >= 0")
     return value
+
+
+def debug(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether tracebacks show Shoal's own frames too (`shoal --debug` sets it)."""
+    return (os.environ if environ is None else environ).get(DEBUG, "") == "1"
 
 
 def retry_backoff() -> float:

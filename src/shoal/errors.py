@@ -6,7 +6,9 @@
     │   ├── UnsupportedTypeError  a type hint Shoal cannot serialize (at definition time)
     │   ├── MissingDependencyError  a task calls an environment not reachable via depends_on
     │   ├── InputError            a value does not match the declared type
-    │   └── NotFoundError         a run, action, task or file the user named does not exist
+    │   ├── NotFoundError         a run, action, task or file the user named does not exist
+    │   ├── UserCodeError         the user's file cannot be imported (syntax error, exception)
+    │   └── SyncTaskCallInAsyncContextError  a sync task called inside a running event loop
     ├── TaskFailed                a task failed after its retries (Flyte: BaseRuntimeError);
     │   │                         `.code` and `.kind` say how, `.info` where
     │   ├── RuntimeUserError      ... the task's code raised (code: the exception's type name)
@@ -50,10 +52,12 @@ __all__ = [
     "ShoalSystemError",
     "SpecError",
     "StoreError",
+    "SyncTaskCallInAsyncContextError",
     "TaskFailed",
     "TaskTimeout",
     "TaskTimeoutError",
     "UnsupportedTypeError",
+    "UserCodeError",
     "UserError",
 ]
 
@@ -125,6 +129,18 @@ class NotFoundError(UserError, LookupError):
     """A run, action, task or file named by the user does not exist."""
 
 
+class UserCodeError(UserError):
+    """The user's file (or a module it imports) failed while Shoal imported it: a syntax error,
+    or an exception raised at import time. ``str(err)`` is ``file:line: Type: message``, then
+    that line with a caret under the failing part, then a fix where one is known."""
+
+
+class SyncTaskCallInAsyncContextError(UserError):
+    """A sync task was called (``prep(n)``) inside a running event loop, i.e. from the body of
+    an async task. The call would block that loop, and ``await prep(n)`` would await its int;
+    the fix is ``await prep.aio(n)``. Flyte 2 raises an error of this name at the same call."""
+
+
 @dataclass(frozen=True)
 class FailureInfo:
     """Where and how a task attempt failed; what a failure report is made of."""
@@ -143,6 +159,28 @@ class FailureInfo:
     log_tail: str = ""
     traceback: str = ""
     error_type: str = ""  # the exception's class name, when the task raised
+    # The action whose traceback and log tail this failure carries: a call it made whose
+    # failure it passes on ('' when they are its own).
+    origin_action: str = ""
+
+
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
+
+
+def tail_after_traceback(log_tail: str, traceback: str) -> str:
+    """The lines of ``log_tail`` that are not the ``traceback`` it ends with: the task printed
+    the traceback as its last lines, and a report that shows both shows it once."""
+    tail, tb = log_tail.rstrip().splitlines(), traceback.rstrip().splitlines()
+    if not tb:
+        return log_tail
+    same = 0
+    while same < min(len(tail), len(tb)) and tail[-1 - same] == tb[-1 - same]:
+        same += 1
+    if same < len(tb) and same < len(tail) and tail[-1 - same] == _TRACEBACK_HEADER:
+        same += 1  # the tail's traceback is the end of this one (a caller's adds its frames)
+    elif same < len(tb) and same < len(tail):
+        return log_tail
+    return "\n".join(tail[:len(tail) - same])
 
 
 class TaskFailed(ShoalError):
@@ -175,6 +213,11 @@ class TaskFailed(ShoalError):
         return (type(self), (self.info,))
 
     def render(self) -> str:
+        details = self.details()
+        return f"{self.headline()}\n{details}" if details else self.headline()
+
+    def headline(self) -> str:
+        """Which call failed and how, in one line (as long as the message is one line)."""
         i = self.info
         where = f"task {i.task!r} (action {i.action}, attempt {i.attempt}"
         if i.rank is not None:
@@ -187,13 +230,17 @@ class TaskFailed(ShoalError):
             how += f" [exit code {i.exit_code}]"
         if i.signal is not None:
             how += f" [killed by {i.signal}]"
-        text = f"{where} failed: {how}"
-        if i.traceback:
-            text += "\n" + i.traceback.rstrip()
-        if i.log_tail:
-            tail = "\n".join("  | " + line for line in i.log_tail.rstrip().splitlines())
-            text += f"\nlast lines of its log:\n{tail}"
-        return text
+        return f"{where} failed: {how}"
+
+    def details(self) -> str:
+        """The traceback, then the last lines of the log that are not that traceback again."""
+        i = self.info
+        parts = [i.traceback.rstrip()] if i.traceback.strip() else []
+        tail = tail_after_traceback(i.log_tail, i.traceback).rstrip()
+        if tail:
+            lines = "\n".join("  | " + line for line in tail.splitlines())
+            parts.append(f"last lines of its log:\n{lines}")
+        return "\n".join(parts)
 
 
 BaseRuntimeError = TaskFailed  # Flyte 2's name for the base of task failures
@@ -227,6 +274,9 @@ class NonRecoverableError(RuntimeUserError):
 
     def render(self) -> str:
         return self.info.message if self.raised_by_user else super().render()
+
+    def headline(self) -> str:
+        return self.info.message if self.raised_by_user else super().headline()
 
 
 class RuntimeSystemError(TaskFailed):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import warnings
 import time
+import warnings
 from pathlib import Path
 
 import psutil

@@ -176,7 +176,7 @@ def test_a_bad_partition_is_refused_before_anything_runs(slurm_cluster: SlurmClu
     settings.write_text("partition: gpus\n")
     p = shoal("run", "--engine", "slurm", "--slurm-settings", str(settings), "--name", "bad",
               str(SEED / "ddp.py"), "train_ddp", check=False)
-    assert p.returncode == 1
+    assert p.returncode == 2  # a usage error: the settings name what is not there
     assert "Slurm settings: partition" in p.stderr and "'gpus'" in p.stderr
     assert "high, low" in p.stderr  # the fix names the partitions there are
     assert slurm_cluster.run("squeue -h -o %i").stdout.strip() == ""
@@ -184,7 +184,7 @@ def test_a_bad_partition_is_refused_before_anything_runs(slurm_cluster: SlurmClu
     settings.write_text("environments: {ddp_env: {sbatch_options: ['--mincpus=64']}}\n")
     p = shoal("run", "--engine", "slurm", "--slurm-settings", str(settings),
               str(SEED / "ddp.py"), "train_ddp", check=False)
-    assert p.returncode == 1 and "environment 'ddp_env'" in p.stderr, p.stderr
+    assert p.returncode == 2 and "environment 'ddp_env'" in p.stderr, p.stderr
     assert slurm_cluster.run("squeue -h -o %i").stdout.strip() == ""
 
 

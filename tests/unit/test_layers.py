@@ -40,7 +40,8 @@ ERRORS = {
     "NonRecoverableError", "NotFoundError", "OOMError", "ObjectNotFound", "RunCancelled",
     "RuntimeSystemError", "RuntimeUnknownError", "RuntimeUserError", "ShoalError",
     "ShoalSystemError", "SpecError", "StoreError", "TaskFailed", "TaskTimeout",
-    "TaskTimeoutError", "UnsupportedTypeError", "UserError",
+    "TaskTimeoutError", "UnsupportedTypeError", "UserError", "UserCodeError",
+    "SyncTaskCallInAsyncContextError",
 }
 ERROR_VALUES = {"FailureInfo"}  # in shoal.errors for annotations (TaskFailed.info), not raised
 

@@ -8,6 +8,7 @@ on ``sys.path`` as ``python file.py`` would have it.
 from __future__ import annotations
 
 import importlib.util
+import linecache
 import re
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any
 
 from shoal._runtime import task_registry
 from shoal._runtime.task_registry import LoadableTask
-from shoal.errors import NotFoundError, SpecError
+from shoal._runtime.tracebacks import caret_line, innermost_user_frame
+from shoal.errors import NotFoundError, SpecError, UserCodeError, UserError
 
 _loaded: dict[str, ModuleType] = {}
 
@@ -58,11 +60,54 @@ def load_file(path: str | Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as e:
         sys.modules.pop(name, None)
-        raise
+        if isinstance(e, SyntaxError):
+            raise syntax_error(e) from e
+        if isinstance(e, Exception) and not isinstance(e, UserError):
+            raise import_error(e, resolved) from e
+        raise  # Shoal's own errors (a bad TaskEnvironment) say what is wrong; Ctrl-C, exit
     _loaded[key] = module
     return module
+
+
+def syntax_error(e: SyntaxError) -> UserCodeError:
+    """``file:line: SyntaxError: msg``, the line, a caret under the column Python names."""
+    where = f"{e.filename}:{e.lineno}" if e.lineno else str(e.filename)
+    text = f"{where}: {type(e).__name__}: {e.msg}"
+    if e.text:
+        start = e.offset - 1 if e.offset else None
+        end = getattr(e, "end_offset", None)
+        if end is not None and getattr(e, "end_lineno", e.lineno) != e.lineno:
+            end = None
+        text += "\n" + caret_line(e.text, start, end - 1 if end else None)
+    return UserCodeError(text)
+
+
+def import_error(e: Exception, path: Path) -> UserCodeError:
+    """An exception the user's file raised while it was imported: where (the innermost frame
+    of the user's code), that line, and the fix."""
+    frame = innermost_user_frame(e.__traceback__)
+    head = f"{type(e).__name__}: {e}"
+    if frame is None:
+        text = f"{path}: {head}"
+    else:
+        text = f"{frame.filename}:{frame.lineno}: {head}"
+        line = linecache.getline(frame.filename, frame.lineno or 0)
+        if line.strip():
+            # Columns exist from Python 3.11; like Python, no caret under a whole line.
+            start, end = getattr(frame, "colno", None), getattr(frame, "end_colno", None)
+            if start is None or end is None or line[start:end].strip() == line.strip() \
+                    or getattr(frame, "end_lineno", frame.lineno) != frame.lineno:
+                start = end = None
+            text += "\n" + caret_line(line, start, end)
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        text += (f"\nFix: install the package that provides {e.name!r} into the Python that "
+                 f"runs the task ({sys.executable}), or correct the import")
+    else:
+        text += ("\nFix: correct that line (it runs when the file is imported); "
+                 "`shoal --debug ...` shows the whole traceback")
+    return UserCodeError(text)
 
 
 def find_task(path: str | Path, task_name: str) -> Any:

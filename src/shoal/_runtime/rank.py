@@ -14,7 +14,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +25,7 @@ from shoal._runtime.frameworks import prepare_runtime
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
+from shoal._runtime.tracebacks import user_traceback
 
 
 def attempt_folder(node: NodeEnv) -> str:
@@ -122,9 +122,12 @@ def main() -> None:
     except BaseException as e:  # every failure of this rank is reported, then it exits non-zero
         if isinstance(e, SystemExit) and e.code in (0, None):
             raise
-        traceback.print_exc()
+        shown = user_traceback(e)
+        # This rank's log is the only place a user reads why a rank that did not fail first
+        # stopped: Shoal's own errors (a wrong output type) get their one line there.
+        print(shown or f"{type(e).__name__}: {e}", file=sys.stderr, end="" if shown else "\n")
         sys.stderr.flush()
-        _report_failure(node, rank, local_rank, e)
+        _report_failure(node, rank, local_rank, e, shown)
         os._exit(1)  # skip atexit hooks that may block on a broken process group
     sys.stdout.flush()
     sys.stderr.flush()
@@ -133,13 +136,14 @@ def main() -> None:
     os._exit(0)
 
 
-def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException) -> None:
+def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,
+                    shown: str) -> None:
     from shoal._storage.store import join, open_store
 
     report = {
         "rank": rank, "local_rank": local_rank, "node": node.node_rank, "at": time.time(),
         "message": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
-        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        "traceback": shown,
         **rank_status.failure_fields(e),
     }
     try:

@@ -11,7 +11,6 @@ import asyncio
 import datetime as _dt
 import os
 import sys
-import traceback
 from typing import Any
 
 from shoal._contract import WorkerEnv
@@ -22,7 +21,8 @@ from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
-from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed, UserError
+from shoal._runtime.tracebacks import through_call, user_traceback
+from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed
 
 
 class _Redirect:
@@ -49,16 +49,26 @@ class _Redirect:
         os.close(self.saved[1])
 
 
-def _failure(order: m.Run, exc: BaseException, kind: str) -> FailureInfo:
+def passed_on(exc: BaseException) -> TaskFailed | None:
+    """The failure of a task this one called, when that is what ``exc`` is."""
     if isinstance(exc, TaskFailed) and not getattr(exc, "raised_by_user", False):
-        message = f"a task it called failed: {exc.info.task} ({exc.info.message})"
-        error_type = exc.code  # what the callee's failure was, for the caller's caller
-    else:
-        message = f"{type(exc).__name__}: {exc}"
-        error_type = type(exc).__name__
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return exc
+    return None
+
+
+def _failure(order: m.Run, exc: BaseException, kind: str) -> FailureInfo:
+    callee = passed_on(exc)
+    if callee is not None:
+        # The callee's traceback (under the frames of this call) and log tail: what a report
+        # of this failure shows is where it began.
+        i = callee.info
+        return FailureInfo(task=order.task, action=order.action, attempt=order.attempt,
+                           kind=kind, message=f"a task it called failed: {i.task} ({i.message})",
+                           traceback=through_call(callee), log_tail=i.log_tail,
+                           error_type=callee.code, origin_action=i.origin_action or i.action)
     return FailureInfo(task=order.task, action=order.action, attempt=order.attempt, kind=kind,
-                       message=message, traceback=tb, error_type=error_type)
+                       message=f"{type(exc).__name__}: {exc}", traceback=user_traceback(exc),
+                       error_type=type(exc).__name__)
 
 
 def _checkpoint(order: m.Run) -> Any:
@@ -87,15 +97,16 @@ class Worker:
         with _Redirect(order.log_path):
             try:
                 output = self._call(order)
-            except (UserError, TaskFailed) as e:
-                return m.Done(order.action, order.attempt, failure=_failure(order, e, "user"))
-            except ShoalSystemError as e:
-                return m.Done(order.action, order.attempt, failure=_failure(order, e, "system"))
             except KeyboardInterrupt:
                 raise
-            except BaseException as e:  # any other exception (SystemExit too) fails the call
-                traceback.print_exc()
-                return m.Done(order.action, order.attempt, failure=_failure(order, e, "user"))
+            except BaseException as e:  # any exception (SystemExit too) fails the call
+                kind = "system" if isinstance(e, ShoalSystemError) else "user"
+                failure = _failure(order, e, kind)
+                if failure.traceback and passed_on(e) is None:
+                    # As Python would print it, in the task's log: its output, streamed live.
+                    # A callee's failure was printed in the callee's log.
+                    print(failure.traceback, end="", file=sys.stderr)
+                return m.Done(order.action, order.attempt, failure=failure)
         return m.Done(order.action, order.attempt, output=output)
 
     def _call(self, order: m.Run) -> Any:

@@ -13,6 +13,7 @@ import types
 import typing
 from typing import Any
 
+from shoal.cli.parser import OneLineParser
 from shoal.errors import InputError, SpecError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -55,7 +56,7 @@ def convert(text: str, tp: Any, field: str) -> Any:
         name = getattr(tp, "__name__", str(tp))
         examples = {int: "4", float: "0.5", bool: "true"}
         if tp in examples:
-            fix = f"pass a {name}, e.g. {field} {examples[tp]}"
+            fix = f"pass {'an' if name[0] in 'aeiou' else 'a'} {name}, e.g. {field} {examples[tp]}"
         elif _is_record(tp):
             fix = f"pass its fields as a JSON object, e.g. {field} '{{\"name\": \"value\"}}'"
         else:
@@ -132,8 +133,9 @@ def _file_or_dir(text: str, tp: Any) -> Any:
 
 
 def task_parser(task: Any) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"shoal run FILE {task.short_name}", allow_abbrev=False,
-                                     description=(task.func.__doc__ or "").strip() or None)
+    prog = f"shoal run FILE {task.short_name}"
+    parser = OneLineParser(prog=prog, allow_abbrev=False, fix=_options_hint(task, prog),
+                           description=(task.func.__doc__ or "").strip() or None)
     for name, param in task.signature.parameters.items():
         tp = task.hints[name]
         flags = [f"--{name}"]
@@ -150,6 +152,15 @@ def task_parser(task: Any) -> argparse.ArgumentParser:
                             else shown if shown.startswith("{") else "VALUE",
                             help=f"{shown}" + ("" if required else f" (default: {default!r})"))
     return parser
+
+
+def _options_hint(task: Any, prog: str) -> str:
+    """What the task's command line takes, for the one line of a usage error."""
+    names = [f"--{name}" + (" (required)" if p.default is inspect.Parameter.empty else "")
+             for name, p in task.signature.parameters.items()]
+    takes = f"{task.short_name} takes {', '.join(names)}" if names else \
+        f"{task.short_name} takes no arguments"
+    return f"{takes}; `{prog} --help` shows their types"
 
 
 def parse_task_args(task: Any, argv: list[str]) -> dict[str, Any]:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
+
+from shoal import _contract as contract
+from shoal.cli.parser import OneLineParser, UsageError, help_hint
 
 VERBS = {
     "run": "run a task: shoal run FILE TASK [--arg value ...]",
@@ -29,7 +33,7 @@ VERBS = {
 
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations: `--n 100` must reach the task's --n, not shoal's --name.
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="shoal", description="Run ML pipelines on the local engine or Kubernetes.",
         allow_abbrev=False)
     parser.add_argument("--debug", action="store_true",
@@ -43,18 +47,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from shoal.errors import ShoalError, UserError
+    from shoal.errors import ShoalError, ShoalSystemError, UserError
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args, rest = parser.parse_known_args(args_list)
+    try:
+        args, rest = parser.parse_known_args(args_list)
+        if args.verb is None and rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     if args.verb is None:
         parser.print_help()
         return 2
-    if rest and args.verb != "run":
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    module = importlib.import_module(f"shoal.cli.{args.verb}_cmd")
+    if args.debug:  # task processes inherit it: their tracebacks keep Shoal's frames too
+        os.environ[contract.DEBUG] = "1"
     try:
+        if rest and args.verb != "run":
+            raise UsageError(f"shoal {args.verb}: error: unrecognized arguments: "
+                             f"{' '.join(rest)}. "
+                             f"Fix: {help_hint(f'shoal {args.verb}')}")
+        module = importlib.import_module(f"shoal.cli.{args.verb}_cmd")
         code: int = module.execute(args, rest)
         return code
     except KeyboardInterrupt:
@@ -63,11 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ShoalError, FileNotFoundError) as e:
         if args.debug:
             traceback.print_exc()
-        kind = "error" if isinstance(e, UserError | FileNotFoundError) else "failed"
-        print(f"shoal: {kind}: {e}", file=sys.stderr)
-        if not args.debug:
+        # A path the user gave that is not there is theirs to fix; a store's missing object
+        # (also a FileNotFoundError) is a system failure.
+        user = isinstance(e, UserError) or (isinstance(e, FileNotFoundError)
+                                            and not isinstance(e, ShoalSystemError))
+        print(e if isinstance(e, UsageError) else f"shoal: {'error' if user else 'failed'}: {e}",
+              file=sys.stderr)
+        if not args.debug and not user:  # a user error says its fix; a system one may not
             print("(run with `shoal --debug ...` for the Python traceback)", file=sys.stderr)
-        return 2 if isinstance(e, UserError) else 1
+        return 2 if user else 1
 
 
 if __name__ == "__main__":

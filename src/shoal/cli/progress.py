@@ -13,7 +13,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from shoal._storage.logs import cut_line
+from shoal.cli.log_stream import TRACEBACK_HEADER, LogStream
+from shoal.errors import TaskFailed
 
 SHOWN_PER_TASK = 5
 TAIL_SECONDS = 0.2
@@ -29,6 +30,8 @@ class Progress:
         self.shown: Counter[str] = Counter()
         self.tails: dict[str, tuple[str, Path, int]] = {}  # action -> (label, log, offset)
         self.groups: dict[str, str] = {}  # action -> "epoch-1/shard-3 › " for calls in a group
+        self.streamed: set[str] = set()  # actions whose log lines were printed as they came
+        self.stream = LogStream(self.out)
 
     def _print(self, text: str) -> None:
         print(f"{time.monotonic() - self.t0:7.2f}s {text}", file=self.out, flush=True)
@@ -56,6 +59,8 @@ class Progress:
                 extra = f" (attempt {attempt})" if attempt else ""
                 self._print(f"▶ {where}{task} [{action}]{extra}")
                 self.tails[action] = (f"{where}{task} {action}", Path(data["log"]), 0)
+                if self.stream_logs:
+                    self.streamed.add(action)
         elif kind == "succeeded":
             self.seconds[task] += data.get("seconds", 0.0)
             self._flush(action)
@@ -77,6 +82,8 @@ class Progress:
             self._flush_gang(action)
             for label, log in data["logs"].items():
                 self.tails[f"{action}|{label}"] = (label, Path(log), 0)
+            if self.stream_logs:
+                self.streamed.add(action)
             self._print(f"⇶ {task} [{action}] {data['message']}")
         elif kind == "gang_hang":
             self._flush_gang(action)
@@ -107,14 +114,15 @@ class Progress:
     def _flush(self, action: str) -> None:
         entry = self.tails.pop(action, None)
         if entry is not None:
-            self._emit(action, entry)
+            self._emit(action, entry, final=True)
         self._flush_gang(action)
 
     def _flush_gang(self, action: str) -> None:
         for key in [k for k in self.tails if k.startswith(f"{action}|")]:
-            self._emit(key, self.tails.pop(key))
+            self._emit(key, self.tails.pop(key), final=True)
 
-    def _emit(self, action: str, entry: tuple[str, Path, int]) -> tuple[str, Path, int]:
+    def _emit(self, action: str, entry: tuple[str, Path, int],
+              final: bool = False) -> tuple[str, Path, int]:
         label, path, offset = entry
         if not self.stream_logs:
             return entry
@@ -125,8 +133,9 @@ class Progress:
         except OSError:
             return entry
         end = data.rfind(b"\n") + 1
-        for line in data[:end].decode("utf-8", "replace").splitlines():
-            print(f"  [{label}] {cut_line(line)}", file=self.out, flush=True)
+        self.stream.lines(str(path), label, data[:end].decode("utf-8", "replace").splitlines())
+        if final:
+            self.stream.close(str(path), label)
         return (label, path, offset + end)
 
     async def follow(self) -> None:
@@ -136,6 +145,17 @@ class Progress:
             for action, entry in list(self.tails.items()):
                 if action in self.tails:
                     self.tails[action] = self._emit(action, entry)
+
+    def failure_details(self, error: TaskFailed) -> str:
+        """What the report of a failed run adds to the screen: the traceback and the last log
+        lines of the call where the failure began, unless that call's log was streamed above
+        (the traceback it printed is there already). What the engine wrote itself, such as a
+        hang's stacks, was in no log: it is shown whatever was streamed."""
+        info = error.info
+        if (info.origin_action or info.action) not in self.streamed:
+            return error.details()
+        printed = info.traceback.startswith(TRACEBACK_HEADER)
+        return "" if printed else info.traceback.rstrip()
 
     def summary(self) -> str:
         rows = [("task", "calls", "ok", "cached", "replayed", "failed", "retries", "task time")]

@@ -120,14 +120,33 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     see = (f"shoal: logs: shoal logs {runner.name}; metrics: shoal metrics {runner.name}; "
            f"web UI: shoal ui {runner.name}")
     if outcome.state != "succeeded":
-        print(f"shoal: run {runner.name} {outcome.state}: {outcome.error}", file=sys.stderr)
-        print(see, file=sys.stderr)
-        return 1
+        return _failed(runner.name, outcome, progress, see)
     value = task.decode_output(outcome.output)
     print(f"shoal: run {runner.name} succeeded", file=sys.stderr)
     print(see, file=sys.stderr)
     print(_render(value))
     return 0
+
+
+def _failed(run: str, outcome: Any, progress: Any, see: str) -> int:
+    """The end of a run that did not succeed: one line; the traceback and log tail of the call
+    that failed when they were not streamed above. A spec refused before the task ran is a
+    usage error (exit status 2), anything else a failed run (1)."""
+    from shoal.errors import TaskFailed, UserError
+
+    error = outcome.error
+    if isinstance(error, UserError):
+        print(f"shoal: error: {error}", file=sys.stderr)
+        return 2
+    if isinstance(error, TaskFailed):
+        print(f"shoal: run {run} {outcome.state}: {error.headline()}", file=sys.stderr)
+        details = progress.failure_details(error)
+        if details:
+            print(details, file=sys.stderr)
+    else:
+        print(f"shoal: run {run} {outcome.state}: {error}", file=sys.stderr)
+    print(see, file=sys.stderr)
+    return 1
 
 
 def _detach(engine: str, task: Any, args: argparse.Namespace, rest: list[str]) -> int:

@@ -81,7 +81,7 @@ def forgot_annotation(x: int):  # type: ignore[no-untyped-def]
 async def pipeline(cfg: Config, level: Level) -> Summary:
     df = await make_table.aio(cfg, level)
     ref = await as_reference.aio(df)
-    assert log_only("no annotation, returns None") is None
+    assert await log_only.aio("no annotation, returns None") is None
     return await summarize.aio(df, ref, cfg, level)
 
 

@@ -299,6 +299,8 @@ class LocalEngine(Engine):
                 await worker.kill(KILL_GRACE)
                 raise
             if done.failure is not None:
+                if done.failure.origin_action:  # it carries the log of the call that failed
+                    return AttemptOutcome(failure=done.failure)
                 tail = procs.log_tail(ref.log_path)
                 return AttemptOutcome(failure=_with(done.failure, log_tail=tail))
             return AttemptOutcome(output=done.output)
