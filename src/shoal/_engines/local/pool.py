@@ -9,6 +9,11 @@ Kueue preempts lower-priority workloads; they release when their gang has stoppe
 awaiting its children *suspends* its reservation (as Ray does for blocked tasks) so a driver
 never starves its own children; resuming takes the resources back at once, even if that
 briefly oversubscribes the pool.
+
+A pool given a ``machine`` folder shares the machine with every other local run: its
+requests are rows of the machine's lease table (`machine.py`), admitted by the same rules
+across runs, with specific GPU indices; its own releases admit at once, another run's within
+a poll (``POLL_SECONDS``). Without one (tests, planning) the pool is this process's alone.
 """
 
 from __future__ import annotations
@@ -17,10 +22,22 @@ import asyncio
 import bisect
 import itertools
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+from shoal import _contract as contract
+from shoal.errors import SpecError
+
+if TYPE_CHECKING:
+    from shoal._engines.local.machine import LeaseTable
+
+# How often a pool reads the machine's lease table while it waits or holds preemptible rows.
+POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -49,9 +66,29 @@ def detect_gpus() -> int:
         return 0
 
 
+_AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*$")
+_UNIT = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6,
+         "G": 10**9, "T": 10**12}
+
+
 def machine_capacity() -> Request:
-    return Request(cpu=float(os.cpu_count() or 1), memory=psutil.virtual_memory().total,
-                   gpu=detect_gpus())
+    """This machine's CPUs, memory and GPUs, or what ``SHOAL_MACHINE_CAPACITY`` says of them."""
+    detected = {"cpu": float(os.cpu_count() or 1), "memory": psutil.virtual_memory().total,
+                "gpu": detect_gpus()}
+    raw = os.environ.get(contract.MACHINE_CAPACITY, "")
+    fix = f'e.g. {contract.MACHINE_CAPACITY}="cpu=4,memory=16Gi,gpu=1" (each key optional)'
+    for item in filter(None, (i.strip() for i in raw.split(","))):
+        key, _, value = item.partition("=")
+        amount = _AMOUNT.match(value)
+        if key.strip() not in detected or amount is None:
+            raise SpecError(contract.MACHINE_CAPACITY, raw, f"{item!r} is not cpu=N, "
+                            "memory=N[Ki|Mi|Gi|Ti] or gpu=N", fix)
+        number = float(amount.group(1)) * _UNIT.get(amount.group(2) or "", 1)
+        if key.strip() != "memory" and amount.group(2):
+            raise SpecError(contract.MACHINE_CAPACITY, raw, f"{item!r} takes no unit", fix)
+        detected[key.strip()] = number
+    return Request(cpu=float(detected["cpu"]), memory=int(detected["memory"]),
+                   gpu=int(detected["gpu"]))
 
 
 @dataclass(eq=False)
@@ -65,25 +102,28 @@ class Reservation:
     preempting: bool = False
     seq: int = 0
     active: bool = True
+    # The machine's GPU indices this reservation holds (for CUDA_VISIBLE_DEVICES); () for a
+    # pool without a lease table.
+    gpus: tuple[int, ...] = ()
+    lease: int | None = None  # its row in the machine's lease table
     _suspensions: int = field(default=0, repr=False)
 
     def suspend(self) -> None:
         """Give the resources back while the holder waits (nested: counts suspensions)."""
         self._suspensions += 1
         if self._suspensions == 1 and self.active:
-            self.pool._give_back(self.request)
+            self.pool._lend(self, True)
 
     def resume(self) -> None:
         self._suspensions -= 1
         if self._suspensions == 0 and self.active:
-            self.pool._take(self.request)
+            self.pool._lend(self, False)
 
     def release(self) -> None:
         if self.active:
             self.active = False
             self.pool._held.discard(self)
-            if self._suspensions == 0:
-                self.pool._give_back(self.request)
+            self.pool._release(self)
 
 
 @dataclass(eq=False)
@@ -95,16 +135,26 @@ class _Waiter:
 
 
 class ResourcePool:
-    def __init__(self, capacity: Request | None = None) -> None:
+    def __init__(self, capacity: Request | None = None, *, machine: Path | None = None,
+                 run: str = "") -> None:
         self.capacity = capacity or machine_capacity()
         self._used = Request(0.0, 0, 0)
         self._waiters: list[_Waiter] = []
         self._held: set[Reservation] = set()
         self._seq = itertools.count()
+        self.machine = machine
+        self.run = run
+        self._table: LeaseTable | None = None
+        self._asked: dict[int, asyncio.Future[tuple[int, ...]]] = {}  # lease -> its admission
+        self._poller: asyncio.Task[None] | None = None
 
     @property
     def free(self) -> Request:
         c, u = self.capacity, self._used
+        if self._table is not None:
+            held = [r for r in self._table.leases() if r.counted]
+            u = Request(sum(r.cpu for r in held), sum(r.memory for r in held),
+                        sum(r.gpu for r in held))
         return Request(c.cpu - u.cpu, c.memory - u.memory, c.gpu - u.gpu)
 
     def clamp(self, request: Request) -> tuple[Request, list[str]]:
@@ -133,6 +183,8 @@ class ResourcePool:
         With ``on_preempt``, the reservation may be preempted by a higher-priority request:
         the callback must then stop the holder, which releases the reservation.
         """
+        if self.machine is not None:
+            return await self._acquire_shared(request, priority, label, on_preempt)
         waiter = _Waiter(request, priority, next(self._seq),
                          asyncio.get_running_loop().create_future())
         bisect.insort(self._waiters, waiter, key=lambda w: (-w.priority, w.seq))
@@ -151,7 +203,91 @@ class ResourcePool:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._waiters) + len(self._asked)
+
+    # -- sharing the machine with other runs (a lease table) ------------------------------
+    async def _acquire_shared(self, request: Request, priority: int, label: str,
+                              on_preempt: Callable[[], None] | None) -> Reservation:
+        if self._table is None:
+            from shoal._engines.local.machine import LeaseTable
+
+            assert self.machine is not None
+            self._table = LeaseTable(self.machine)
+        lease = self._table.enter(run=self.run, label=label, cpu=request.cpu,
+                                  memory=request.memory, gpu=request.gpu, priority=priority,
+                                  preemptible=on_preempt is not None)
+        admitted = asyncio.get_running_loop().create_future()
+        self._asked[lease] = admitted
+        self._sync()
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll())
+        try:
+            gpus = await admitted
+        except asyncio.CancelledError:
+            self._asked.pop(lease, None)
+            self._table.remove(lease)  # waiting, or admitted just as we were cancelled
+            self._sync()
+            raise
+        reservation = Reservation(self, request, label, priority, on_preempt, seq=lease,
+                                  gpus=gpus, lease=lease)
+        self._held.add(reservation)
+        return reservation
+
+    async def _poll(self) -> None:
+        """Admission passes while this pool waits for, or may be asked to give back, leases
+        (another run's release or preemption request is seen here)."""
+        while self._asked or any(r.on_preempt is not None and not r.preempting
+                                 for r in self._held):
+            await asyncio.sleep(POLL_SECONDS)
+            self._sync()
+
+    def _sync(self) -> None:
+        """One admission pass over the machine, then this pool's admitted and preempted rows
+        acted on."""
+        assert self._table is not None
+        self._table.admit(self.capacity)
+        rows = self._table.mine()
+        for lease, admitted in list(self._asked.items()):
+            row = rows.get(lease)
+            if row is not None and row.state == "held":
+                del self._asked[lease]
+                if not admitted.done():
+                    admitted.set_result(row.gpus)
+        for r in list(self._held):
+            row = rows.get(r.lease) if r.lease is not None else None
+            if row is not None and row.preempt and not r.preempting and r.on_preempt:
+                r.preempting = True
+                r.on_preempt()
+
+    def _lend(self, r: Reservation, lent: bool) -> None:
+        if self._table is None:
+            if lent:
+                self._give_back(r.request)
+            else:
+                self._take(r.request)
+            return
+        assert r.lease is not None
+        self._table.set_suspended(r.lease, lent)
+        if lent:
+            self._sync()
+
+    def _release(self, r: Reservation) -> None:
+        if self._table is None:
+            if r._suspensions == 0:
+                self._give_back(r.request)
+            return
+        assert r.lease is not None
+        self._table.remove(r.lease)
+        self._sync()
+
+    def close(self) -> None:
+        """Give back every lease of this pool and stop reading the table."""
+        if self._poller is not None:
+            self._poller.cancel()
+        if self._table is not None:
+            self._table.remove_mine()
+            self._table.close()
+            self._table = None
 
     def _admit(self) -> None:
         while self._waiters:
