@@ -127,6 +127,8 @@ class LeaseTable:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(_SCHEMA)
+        self._conn.execute("CREATE INDEX IF NOT EXISTS leases_queue "
+                           "ON leases (state, priority DESC, id)")
 
     def close(self) -> None:
         self._conn.close()
@@ -167,7 +169,8 @@ class LeaseTable:
             c.execute("UPDATE leases SET suspended = ? WHERE id = ?", (int(suspended), lease_id))
 
     def mine(self) -> dict[int, Lease]:
-        rows = self._conn.execute("SELECT * FROM leases WHERE owner = ?",
+        """This table's (this pool's) held rows."""
+        rows = self._conn.execute("SELECT * FROM leases WHERE owner = ? AND state = 'held'",
                                   (self.owner,)).fetchall()
         return {lease.id: lease for lease in map(_lease, rows)}
 
@@ -178,29 +181,35 @@ class LeaseTable:
             return self._live(c)
 
     def _live(self, c: sqlite3.Connection) -> list[Lease]:
-        rows = [_lease(r) for r in c.execute("SELECT * FROM leases ORDER BY id").fetchall()]
-        holders = {(r.pid, r.started) for r in rows}
-        dead = {h for h in holders if h != (self.pid, self.started) and not holder_alive(*h)}
-        for pid, started in dead:
-            c.execute("DELETE FROM leases WHERE pid = ? AND started = ?", (pid, started))
-        return [r for r in rows if (r.pid, r.started) not in dead]
+        self._reap(c)
+        return [_lease(r) for r in c.execute("SELECT * FROM leases ORDER BY id").fetchall()]
+
+    def _reap(self, c: sqlite3.Connection) -> None:
+        """Delete the rows of holders that are gone (a crashed or killed run)."""
+        for pid, started in c.execute("SELECT DISTINCT pid, started FROM leases").fetchall():
+            if (pid, started) != (self.pid, self.started) and not holder_alive(pid, started):
+                c.execute("DELETE FROM leases WHERE pid = ? AND started = ?", (pid, started))
 
     def admit(self, capacity: Request) -> None:
         """One admission pass over the whole machine (see the module's docstring)."""
         with self._write() as c:
-            rows = self._live(c)
-            held = [r for r in rows if r.counted]
+            self._reap(c)
+            # Held rows are few (they fit the machine); waiting ones are read only up to the
+            # first that does not fit, so a long queue costs a pass little.
+            holding = [_lease(r) for r in
+                       c.execute("SELECT * FROM leases WHERE state = 'held'").fetchall()]
+            held = [r for r in holding if r.counted]
             cpu = capacity.cpu - sum(r.cpu for r in held)
             memory = capacity.memory - sum(r.memory for r in held)
             # GPUs of a suspended holder are lent only when no other GPU is free.
             taken = {g for r in held for g in r.gpus}
-            lent = {g for r in rows if r.state == "held" and r.suspended for g in r.gpus}
-            waiting = sorted((r for r in rows if r.state == "waiting"),
-                             key=lambda r: (-r.priority, r.id))
-            for w in waiting:
+            lent = {g for r in holding if r.suspended for g in r.gpus}
+            queue = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
+                              "ORDER BY priority DESC, id").fetchall()
+            for w in map(_lease, queue):
                 free = [g for g in range(capacity.gpu) if g not in taken]
                 if not (w.cpu <= cpu + 1e-9 and w.memory <= memory and w.gpu <= len(free)):
-                    self._preempt_for(c, w, rows, capacity)
+                    self._preempt_for(c, w, holding, capacity)
                     return
                 free.sort(key=lambda g: g in lent)
                 gpus = sorted(free[:w.gpu])
