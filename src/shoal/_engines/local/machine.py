@@ -145,8 +145,9 @@ class LeaseTable:
 
     # -- a holder's own rows -------------------------------------------------------------
     def enter(self, *, run: str, label: str, cpu: float, memory: int, gpu: int,
-              priority: int, preemptible: bool) -> int:
-        """A new waiting row (its arrival order is its id)."""
+              priority: int, preemptible: bool, admit: Request | None = None) -> int:
+        """A new waiting row (its arrival order is its id); with ``admit``, an admission pass
+        for that capacity in the same transaction (as `remove` and `set_suspended`)."""
         with self._write() as c:
             cur = c.execute(
                 "INSERT INTO leases (pid, started, owner, run, label, cpu, memory, gpu, priority,"
@@ -154,19 +155,26 @@ class LeaseTable:
                 (self.pid, self.started, self.owner, run, label, cpu, memory, gpu, priority,
                  int(preemptible), time.time()))
             assert cur.lastrowid is not None
+            if admit is not None:
+                self._admit(c, admit)
             return int(cur.lastrowid)
 
-    def remove(self, lease_id: int) -> None:
+    def remove(self, lease_id: int, admit: Request | None = None) -> None:
         with self._write() as c:
             c.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+            if admit is not None:
+                self._admit(c, admit)
 
     def remove_mine(self) -> None:
         with self._write() as c:
             c.execute("DELETE FROM leases WHERE owner = ?", (self.owner,))
 
-    def set_suspended(self, lease_id: int, suspended: bool) -> None:
+    def set_suspended(self, lease_id: int, suspended: bool,
+                      admit: Request | None = None) -> None:
         with self._write() as c:
             c.execute("UPDATE leases SET suspended = ? WHERE id = ?", (int(suspended), lease_id))
+            if admit is not None:
+                self._admit(c, admit)
 
     def mine(self) -> dict[int, Lease]:
         """This table's (this pool's) held rows."""
@@ -193,30 +201,33 @@ class LeaseTable:
     def admit(self, capacity: Request) -> None:
         """One admission pass over the whole machine (see the module's docstring)."""
         with self._write() as c:
-            self._reap(c)
-            # Held rows are few (they fit the machine); waiting ones are read only up to the
-            # first that does not fit, so a long queue costs a pass little.
-            holding = [_lease(r) for r in
-                       c.execute("SELECT * FROM leases WHERE state = 'held'").fetchall()]
-            held = [r for r in holding if r.counted]
-            cpu = capacity.cpu - sum(r.cpu for r in held)
-            memory = capacity.memory - sum(r.memory for r in held)
-            # GPUs of a suspended holder are lent only when no other GPU is free.
-            taken = {g for r in held for g in r.gpus}
-            lent = {g for r in holding if r.suspended for g in r.gpus}
-            queue = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
-                              "ORDER BY priority DESC, id").fetchall()
-            for w in map(_lease, queue):
-                free = [g for g in range(capacity.gpu) if g not in taken]
-                if not (w.cpu <= cpu + 1e-9 and w.memory <= memory and w.gpu <= len(free)):
-                    self._preempt_for(c, w, holding, capacity)
-                    return
-                free.sort(key=lambda g: g in lent)
-                gpus = sorted(free[:w.gpu])
-                c.execute("UPDATE leases SET state = 'held', gpus = ?, since = ? WHERE id = ?",
-                          (",".join(map(str, gpus)), time.time(), w.id))
-                cpu, memory = cpu - w.cpu, memory - w.memory
-                taken.update(gpus)
+            self._admit(c, capacity)
+
+    def _admit(self, c: sqlite3.Connection, capacity: Request) -> None:
+        self._reap(c)
+        # Held rows are few (they fit the machine); waiting ones are read only up to the
+        # first that does not fit, so a long queue costs a pass little.
+        holding = [_lease(r) for r in
+                   c.execute("SELECT * FROM leases WHERE state = 'held'").fetchall()]
+        held = [r for r in holding if r.counted]
+        cpu = capacity.cpu - sum(r.cpu for r in held)
+        memory = capacity.memory - sum(r.memory for r in held)
+        # GPUs of a suspended holder are lent only when no other GPU is free.
+        taken = {g for r in held for g in r.gpus}
+        lent = {g for r in holding if r.suspended for g in r.gpus}
+        queue = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
+                          "ORDER BY priority DESC, id").fetchall()
+        for w in map(_lease, queue):
+            free = [g for g in range(capacity.gpu) if g not in taken]
+            if not (w.cpu <= cpu + 1e-9 and w.memory <= memory and w.gpu <= len(free)):
+                self._preempt_for(c, w, holding, capacity)
+                return
+            free.sort(key=lambda g: g in lent)
+            gpus = sorted(free[:w.gpu])
+            c.execute("UPDATE leases SET state = 'held', gpus = ?, since = ? WHERE id = ?",
+                      (",".join(map(str, gpus)), time.time(), w.id))
+            cpu, memory = cpu - w.cpu, memory - w.memory
+            taken.update(gpus)
 
     def _preempt_for(self, c: sqlite3.Connection, head: Lease, rows: list[Lease],
                      capacity: Request) -> None:

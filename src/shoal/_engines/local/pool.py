@@ -215,18 +215,19 @@ class ResourcePool:
             self._table = LeaseTable(self.machine)
         lease = self._table.enter(run=self.run, label=label, cpu=request.cpu,
                                   memory=request.memory, gpu=request.gpu, priority=priority,
-                                  preemptible=on_preempt is not None)
+                                  preemptible=on_preempt is not None, admit=self.capacity)
         admitted = asyncio.get_running_loop().create_future()
         self._asked[lease] = admitted
-        self._sync()
+        self._sync(passed=True)
         if self._poller is None or self._poller.done():
             self._poller = asyncio.ensure_future(self._poll())
         try:
             gpus = await admitted
         except asyncio.CancelledError:
             self._asked.pop(lease, None)
-            self._table.remove(lease)  # waiting, or admitted just as we were cancelled
-            self._sync()
+            # Waiting, or admitted just as we were cancelled: either way, gone.
+            self._table.remove(lease, admit=self.capacity)
+            self._sync(passed=True)
             raise
         reservation = Reservation(self, request, label, priority, on_preempt, seq=lease,
                                   gpus=gpus, lease=lease)
@@ -241,11 +242,12 @@ class ResourcePool:
             await asyncio.sleep(POLL_SECONDS)
             self._sync()
 
-    def _sync(self) -> None:
-        """One admission pass over the machine, then this pool's admitted and preempted rows
-        acted on."""
+    def _sync(self, passed: bool = False) -> None:
+        """One admission pass over the machine (unless the caller's write just made one),
+        then this pool's admitted and preempted rows acted on."""
         assert self._table is not None
-        self._table.admit(self.capacity)
+        if not passed:
+            self._table.admit(self.capacity)
         rows = self._table.mine()
         for lease, admitted in list(self._asked.items()):
             row = rows.get(lease)
@@ -267,9 +269,9 @@ class ResourcePool:
                 self._take(r.request)
             return
         assert r.lease is not None
-        self._table.set_suspended(r.lease, lent)
+        self._table.set_suspended(r.lease, lent, admit=self.capacity if lent else None)
         if lent:
-            self._sync()
+            self._sync(passed=True)
 
     def _release(self, r: Reservation) -> None:
         if self._table is None:
@@ -277,8 +279,8 @@ class ResourcePool:
                 self._give_back(r.request)
             return
         assert r.lease is not None
-        self._table.remove(r.lease)
-        self._sync()
+        self._table.remove(r.lease, admit=self.capacity)
+        self._sync(passed=True)
 
     def close(self) -> None:
         """Give back every lease of this pool and stop reading the table."""
