@@ -116,3 +116,18 @@ def test_a_higher_priority_run_preempts_a_lower_runs_gang_which_resumes(tmp_path
             if p.poll() is None:
                 p.kill()
             p.communicate()
+
+
+def test_each_call_and_each_gang_node_sees_only_its_own_gpus(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """CUDA_VISIBLE_DEVICES names the GPUs a call was given (here a machine said to have 2)."""
+    import shoal
+
+    from .programs import machine_pool
+
+    monkeypatch.setenv(contract.MACHINE_CAPACITY, "gpu=2")
+    monkeypatch.setenv(contract.PREIMPORT, "0")
+    first, second, _ = shoal.run(machine_pool.who_sees_what, str(tmp_path)).outputs()[0]
+    assert sorted([first, second]) == ["0", "1"]  # at once, without overlap
+    # Each node of the 2-GPU gang sees its own one.
+    assert sorted(p.read_text() for p in tmp_path.glob("rank*")) == ["0", "1"]

@@ -34,7 +34,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     cap = machine_capacity()
     leases = LeaseTable(folder).leases() if (folder / "leases.db").exists() else []
     held = [r for r in leases if r.counted]
-    print(f"machine pool ({folder}): cpu={cap.cpu:g} memory={format_bytes(cap.memory)} "
+    print(f"machine pool ({folder}): cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "
           f"gpu={cap.gpu}; in use cpu={sum(r.cpu for r in held):g} "
           f"memory={format_bytes(sum(r.memory for r in held))} "
           f"gpu={sum(r.gpu for r in held)}")

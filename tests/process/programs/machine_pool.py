@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -46,3 +47,31 @@ def _hold(marker_dir: str, who: str) -> int:
     while not Path(marker_dir, f"{who}-go").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return restart
+
+
+# GPUs the machine is said to have (SHOAL_MACHINE_CAPACITY="gpu=2"): each call gets its own.
+one_gpu = flyte.TaskEnvironment(name="onegpu", resources=flyte.Resources(cpu=1, gpu=1))
+gpu_gang = ClusteredTaskEnvironment(
+    name="gpugang", resources=flyte.Resources(cpu=1, gpu=1), replicas=2, nproc_per_node=1,
+    failure_policy=ClusterFailurePolicy(max_restarts=0, collective_timeout=20),
+)
+gpu_driver = flyte.TaskEnvironment(name="gpudriver", depends_on=[one_gpu, gpu_gang])
+
+
+@one_gpu.task
+def visible(hold: float) -> str:
+    time.sleep(hold)  # both calls hold their GPU at once
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+
+@gpu_gang.task
+def gang_visible(marker_dir: str) -> str:
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+    Path(marker_dir, f"rank{flyte.ctx().rank}").write_text(seen)
+    return seen
+
+
+@gpu_driver.task
+def who_sees_what(marker_dir: str) -> list[str]:
+    calls = list(flyte.map(visible, [1.0, 1.0]))
+    return [*calls, gang_visible(marker_dir)]

@@ -23,6 +23,7 @@ import bisect
 import itertools
 import os
 import re
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from shoal import _contract as contract
-from shoal.errors import SpecError
+from shoal.errors import EngineError, SpecError
 
 if TYPE_CHECKING:
     from shoal._engines.local.machine import LeaseTable
@@ -219,8 +220,7 @@ class ResourcePool:
         admitted = asyncio.get_running_loop().create_future()
         self._asked[lease] = admitted
         self._sync(passed=True)
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.ensure_future(self._poll())
+        self._keep_polling()
         try:
             gpus = await admitted
         except asyncio.CancelledError:
@@ -232,15 +232,29 @@ class ResourcePool:
         reservation = Reservation(self, request, label, priority, on_preempt, seq=lease,
                                   gpus=gpus, lease=lease)
         self._held.add(reservation)
+        self._keep_polling()
         return reservation
+
+    def _keep_polling(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll())
 
     async def _poll(self) -> None:
         """Admission passes while this pool waits for, or may be asked to give back, leases
         (another run's release or preemption request is seen here)."""
-        while self._asked or any(r.on_preempt is not None and not r.preempting
-                                 for r in self._held):
-            await asyncio.sleep(POLL_SECONDS)
-            self._sync()
+        try:
+            while self._asked or any(r.on_preempt is not None and not r.preempting
+                                     for r in self._held):
+                await asyncio.sleep(POLL_SECONDS)
+                self._sync()
+        except sqlite3.Error as e:
+            # Waiters would wait forever: each learns why instead.
+            assert self._table is not None
+            failed = EngineError(f"the machine's lease table {self._table.path} failed: {e} "
+                                 f"(set {contract.MACHINE_DIR} to a local folder of yours)")
+            for admitted in self._asked.values():
+                if not admitted.done():
+                    admitted.set_exception(failed)
 
     def _sync(self, passed: bool = False) -> None:
         """One admission pass over the machine (unless the caller's write just made one),
