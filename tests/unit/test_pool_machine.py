@@ -12,7 +12,8 @@ import pytest
 
 from shoal import _contract as contract
 from shoal._engines.local.machine import LeaseTable
-from shoal._engines.local.pool import POLL_SECONDS, Request, ResourcePool, machine_capacity
+from shoal._engines.local.pool import Request, machine_capacity
+from shoal._engines.local.shared_pool import POLL_SECONDS, SharedPool
 from shoal.errors import SpecError
 
 CAP = Request(cpu=4, memory=2**34, gpu=0)
@@ -22,9 +23,9 @@ async def polls(n: int = 3) -> None:
     await asyncio.sleep(POLL_SECONDS * n)
 
 
-def runs(tmp_path: Path, capacity: Request = CAP) -> tuple[ResourcePool, ResourcePool]:
-    return (ResourcePool(capacity, machine=tmp_path, run="run-a"),
-            ResourcePool(capacity, machine=tmp_path, run="run-b"))
+def runs(tmp_path: Path, capacity: Request = CAP) -> tuple[SharedPool, SharedPool]:
+    return (SharedPool(capacity, machine=tmp_path, run="run-a"),
+            SharedPool(capacity, machine=tmp_path, run="run-b"))
 
 
 def test_a_second_runs_gang_waits_for_the_first(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_a_dead_holders_leases_are_freed(tmp_path: Path) -> None:
         assert [(r.run, r.state) for r in table.leases()] == [("dead", "held")]
 
         async def main() -> None:
-            pool = ResourcePool(CAP, machine=tmp_path, run="alive")
+            pool = SharedPool(CAP, machine=tmp_path, run="alive")
             want = asyncio.ensure_future(pool.acquire(Request(cpu=2)))
             await polls()
             assert not want.done()

@@ -1,6 +1,7 @@
 """The local engine: task calls as real processes on this machine.
 
-Each call is admitted against the local pool (`pool.py`), given a warm worker process of its
+Each call is admitted against the machine's pool, which every local run of this machine shares
+(`shared_pool.py`; GPUs by index, as CUDA_VISIBLE_DEVICES), given a warm worker process of its
 environment (`workers.py`), and watched until it ends: its result, its crash (exit code or
 signal, log tail) or its timeout (the whole process tree is killed).
 """
@@ -32,6 +33,7 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
+from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import messages as m
 from shoal._runtime.metrics import open_writer
@@ -64,8 +66,7 @@ class LocalEngine(Engine):
         self.home = home or contract.home()
         self.store = store or contract.store_uri()
         # One pool per machine, shared with this user's other local runs (`machine.py`).
-        self.pool = ResourcePool(capacity or machine_capacity(), machine=contract.machine_dir(),
-                                 run=run)
+        self.pool: ResourcePool = SharedPool(capacity or machine_capacity(), run=run)
         self.priorities = dict(priorities if priorities is not None
                                else contract.priority_classes())
         self._socket_dir: str | None = None

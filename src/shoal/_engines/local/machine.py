@@ -1,12 +1,12 @@
 """The machine's lease table: one admission shared by every local run of this machine.
 
-Each local run's pool (`pool.py`) writes its requests here as rows of one SQLite file: a row
-is *waiting* until an admission pass finds it fits, then *held* (with the GPU indices it was
-given) until its holder deletes it. Any process may run a pass, and each pass admits every
-waiting row that fits in order of priority, then arrival (no overtaking), whoever it belongs
-to; the owner sees its row held at its next poll. When the head of the queue does not fit,
-lower-priority preemptible held rows are marked ``preempt``: their owner polls that column
-and stops the holder, which deletes the row.
+Each local run's pool (`shared_pool.py`) writes its requests here as rows of one SQLite
+file: a row is *waiting* until an admission pass finds it fits, then *held* (with the GPU
+indices it was given) until its holder deletes it. Any process may run a pass, and each pass
+admits every waiting row that fits in order of priority, then arrival (no overtaking),
+whoever it belongs to; the owner sees its row held at its next poll. When the head of the
+queue does not fit, lower-priority preemptible held rows are marked ``preempt``: their owner
+polls that column and stops the holder, which deletes the row.
 
 Every row names its holder process by pid and start time (as the run records do for crashed
 runs): a pass that finds the holder gone deletes its rows, so a crashed run's reservations

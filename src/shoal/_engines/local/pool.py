@@ -10,10 +10,8 @@ awaiting its children *suspends* its reservation (as Ray does for blocked tasks)
 never starves its own children; resuming takes the resources back at once, even if that
 briefly oversubscribes the pool.
 
-A pool given a ``machine`` folder shares the machine with every other local run: its
-requests are rows of the machine's lease table (`machine.py`), admitted by the same rules
-across runs, with specific GPU indices; its own releases admit at once, another run's within
-a poll (``POLL_SECONDS``). Without one (tests, planning) the pool is this process's alone.
+This pool is this process's alone; `shared_pool.SharedPool`, which the engine uses, applies
+the same rules to every local run of the machine.
 """
 
 from __future__ import annotations
@@ -23,22 +21,13 @@ import bisect
 import itertools
 import os
 import re
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
 from shoal import _contract as contract
-from shoal.errors import EngineError, SpecError
-
-if TYPE_CHECKING:
-    from shoal._engines.local.machine import LeaseTable
-
-# How often a pool reads the machine's lease table while it waits or holds preemptible rows.
-POLL_SECONDS = 0.2
+from shoal.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -103,10 +92,10 @@ class Reservation:
     preempting: bool = False
     seq: int = 0
     active: bool = True
-    # The machine's GPU indices this reservation holds (for CUDA_VISIBLE_DEVICES); () for a
-    # pool without a lease table.
+    # The machine's GPU indices this reservation holds (for CUDA_VISIBLE_DEVICES); () in a
+    # pool that is not shared.
     gpus: tuple[int, ...] = ()
-    lease: int | None = None  # its row in the machine's lease table
+    lease: int | None = None  # its row in the machine's lease table (a shared pool)
     _suspensions: int = field(default=0, repr=False)
 
     def suspend(self) -> None:
@@ -136,26 +125,16 @@ class _Waiter:
 
 
 class ResourcePool:
-    def __init__(self, capacity: Request | None = None, *, machine: Path | None = None,
-                 run: str = "") -> None:
+    def __init__(self, capacity: Request | None = None) -> None:
         self.capacity = capacity or machine_capacity()
         self._used = Request(0.0, 0, 0)
         self._waiters: list[_Waiter] = []
         self._held: set[Reservation] = set()
         self._seq = itertools.count()
-        self.machine = machine
-        self.run = run
-        self._table: LeaseTable | None = None
-        self._asked: dict[int, asyncio.Future[tuple[int, ...]]] = {}  # lease -> its admission
-        self._poller: asyncio.Task[None] | None = None
 
     @property
     def free(self) -> Request:
         c, u = self.capacity, self._used
-        if self._table is not None:
-            held = [r for r in self._table.leases() if r.counted]
-            u = Request(sum(r.cpu for r in held), sum(r.memory for r in held),
-                        sum(r.gpu for r in held))
         return Request(c.cpu - u.cpu, c.memory - u.memory, c.gpu - u.gpu)
 
     def clamp(self, request: Request) -> tuple[Request, list[str]]:
@@ -184,8 +163,6 @@ class ResourcePool:
         With ``on_preempt``, the reservation may be preempted by a higher-priority request:
         the callback must then stop the holder, which releases the reservation.
         """
-        if self.machine is not None:
-            return await self._acquire_shared(request, priority, label, on_preempt)
         waiter = _Waiter(request, priority, next(self._seq),
                          asyncio.get_running_loop().create_future())
         bisect.insort(self._waiters, waiter, key=lambda w: (-w.priority, w.seq))
@@ -204,106 +181,21 @@ class ResourcePool:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters) + len(self._asked)
+        return len(self._waiters)
 
-    # -- sharing the machine with other runs (a lease table) ------------------------------
-    async def _acquire_shared(self, request: Request, priority: int, label: str,
-                              on_preempt: Callable[[], None] | None) -> Reservation:
-        if self._table is None:
-            from shoal._engines.local.machine import LeaseTable
-
-            assert self.machine is not None
-            self._table = LeaseTable(self.machine)
-        lease = self._table.enter(run=self.run, label=label, cpu=request.cpu,
-                                  memory=request.memory, gpu=request.gpu, priority=priority,
-                                  preemptible=on_preempt is not None, admit=self.capacity)
-        admitted = asyncio.get_running_loop().create_future()
-        self._asked[lease] = admitted
-        self._sync(passed=True)
-        self._keep_polling()
-        try:
-            gpus = await admitted
-        except asyncio.CancelledError:
-            self._asked.pop(lease, None)
-            # Waiting, or admitted just as we were cancelled: either way, gone.
-            self._table.remove(lease, admit=self.capacity)
-            self._sync(passed=True)
-            raise
-        reservation = Reservation(self, request, label, priority, on_preempt, seq=lease,
-                                  gpus=gpus, lease=lease)
-        self._held.add(reservation)
-        self._keep_polling()
-        return reservation
-
-    def _keep_polling(self) -> None:
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.ensure_future(self._poll())
-
-    async def _poll(self) -> None:
-        """Admission passes while this pool waits for, or may be asked to give back, leases
-        (another run's release or preemption request is seen here)."""
-        try:
-            while self._asked or any(r.on_preempt is not None and not r.preempting
-                                     for r in self._held):
-                await asyncio.sleep(POLL_SECONDS)
-                self._sync()
-        except sqlite3.Error as e:
-            # Waiters would wait forever: each learns why instead.
-            assert self._table is not None
-            failed = EngineError(f"the machine's lease table {self._table.path} failed: {e} "
-                                 f"(set {contract.MACHINE_DIR} to a local folder of yours)")
-            for admitted in self._asked.values():
-                if not admitted.done():
-                    admitted.set_exception(failed)
-
-    def _sync(self, passed: bool = False) -> None:
-        """One admission pass over the machine (unless the caller's write just made one),
-        then this pool's admitted and preempted rows acted on."""
-        assert self._table is not None
-        if not passed:
-            self._table.admit(self.capacity)
-        rows = self._table.mine()
-        for lease, admitted in list(self._asked.items()):
-            row = rows.get(lease)
-            if row is not None and row.state == "held":
-                del self._asked[lease]
-                if not admitted.done():
-                    admitted.set_result(row.gpus)
-        for r in list(self._held):
-            row = rows.get(r.lease) if r.lease is not None else None
-            if row is not None and row.preempt and not r.preempting and r.on_preempt:
-                r.preempting = True
-                r.on_preempt()
-
+    # -- what a reservation's holder does (a shared pool does it in the lease table) -------
     def _lend(self, r: Reservation, lent: bool) -> None:
-        if self._table is None:
-            if lent:
-                self._give_back(r.request)
-            else:
-                self._take(r.request)
-            return
-        assert r.lease is not None
-        self._table.set_suspended(r.lease, lent, admit=self.capacity if lent else None)
         if lent:
-            self._sync(passed=True)
+            self._give_back(r.request)
+        else:
+            self._take(r.request)
 
     def _release(self, r: Reservation) -> None:
-        if self._table is None:
-            if r._suspensions == 0:
-                self._give_back(r.request)
-            return
-        assert r.lease is not None
-        self._table.remove(r.lease, admit=self.capacity)
-        self._sync(passed=True)
+        if r._suspensions == 0:
+            self._give_back(r.request)
 
     def close(self) -> None:
-        """Give back every lease of this pool and stop reading the table."""
-        if self._poller is not None:
-            self._poller.cancel()
-        if self._table is not None:
-            self._table.remove_mine()
-            self._table.close()
-            self._table = None
+        """Nothing to give back: this pool lives and ends with its process."""
 
     def _admit(self) -> None:
         while self._waiters:
