@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -131,3 +132,27 @@ def test_each_call_and_each_gang_node_sees_only_its_own_gpus(
     assert sorted([first, second]) == ["0", "1"]  # at once, without overlap
     # Each node of the 2-GPU gang sees its own one.
     assert sorted(p.read_text() for p in tmp_path.glob("rank*")) == ["0", "1"]
+
+
+def test_a_killed_runs_reservation_is_released(tmp_path: Path) -> None:
+    first = _run(tmp_path, "a")
+    procs = [first]
+    try:
+        _wait_for("the first gang", lambda: len(list(tmp_path.glob("a-start0-*"))) == 2, procs)
+        second = _run(tmp_path, "b")
+        procs.append(second)
+        _wait_for("the second gang in `shoal queue`",
+                  lambda: "waiting" in _queue(), procs)
+        first.send_signal(signal.SIGKILL)  # no chance to give its lease back
+        first.wait(10)
+        _wait_for("the second gang", lambda: len(list(tmp_path.glob("b-start0-*"))) == 2,
+                  procs[1:], timeout=30)
+        shown = _queue()
+        assert "waiting" not in shown and shown.count("held") == 1, shown
+        (tmp_path / "b-go").write_text("")
+        assert second.wait(60) == 0, second.communicate()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()

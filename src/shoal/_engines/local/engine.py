@@ -95,7 +95,8 @@ class LocalEngine(Engine):
     def _dry_run(self, call: CallSpec) -> str:
         cap = self.pool.capacity
         head = (f"local engine: pool of cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "
-                f"gpu={cap.gpu}; task {call.task.name!r} (retries={call.task.retries}, "
+                f"gpu={cap.gpu}, shared by this machine's local runs (`shoal queue`); "
+                f"task {call.task.name!r} (retries={call.task.retries}, "
                 f"timeout={call.task.timeout}, cache={call.task.cache.behavior})")
         if call.task.env.cluster is not None:
             return head + "\n" + self._gang_plan(call)
