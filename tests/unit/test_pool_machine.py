@@ -56,6 +56,30 @@ def test_a_second_runs_gang_waits_for_the_first(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_across_runs_priority_goes_first_then_arrival(tmp_path: Path) -> None:
+    async def main() -> None:
+        a, b = runs(tmp_path, Request(cpu=1, memory=2**34, gpu=0))
+        held = await a.acquire(Request(cpu=1))  # not preemptible: nobody is asked to go
+        low = asyncio.ensure_future(a.acquire(Request(cpu=1), priority=0))
+        await asyncio.sleep(0)
+        high = asyncio.ensure_future(b.acquire(Request(cpu=1), priority=10))
+        later = asyncio.ensure_future(b.acquire(Request(cpu=1), priority=0))
+        await polls()
+        held.release()
+        first = await asyncio.wait_for(high, 2)
+        await polls()
+        assert not low.done() and not later.done()
+        first.release()
+        second = await asyncio.wait_for(low, 2)
+        assert not later.done()
+        second.release()
+        (await asyncio.wait_for(later, 2)).release()
+        a.close()
+        b.close()
+
+    asyncio.run(main())
+
+
 def test_a_dead_holders_leases_are_freed(tmp_path: Path) -> None:
     """A run killed while holding (here: a process that exits) holds nothing afterwards."""
     code = ("import sys, time; from pathlib import Path; "
