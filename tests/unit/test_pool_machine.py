@@ -197,3 +197,41 @@ def test_the_default_folder_is_per_user_not_per_home(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(contract.MACHINE_DIR)
     monkeypatch.setenv(contract.HOME, "/somewhere/else")
     assert contract.machine_dir() == Path(f"/tmp/shoal-{psutil.Process().uids().real}")
+
+
+def test_shoal_queue_shows_holders_then_waiters_in_admission_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from shoal.cli import queue_cmd
+
+    monkeypatch.setenv(contract.MACHINE_DIR, str(tmp_path))
+    monkeypatch.setenv(contract.MACHINE_CAPACITY, "cpu=4,memory=8Gi,gpu=2")
+
+    async def main() -> None:
+        a, b = runs(tmp_path, machine_capacity())
+        root = await a.acquire(Request(cpu=1), label="a0")
+        root.suspend()
+        await a.acquire(Request(cpu=3, gpu=2), label="a0.1 gang", on_preempt=lambda: None)
+        waits = [asyncio.ensure_future(b.acquire(Request(cpu=2), label="a0", priority=p))
+                 for p in (0, 7)]
+        await asyncio.sleep(0)
+        assert queue_cmd.execute(argparse.Namespace(run=None), []) == 0
+        for w in waits:
+            w.cancel()
+        a.close()
+        b.close()
+
+    asyncio.run(main())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"machine pool ({tmp_path}): cpu=4 memory=8.0Gi gpu=2; "
+                               "in use cpu=3 memory=0 gpu=2")
+    assert lines[1].split() == ["STATE", "RUN", "ACTION", "CPU", "MEMORY", "GPUS", "PRIORITY",
+                                "SINCE"]
+    cells = [line.split()[:7] for line in lines[2:]]
+    assert cells == [["lent", "run-a", "a0", "1", "0", "-", "0"],
+                     # the priority-7 waiter asked the preemptible gang to make room
+                     ["preempting", "run-a", "a0.1", "gang", "3", "0", "0,1"],
+                     ["waiting", "run-b", "a0", "2", "0", "-", "7"],
+                     ["waiting", "run-b", "a0", "2", "0", "-", "0"]]

@@ -32,7 +32,11 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
     folder = contract.machine_dir()
     cap = machine_capacity()
-    leases = LeaseTable(folder).leases() if (folder / "leases.db").exists() else []
+    leases = []
+    if (folder / "leases.db").exists():
+        table = LeaseTable(folder)
+        leases = table.leases()
+        table.close()
     held = [r for r in leases if r.counted]
     print(f"machine pool ({folder}): cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "
           f"gpu={cap.gpu}; in use cpu={sum(r.cpu for r in held):g} "

@@ -76,6 +76,8 @@ def machine_capacity() -> Request:
         number = float(amount.group(1)) * _UNIT.get(amount.group(2) or "", 1)
         if key.strip() != "memory" and amount.group(2):
             raise SpecError(contract.MACHINE_CAPACITY, raw, f"{item!r} takes no unit", fix)
+        if key.strip() == "cpu" and number <= 0:
+            raise SpecError(contract.MACHINE_CAPACITY, raw, "cpu must be more than 0", fix)
         detected[key.strip()] = number
     return Request(cpu=float(detected["cpu"]), memory=int(detected["memory"]),
                    gpu=int(detected["gpu"]))
