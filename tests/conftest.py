@@ -25,6 +25,8 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(contract.HOME, str(home))
     monkeypatch.setenv(contract.STORE, (home / "store").as_uri())
     monkeypatch.setenv(contract.RETRY_BACKOFF, "0.05")
+    # Each test has the machine to itself: its own lease table (runs of one test share it).
+    monkeypatch.setenv(contract.MACHINE_DIR, str(tmp_path / "machine"))
     # What shoal.init()/init_from_config() set in os.environ: unset for the test, and put back
     # as it was afterwards even when the test sets it (a bare delenv of an unset variable
     # records nothing, so a test's init(engine="kubernetes") would leak into later tests,

@@ -49,6 +49,13 @@ METRICS_BRIDGES = "SHOAL_METRICS_BRIDGES"
 # Seconds between the engine's samples of each rank's CPU, memory and GPUs; "0": none taken.
 SYSTEM_METRICS_INTERVAL = "SHOAL_SYSTEM_METRICS_INTERVAL"
 DEFAULT_SYSTEM_METRICS_INTERVAL = 2.0
+# The folder of this machine's lease table, which every local run of this user shares (the
+# CPUs, memory and GPUs of the machine are one pool across runs): default /tmp/shoal-<uid>,
+# per user and not per SHOAL_HOME, since runs with different homes share the machine.
+MACHINE_DIR = "SHOAL_MACHINE_DIR"
+# What the local engine may use of this machine: "cpu=4,memory=16Gi,gpu=1" (each key optional;
+# an omitted one is detected). Runs sharing a machine must agree on it.
+MACHINE_CAPACITY = "SHOAL_MACHINE_CAPACITY"
 # S3-compatible endpoint override (a MinIO or loopback server); credentials use the standard
 # AWS_* variables, which Shoal passes through untouched.
 S3_ENDPOINT = "SHOAL_S3_ENDPOINT"
@@ -140,6 +147,19 @@ def store_uri() -> str:
     if value:
         return value
     return (home() / "store").resolve().as_uri()
+
+
+def machine_dir() -> Path:
+    """The lease table's folder: ``$SHOAL_MACHINE_DIR``, else ``/tmp/shoal-<uid>``.
+
+    Not ``$XDG_RUNTIME_DIR`` or ``$TMPDIR``: they differ between a login shell, a cron job and
+    a batch job of the same user, and two runs must find the same table."""
+    value = os.environ.get(MACHINE_DIR)
+    return Path(value).expanduser() if value else default_machine_dir()
+
+
+def default_machine_dir() -> Path:
+    return Path("/tmp") / f"shoal-{os.getuid()}"
 
 
 def ui_url() -> str:

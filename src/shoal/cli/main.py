@@ -25,6 +25,7 @@ VERBS = {
     "report": "save a task's HTML report: shoal report RUN [--action A] [--out FILE]",
     "cancel": "cancel a running run",
     "preempt": "preempt the running gangs of a run (they requeue and resume)",
+    "queue": "who holds this machine's CPUs, memory and GPUs, and who waits",
     "ui": "serve the web UI on loopback: shoal ui [--port P] [--host 127.0.0.1]",
     "deploy": "validate every environment of a file and render its images",
     "image": "image commands: shoal image build FILE",

@@ -1,6 +1,7 @@
 """The local engine: task calls as real processes on this machine.
 
-Each call is admitted against the local pool (`pool.py`), given a warm worker process of its
+Each call is admitted against the machine's pool, which every local run of this machine shares
+(`shared_pool.py`; GPUs by index, as CUDA_VISIBLE_DEVICES), given a warm worker process of its
 environment (`workers.py`), and watched until it ends: its result, its crash (exit code or
 signal, log tail) or its timeout (the whole process tree is killed).
 """
@@ -32,6 +33,7 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
+from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
 from shoal._runtime import messages as m
 from shoal._runtime.metrics import open_writer
@@ -63,7 +65,8 @@ class LocalEngine(Engine):
         self.lineage = lineage or run  # the first run of a resume chain: owns the checkpoints
         self.home = home or contract.home()
         self.store = store or contract.store_uri()
-        self.pool = ResourcePool(capacity or machine_capacity())
+        # One pool per machine, shared with this user's other local runs (`machine.py`).
+        self.pool: ResourcePool = SharedPool(capacity or machine_capacity(), run=run)
         self.priorities = dict(priorities if priorities is not None
                                else contract.priority_classes())
         self._socket_dir: str | None = None
@@ -92,7 +95,8 @@ class LocalEngine(Engine):
     def _dry_run(self, call: CallSpec) -> str:
         cap = self.pool.capacity
         head = (f"local engine: pool of cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "
-                f"gpu={cap.gpu}; task {call.task.name!r} (retries={call.task.retries}, "
+                f"gpu={cap.gpu}, shared by this machine's local runs (`shoal queue`); "
+                f"task {call.task.name!r} (retries={call.task.retries}, "
                 f"timeout={call.task.timeout}, cache={call.task.cache.behavior})")
         if call.task.env.cluster is not None:
             return head + "\n" + self._gang_plan(call)
@@ -139,6 +143,8 @@ class LocalEngine(Engine):
         """Start one worker of ``env`` ahead of need (hides its start-up time)."""
         if self._workers is None or self._workers.idle_count(worker_key(env, self.pool.capacity)):
             return
+        if request_for(env).gpu and not self.gpus_emulated(env):
+            return  # its worker must see the GPUs its call is given, known only when admitted
         with contextlib.suppress(EngineError):
             self._workers.give_back(await self._spawn(env, code_file), env.reuse)
 
@@ -146,6 +152,7 @@ class LocalEngine(Engine):
         for _, children in list(self._running.values()):
             for t in children:
                 t.cancel()
+        self.pool.close()
         if self._workers is not None:
             await self._workers.close()
         if self._socket_dir:
@@ -157,14 +164,26 @@ class LocalEngine(Engine):
             self.lifeline = None
 
     # -- running -------------------------------------------------------------------------
-    async def _spawn(self, env: EnvSpec, code_file: str) -> Worker:
+    async def _spawn(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...] = ()) -> Worker:
         assert self._workers is not None  # started
         worker_id = self._workers.new_id(env.name)
         plan = self.plan(env, code_file, worker_id)
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
-        return await self._workers.spawn(worker_key(env, self.pool.capacity), worker_id,
-                                         plan.argv, {**plan.environ, **self.secret_env(env)},
-                                         log)
+        environ = {**plan.environ, **self.secret_env(env), **self.gpu_environ(env, gpus)}
+        return await self._workers.spawn(self._worker_key(env, gpus), worker_id, plan.argv,
+                                         environ, log)
+
+    def _worker_key(self, env: EnvSpec, gpus: tuple[int, ...]) -> str:
+        # A warm worker sees the GPUs it started with: it serves only calls given the same.
+        key = worker_key(env, self.pool.capacity)
+        return f"{key}#gpu{','.join(map(str, gpus))}" if gpus else key
+
+    def gpu_environ(self, env: EnvSpec, gpus: tuple[int, ...]) -> dict[str, str]:
+        """CUDA_VISIBLE_DEVICES of a process given the machine's GPUs ``gpus`` (none when they
+        are emulated: `worker_environ` hides every GPU then)."""
+        if not gpus or self.gpus_emulated(env):
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
 
     async def admit_within(self, call: CallSpec, request: Request, *, priority: int,
                            label: str, on_preempt: Callable[[], None] | None = None,
@@ -271,8 +290,10 @@ class LocalEngine(Engine):
         try:
             fresh = call.task.env.reuse is not None and call.task.env.reuse.max_workers == 0
             worker = (None if fresh  # task.override(reusable="off")
-                      else self._workers.take_idle(worker_key(call.task.env, self.pool.capacity)))
-            worker = worker or await self._spawn(call.task.env, call.task.code_file)
+                      else self._workers.take_idle(self._worker_key(call.task.env,
+                                                                    reservation.gpus)))
+            worker = worker or await self._spawn(call.task.env, call.task.code_file,
+                                                 reservation.gpus)
             order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
                           task=call.task.name, code_file=call.task.code_file,
                           inputs=dict(call.inputs), log_path=str(ref.log_path),

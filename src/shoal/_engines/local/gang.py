@@ -135,7 +135,7 @@ class GangRunner:
             self.engine.notify("gang_admitted", self.ref.action,
                                {"task": self.call.task.name, "restart": restart})
             try:
-                outcome = await self._start_and_watch(restart)
+                outcome = await self._start_and_watch(restart, reservation.gpus)
             finally:
                 reservation.release()
             if self.call.task.env.profile is not None:
@@ -159,8 +159,8 @@ class GangRunner:
                 continue
             return AttemptOutcome(failure=failure)
 
-    async def _start_and_watch(self, restart: int) -> str:
-        gang = await self._start(restart)
+    async def _start_and_watch(self, restart: int, gpus: tuple[int, ...]) -> str:
+        gang = await self._start(restart, gpus)
         self.gang = gang
         self.diagnosis = None
         waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(gang.procs)}
@@ -217,7 +217,8 @@ class GangRunner:
             "task": self.call.task.name, "restart": gang.restart,
             **self.diagnosis.event()})
 
-    async def _start(self, restart: int) -> Gang:
+    async def _start(self, restart: int, gpus: tuple[int, ...] = ()) -> Gang:
+        """Start every node; node ``i`` sees its share of the gang's GPUs ``gpus``."""
         c, ref, env = self.cluster, self.ref, self.call.task.env
         log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -248,6 +249,9 @@ class GangRunner:
             environ = worker_environ(env, None, self.engine.base_environ(),
                                      gpus_emulated=emulated)
             environ.update(self.engine.secret_env(env))
+            share = len(gpus) // c.replicas
+            environ.update(self.engine.gpu_environ(
+                env, gpus[node_rank * share:(node_rank + 1) * share]))
             environ.update(node.to_env())
             fds: tuple[int, ...] = ()
             if self.engine.lifeline is not None:

@@ -9,6 +9,9 @@ Kueue preempts lower-priority workloads; they release when their gang has stoppe
 awaiting its children *suspends* its reservation (as Ray does for blocked tasks) so a driver
 never starves its own children; resuming takes the resources back at once, even if that
 briefly oversubscribes the pool.
+
+This pool is this process's alone; `shared_pool.SharedPool`, which the engine uses, applies
+the same rules to every local run of the machine.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import asyncio
 import bisect
 import itertools
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
+
+from shoal import _contract as contract
+from shoal.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,31 @@ def detect_gpus() -> int:
         return 0
 
 
+_AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T)?\s*$")
+_UNIT = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6,
+         "G": 10**9, "T": 10**12}
+
+
 def machine_capacity() -> Request:
-    return Request(cpu=float(os.cpu_count() or 1), memory=psutil.virtual_memory().total,
-                   gpu=detect_gpus())
+    """This machine's CPUs, memory and GPUs, or what ``SHOAL_MACHINE_CAPACITY`` says of them."""
+    detected = {"cpu": float(os.cpu_count() or 1), "memory": psutil.virtual_memory().total,
+                "gpu": detect_gpus()}
+    raw = os.environ.get(contract.MACHINE_CAPACITY, "")
+    fix = f'e.g. {contract.MACHINE_CAPACITY}="cpu=4,memory=16Gi,gpu=1" (each key optional)'
+    for item in filter(None, (i.strip() for i in raw.split(","))):
+        key, _, value = item.partition("=")
+        amount = _AMOUNT.match(value)
+        if key.strip() not in detected or amount is None:
+            raise SpecError(contract.MACHINE_CAPACITY, raw, f"{item!r} is not cpu=N, "
+                            "memory=N[Ki|Mi|Gi|Ti] or gpu=N", fix)
+        number = float(amount.group(1)) * _UNIT.get(amount.group(2) or "", 1)
+        if key.strip() != "memory" and amount.group(2):
+            raise SpecError(contract.MACHINE_CAPACITY, raw, f"{item!r} takes no unit", fix)
+        if key.strip() == "cpu" and number <= 0:
+            raise SpecError(contract.MACHINE_CAPACITY, raw, "cpu must be more than 0", fix)
+        detected[key.strip()] = number
+    return Request(cpu=float(detected["cpu"]), memory=int(detected["memory"]),
+                   gpu=int(detected["gpu"]))
 
 
 @dataclass(eq=False)
@@ -65,25 +94,28 @@ class Reservation:
     preempting: bool = False
     seq: int = 0
     active: bool = True
+    # The machine's GPU indices this reservation holds (for CUDA_VISIBLE_DEVICES); () in a
+    # pool that is not shared.
+    gpus: tuple[int, ...] = ()
+    lease: int | None = None  # its row in the machine's lease table (a shared pool)
     _suspensions: int = field(default=0, repr=False)
 
     def suspend(self) -> None:
         """Give the resources back while the holder waits (nested: counts suspensions)."""
         self._suspensions += 1
         if self._suspensions == 1 and self.active:
-            self.pool._give_back(self.request)
+            self.pool._lend(self, True)
 
     def resume(self) -> None:
         self._suspensions -= 1
         if self._suspensions == 0 and self.active:
-            self.pool._take(self.request)
+            self.pool._lend(self, False)
 
     def release(self) -> None:
         if self.active:
             self.active = False
             self.pool._held.discard(self)
-            if self._suspensions == 0:
-                self.pool._give_back(self.request)
+            self.pool._release(self)
 
 
 @dataclass(eq=False)
@@ -152,6 +184,20 @@ class ResourcePool:
     @property
     def waiting(self) -> int:
         return len(self._waiters)
+
+    # -- what a reservation's holder does (a shared pool does it in the lease table) -------
+    def _lend(self, r: Reservation, lent: bool) -> None:
+        if lent:
+            self._give_back(r.request)
+        else:
+            self._take(r.request)
+
+    def _release(self, r: Reservation) -> None:
+        if r._suspensions == 0:
+            self._give_back(r.request)
+
+    def close(self) -> None:
+        """Nothing to give back: this pool lives and ends with its process."""
 
     def _admit(self) -> None:
         while self._waiters:

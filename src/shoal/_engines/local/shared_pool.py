@@ -1,0 +1,134 @@
+"""The pool of a local run that shares its machine with every other local run.
+
+Its requests are rows of the machine's lease table (`machine.py`), admitted by the rules of
+`pool.py` across runs (a gang whole or not at all, priority then arrival without overtaking,
+suspension while blocked, preemption of lower-priority preemptible holders), each given
+specific GPU indices. This run's own releases admit at once; another run's are seen within a
+poll (``POLL_SECONDS``), as are requests to give a preemptible reservation back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from shoal import _contract as contract
+from shoal._engines.local.machine import LeaseTable
+from shoal._engines.local.pool import Request, Reservation, ResourcePool
+from shoal.errors import EngineError
+
+# How often a pool reads the lease table while it waits or holds preemptible reservations.
+POLL_SECONDS = 0.2
+
+
+class SharedPool(ResourcePool):
+    def __init__(self, capacity: Request | None = None, *, machine: Path | None = None,
+                 run: str = "") -> None:
+        super().__init__(capacity)
+        self.machine = machine or contract.machine_dir()
+        self.run = run
+        self._table: LeaseTable | None = None  # opened at the first request
+        self._asked: dict[int, asyncio.Future[tuple[int, ...]]] = {}  # lease -> its admission
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def table(self) -> LeaseTable:
+        if self._table is None:
+            self._table = LeaseTable(self.machine)
+        return self._table
+
+    @property
+    def free(self) -> Request:
+        held = [r for r in self.table.leases() if r.counted]
+        c = self.capacity
+        return Request(c.cpu - sum(r.cpu for r in held), c.memory - sum(r.memory for r in held),
+                       c.gpu - sum(r.gpu for r in held))
+
+    @property
+    def waiting(self) -> int:
+        return len(self._asked)
+
+    async def acquire(self, request: Request, *, priority: int = 0, label: str = "",
+                      on_preempt: Callable[[], None] | None = None) -> Reservation:
+        lease = self.table.enter(run=self.run, label=label, cpu=request.cpu,
+                                 memory=request.memory, gpu=request.gpu, priority=priority,
+                                 preemptible=on_preempt is not None, admit=self.capacity)
+        admitted = asyncio.get_running_loop().create_future()
+        self._asked[lease] = admitted
+        self._sync(passed=True)
+        self._keep_polling()
+        try:
+            gpus = await admitted
+        except asyncio.CancelledError:
+            self._asked.pop(lease, None)
+            # Waiting, or admitted just as we were cancelled: either way, gone.
+            self.table.remove(lease, admit=self.capacity)
+            self._sync(passed=True)
+            raise
+        reservation = Reservation(self, request, label, priority, on_preempt, seq=lease,
+                                  gpus=gpus, lease=lease)
+        self._held.add(reservation)
+        self._keep_polling()
+        return reservation
+
+    def _keep_polling(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll())
+
+    async def _poll(self) -> None:
+        """Admission passes while this pool waits for, or may be asked to give back, leases
+        (another run's release or preemption request is seen here)."""
+        try:
+            while self._asked or any(r.on_preempt is not None and not r.preempting
+                                     for r in self._held):
+                await asyncio.sleep(POLL_SECONDS)
+                self._sync()
+        except sqlite3.Error as e:
+            # Waiters would wait forever: each learns why instead.
+            failed = EngineError(f"the machine's lease table {self.table.path} failed: {e} "
+                                 f"(set {contract.MACHINE_DIR} to a local folder of yours)")
+            for admitted in self._asked.values():
+                if not admitted.done():
+                    admitted.set_exception(failed)
+
+    def _sync(self, passed: bool = False) -> None:
+        """One admission pass over the machine (unless the caller's write just made one),
+        then this pool's admitted and preempted rows acted on."""
+        if not passed:
+            self.table.admit(self.capacity)
+        rows = self.table.mine()
+        for lease, admitted in list(self._asked.items()):
+            row = rows.get(lease)
+            if row is not None and row.state == "held":
+                del self._asked[lease]
+                if not admitted.done():
+                    admitted.set_result(row.gpus)
+        for r in list(self._held):
+            row = rows.get(r.lease) if r.lease is not None else None
+            if row is not None and row.preempt and not r.preempting and r.on_preempt:
+                r.preempting = True
+                r.on_preempt()
+
+    def _lend(self, r: Reservation, lent: bool) -> None:
+        if self._table is None or r.lease is None:
+            return  # closed: its lease is gone already
+        self._table.set_suspended(r.lease, lent, admit=self.capacity if lent else None)
+        if lent:
+            self._sync(passed=True)
+
+    def _release(self, r: Reservation) -> None:
+        if self._table is None or r.lease is None:
+            return
+        self._table.remove(r.lease, admit=self.capacity)
+        self._sync(passed=True)
+
+    def close(self) -> None:
+        """Give back every lease of this pool and stop reading the table."""
+        if self._poller is not None:
+            self._poller.cancel()
+        if self._table is not None:
+            self._table.remove_mine()
+            self._table.close()
+            self._table = None
