@@ -200,8 +200,8 @@ def test_a_repeated_traceback_is_folded_into_its_last_line() -> None:
     (["--bogus"], "shoal: error: unrecognized arguments: --bogus. Fix: `shoal --help` lists "
                   "what it takes"),
     (["lgos"], "shoal: error: argument VERB: invalid choice: 'lgos' (choose from 'run', 'runs', "
-               "'logs', 'metrics', 'profile', 'report', 'cancel', 'preempt', 'ui', 'deploy', "
-               "'image'). Fix: `shoal --help` lists what it takes"),
+               "'logs', 'metrics', 'profile', 'report', 'cancel', 'preempt', 'queue', 'ui', "
+               "'deploy', 'image'). Fix: `shoal --help` lists what it takes"),
     (["image", "build"], "shoal image: error: the following arguments are required: FILE. "
                          "Fix: `shoal image --help` lists what it takes"),
 ])
