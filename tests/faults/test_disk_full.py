@@ -65,4 +65,7 @@ def test_a_save_that_fills_the_disk_names_the_store_and_the_cause_and_keeps_the_
     # What is left is step 0 alone: its payload, seal and commit; nothing of step 1.
     assert len(held["objects"]) == 3, held["objects"]
     assert all(o.startswith("v000000000000") for o in held["objects"]), held["objects"]
-    print(f"\ndisk full: `shoal run` failed in {took:.1f} s (start, save, ENOSPC, check)\n{error}")
+    (ended,) = [line for line in (done.stdout + done.stderr).splitlines()
+                if "step 1 save ended after" in line]
+    print(f"\ndisk full: `shoal run` failed in {took:.1f} s (start, save, ENOSPC, check); "
+          f"{ended.split('] ')[-1]}\n{error}")

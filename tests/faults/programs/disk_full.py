@@ -7,6 +7,7 @@ runs out of space half-way through its payload.
 from __future__ import annotations
 
 import random
+import time
 
 import shoal
 
@@ -25,5 +26,9 @@ def fill(seed: int) -> int:
     checkpoint = shoal.ctx().checkpoint
     checkpoint.save_sync(payload(FITS, seed), step=0)
     print(f"checkpoint uri: {checkpoint.uri}", flush=True)
-    checkpoint.save_sync(payload(TOO_BIG, seed + 1), step=1)
+    started = time.monotonic()
+    try:
+        checkpoint.save_sync(payload(TOO_BIG, seed + 1), step=1)
+    finally:  # the test reports how long the failing save took to say so
+        print(f"step 1 save ended after {time.monotonic() - started:.3f} s", flush=True)
     return 1
