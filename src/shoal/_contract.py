@@ -96,6 +96,11 @@ COLLECTIVE_TIMEOUT = "SHOAL_COLLECTIVE_TIMEOUT"  # seconds; default timeout of p
 GRACE_PERIOD = "SHOAL_GRACE_PERIOD"  # seconds between SIGTERM and SIGKILL of ranks
 MASTER_WAIT = "SHOAL_MASTER_WAIT"  # seconds a node waits for the master's address to resolve
 NODE_ADDR = "SHOAL_NODE_ADDR"  # the address other nodes reach this node at ("": its hostname)
+# The local engine's simulated nodes in network namespaces, so that a link between two of
+# them can be cut (tests/faults): "ns0=10.77.0.1,ns1=10.77.0.2" runs node i under
+# `ip netns exec` in the i-th namespace, reached at the i-th address (node 0's is the master
+# address). Unset: every node on loopback, each at its own 127.0.0.<i+1>.
+LOCAL_NODE_NETNS = "SHOAL_LOCAL_NODE_NETNS"
 # An inherited pipe end whose EOF means the local engine died: its nodes then end themselves.
 LIFELINE_FD = "SHOAL_LIFELINE_FD"
 PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"

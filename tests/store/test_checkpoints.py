@@ -356,7 +356,7 @@ def test_a_full_disk_fails_clearly_and_keeps_the_previous_version(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     for name in ("sync", "async"):
-        assert out[name].startswith("StoreError: no space left on the device holding"), out
+        assert out[name].startswith("StoreError: no space left (ENOSPC) on the device holding"), out
         assert (
             "while saving checkpoint step 1; the previous checkpoint (step 0) is intact"
             in (out[name])

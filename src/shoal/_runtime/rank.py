@@ -146,6 +146,12 @@ def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,
         "traceback": shown,
         **rank_status.failure_fields(e),
     }
+    if report["collective_timeout"]:
+        from shoal._runtime.reach import master_unreachable
+
+        if why := master_unreachable(node):
+            report["unreachable"] = {"master": f"{node.master_addr}:{node.master_port}",
+                                     "address": node.node_addr, "why": why}
     try:
         open_store(node.store).put_bytes(join(attempt_folder(node), f"rank-{rank}.failure.json"),
                                          json.dumps(report).encode())

@@ -49,8 +49,8 @@ __all__ = [
     "Payload",
     "Source",
     "fetch",
-    "is_no_space",
     "materialize",
+    "no_space_code",
     "payload_of",
     "stage",
     "upload",
@@ -182,14 +182,14 @@ def stage(payload: Payload, folder: Path) -> Payload:
     return Payload(payload.kind, tuple(sources))
 
 
-def is_no_space(e: BaseException) -> bool:
-    """Whether ``e`` (or what caused it) is a full disk or an exhausted quota."""
+def no_space_code(e: BaseException) -> str | None:
+    """"ENOSPC" or "EDQUOT" when ``e`` (or what caused it) is a full disk or quota, else None."""
     seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in _NO_SPACE:
-            return True
+            return errno.errorcode[seen.errno]
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 # --- hashing in pieces -----------------------------------------------------------------------

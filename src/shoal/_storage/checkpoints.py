@@ -41,8 +41,8 @@ from typing import Any, NoReturn
 from shoal._storage.checkpoint_files import (
     Payload,
     fetch,
-    is_no_space,
     materialize,
+    no_space_code,
     payload_of,
     stage,
     upload,
@@ -270,7 +270,8 @@ class Checkpoint:
         """The error a failed save raises: the one place its OSErrors are translated."""
         if not isinstance(e, OSError):
             return e
-        if is_no_space(e):
+        if (code := no_space_code(e)) is not None:
+            cause = "no space left" if code == "ENOSPC" else "the disk quota is exhausted"
             where = self._versions.local_folder() if doing == "saving" else self.local_dir
             previous = (
                 f"the previous checkpoint (step {listing.latest}) is intact"
@@ -278,7 +279,7 @@ class Checkpoint:
                 else "no earlier checkpoint was committed"
             )
             return StoreError(
-                f"no space left on the device holding {where or self.uri} while {doing} "
+                f"{cause} ({code}) on the device holding {where or self.uri} while {doing} "
                 f"checkpoint step {step}; {previous}. Fix: free space (or pass keep= to bound "
                 "the versions kept), then save again"
             )

@@ -25,6 +25,7 @@ from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_laun
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.local import procs
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
+from shoal._engines.local.node_net import node_nets
 from shoal._engines.local.plan import (
     ProcessPlan,
     format_bytes,
@@ -107,7 +108,6 @@ class LocalEngine(Engine):
         assert c is not None
         request, priority = self.gang_admission(call)
         queue = self.plan(call.task.env, call.task.code_file).queue
-        prefix = " ".join(self.namespace_prefix())
         started = ("by the launcher" if self.launch_mode(c) == "direct" else
                    f"by torchrun ({c.rdzv_backend} rendezvous, {c.torch_max_restarts} in-node "
                    "restarts)")
@@ -123,10 +123,11 @@ class LocalEngine(Engine):
             + (f", hung after {c.progress_timeout:g}s without a step" if c.progress_timeout
                else ""),
         ]
-        for node in range(c.replicas):
-            lines.append(f"  node {node}: {prefix + ' ' if prefix else ''}"
-                         f"{' '.join(LAUNCHER)}  (address 127.0.0.{node + 1}, "
-                         f"master 127.0.0.1:<free port>)")
+        nets = node_nets(c.replicas)
+        for node, net in enumerate(nets):
+            command = " ".join((*net.prefix, *self.namespace_prefix(), *LAUNCHER))
+            lines.append(f"  node {node}: {command}  (address {net.address}, "
+                         f"master {nets[0].address}:<free port>)")
         return "\n".join(lines)
 
     # -- lifecycle -----------------------------------------------------------------------

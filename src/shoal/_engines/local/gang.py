@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import shutil
@@ -36,6 +37,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import gang_hang, procs
+from shoal._engines.local.node_net import NodeNet, node_nets, partition
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime.hang import timed_out
 from shoal._runtime.rank_status import read_status
@@ -112,6 +114,7 @@ class GangRunner:
         self.preempted = asyncio.Event()
         self.gang: Gang | None = None
         self.diagnosis: gang_hang.Diagnosis | None = None  # of the last start, if it hung
+        self.nets: list[NodeNet] = []  # where the nodes of the last start sit on the network
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -226,6 +229,8 @@ class GangRunner:
         port = free_port()
         prefix = self.engine.namespace_prefix()
         emulated = self.engine.gpus_emulated(env)
+        nets = node_nets(c.replicas)
+        self.nets = nets
         logs: dict[str, str] = {}
         for node_rank in range(c.replicas):
             node = NodeEnv(
@@ -233,15 +238,15 @@ class GangRunner:
                 action=ref.action, attempt=ref.attempt, env_name=env.name,
                 code_file=self.call.task.code_file, task=self.call.task.name, io=self.io,
                 node_rank=node_rank, nnodes=c.replicas, nproc_per_node=c.nproc_per_node,
-                master_addr="127.0.0.1", master_port=port, restart_attempt=restart,
+                master_addr=nets[0].address, master_port=port, restart_attempt=restart,
                 runtime=c.runtime, rdzv_backend=c.rdzv_backend,
                 torch_max_restarts=c.torch_max_restarts, launch=self.engine.launch_mode(c),
                 rank_log_dir=str(log_dir), collective_timeout=c.collective_timeout,
                 grace_period=c.grace_period, master_wait=30.0,
-                # Each simulated node has its own loopback address (all of 127/8 is local),
-                # as real nodes have their own IPs: torchrun's c10d rendezvous tells agents
-                # apart by address and pid, and pids repeat across PID namespaces.
-                node_addr=f"127.0.0.{node_rank + 1}",
+                # Each simulated node has its own address, as real nodes have their own IPs:
+                # torchrun's c10d rendezvous tells agents apart by address and pid, and pids
+                # repeat across PID namespaces.
+                node_addr=nets[node_rank].address,
                 checkpoint_uri=contract.checkpoint_uri(self.engine.store, self.engine.lineage,
                                                        ref.action),
                 profile=env.profile.to_text() if env.profile is not None else "",
@@ -258,8 +263,8 @@ class GangRunner:
                 fds = (self.engine.lifeline[0],)
                 environ[contract.LIFELINE_FD] = str(fds[0])
             log = log_dir / f"node{node_rank}.log"
-            gang.procs.append(await procs.spawn((*prefix, *LAUNCHER), environ, log,
-                                                pass_fds=fds))
+            command = (*nets[node_rank].prefix, *prefix, *LAUNCHER)
+            gang.procs.append(await procs.spawn(command, environ, log, pass_fds=fds))
             for local in range(c.nproc_per_node):
                 rank = node_rank * c.nproc_per_node + local
                 logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(
@@ -299,6 +304,18 @@ class GangRunner:
         return json.loads(self.store.get_bytes(join(self.io, f"r{restart}", "output.json")))
 
     def _failure(self, restart: int, preempted: bool) -> FailureInfo:
+        failure = self._failure_of(restart, preempted)
+        first = first_failure(self.store, join(self.io, f"r{restart}"))
+        cut = partition(first.reports, self.nets) if first is not None else None
+        if cut is None:
+            return failure
+        # A partition explains the timeouts of every rank: the failure names the node that
+        # is cut off, not the rank whose timeout fired first.
+        message, rank, node = cut
+        return dataclasses.replace(failure, message=f"{message}. {failure.message}",
+                                   rank=rank, node=node)
+
+    def _failure_of(self, restart: int, preempted: bool) -> FailureInfo:
         task, ref = self.call.task.name, self.ref
         log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
         if preempted:
