@@ -134,3 +134,22 @@ def test_set_device_and_fsdp_of_a_two_rank_gang_run_on_cpu() -> None:
     assert err0.count("torch.cuda.set_device(0) does nothing") == 1, err0
     assert err0.count("FSDP(device_id=None) runs on device_id=cpu") == 1, err0
     assert "shoal:" not in err1, err1
+
+
+_LAZY_PROGRAM = """
+import sys, types
+from shoal._runtime.frameworks import prepare_runtime
+prepare_runtime(types.SimpleNamespace(runtime="torch", collective_timeout=7.0))
+print("torch" in sys.modules)
+from torch.distributed import init_process_group
+print(getattr(init_process_group, "__shoal_bounded__", False))
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_imports_torch_only_when_its_code_does_and_then_gets_it_bounded() -> None:
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-c", _LAZY_PROGRAM], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

@@ -266,6 +266,13 @@ class Controller:
                     rec.set_action_state(self.run, action, "cancelled")
                 self.report("cancelled", action, {"task": task.name})
                 raise
+            except BaseException as e:  # an engine fault: recorded, so nothing stays running
+                with rec.batch():
+                    rec.finish_attempt(self.run, action, attempt, state="failed",
+                                       error=f"{type(e).__name__}: {e}")
+                    rec.set_action_state(self.run, action, "failed",
+                                         error=f"{type(e).__name__}: {e}")
+                raise
             elapsed = time.monotonic() - t0
             if outcome.failure is None:
                 if key is not None and self.options.cache_write:

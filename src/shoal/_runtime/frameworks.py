@@ -26,7 +26,7 @@ import importlib.util
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -38,8 +38,15 @@ from shoal._runtime.rank_status import wrap_collectives
 def prepare_runtime(node: NodeEnv) -> None:
     if node.runtime == "jax":
         _init_jax(node)
-    elif importlib.util.find_spec("torch") is not None:
+    elif "torch" in sys.modules:  # the launcher pre-imported it and forked this rank
         _bound_torch_collectives(node.collective_timeout, emulated=contract.gpus_emulated())
+    elif importlib.util.find_spec("torch") is not None:
+        # Bounded when the rank's code first imports torch: a rank that never does (a gang
+        # of plain Python, or one started with SHOAL_PREIMPORT=0 that imports torch late)
+        # does not pay ~1-2 s of CPU for it.
+        seconds, emulated = node.collective_timeout, contract.gpus_emulated()
+        sys.meta_path.insert(0, _AfterImport("torch", lambda _: _bound_torch_collectives(
+            seconds, emulated=emulated)))
 
 
 def cpu_backend(backend: object) -> object:
@@ -115,18 +122,23 @@ def _emulate_cuda_devices() -> None:
     if FSDP_MODULE in sys.modules:
         _patch_fsdp(sys.modules[FSDP_MODULE])
     else:
-        sys.meta_path.insert(0, _FsdpFinder())
+        sys.meta_path.insert(0, _AfterImport(FSDP_MODULE, _patch_fsdp))
 
 
 FSDP_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
 
 
-class _FsdpFinder(importlib.abc.MetaPathFinder):
-    """Patches FSDP right after its module is first imported, then steps aside."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(module)`` right after module ``name`` is first imported, then steps
+    aside."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], object]) -> None:
+        self.name = name
+        self.then = then
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != FSDP_MODULE:
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
@@ -137,7 +149,7 @@ class _FsdpFinder(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             original(module)
-            _patch_fsdp(module)
+            self.then(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

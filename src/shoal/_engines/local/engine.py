@@ -35,7 +35,7 @@ from shoal._engines.local.plan import (
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.shared_pool import SharedPool
-from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet
+from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
 from shoal._runtime import messages as m
 from shoal._runtime.metrics import open_writer
 from shoal._runtime.system_metrics import CallSampler
@@ -293,8 +293,15 @@ class LocalEngine(Engine):
             worker = (None if fresh  # task.override(reusable="off")
                       else self._workers.take_idle(self._worker_key(call.task.env,
                                                                     reservation.gpus)))
-            worker = worker or await self._spawn(call.task.env, call.task.code_file,
-                                                 reservation.gpus)
+            try:
+                worker = worker or await self._spawn(call.task.env, call.task.code_file,
+                                                     reservation.gpus)
+            except WorkerStartFailed as e:  # killed while starting: this attempt crashed
+                code, sig = procs.describe_exit(e.returncode)
+                return AttemptOutcome(failure=FailureInfo(
+                    task=call.task.name, action=ref.action, attempt=ref.attempt, kind="crash",
+                    message=f"{e.why} before it took the call", exit_code=code, signal=sig,
+                    log_tail=e.log_tail))
             order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
                           task=call.task.name, code_file=call.task.code_file,
                           inputs=dict(call.inputs), log_path=str(ref.log_path),

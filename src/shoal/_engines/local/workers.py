@@ -28,6 +28,14 @@ class WorkerDied(Exception):
         super().__init__(f"worker exited with {returncode}")
 
 
+class WorkerStartFailed(EngineError):
+    """A worker that exited, or never connected, before it could take its first call."""
+
+    def __init__(self, message: str, returncode: int | None, log_tail: str) -> None:
+        super().__init__(f"{message}; its log:\n{log_tail}")
+        self.why, self.returncode, self.log_tail = message, returncode, log_tail
+
+
 @dataclass(eq=False)
 class Worker:
     worker_id: str
@@ -118,9 +126,10 @@ class WorkerSet:
             await worker.kill()
             self._all.pop(worker_id, None)
             why = "exited" if exited in done else f"did not connect within {timeout:g}s"
-            raise EngineError(f"worker {worker_id} for environment {env.split('#')[0]!r} {why}; "
-                              "its log:\n"
-                              + procs.log_tail(log_path))
+            raise WorkerStartFailed(f"worker {worker_id} for environment "
+                                    f"{env.split('#')[0]!r} {why}",
+                                    exited.result() if exited in done else None,
+                                    procs.log_tail(log_path))
         reader, worker.writer = hello.result()
         worker.tasks.append(asyncio.ensure_future(self._listen(worker, reader)))
         worker.tasks.append(asyncio.ensure_future(self._watch(worker, exited)))
