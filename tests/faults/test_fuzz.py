@@ -94,7 +94,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "memory": st.one_of(QUANTITY, st.tuples(QUANTITY, QUANTITY)),
     "disk": QUANTITY, "shm": st.one_of(QUANTITY, st.just("auto")),
     "gpu": st.one_of(st.integers(0, 16), st.sampled_from(["H200:8", "A100:2", "T4", "H200:x"]),
-                     st.builds(lambda n: shoal.GPU("H100", n), st.integers(0, 9))),
+                     st.builds(lambda n: shoal.GPU("H100", n), st.integers(1, 9))),
     "labels": st.dictionaries(st.sampled_from(["app", "kueue.x-k8s.io/queue-name", "Bad Key",
                                                "a/b/c", "team"]), wild, max_size=3),
     "annotations": st.dictionaries(st.text(max_size=10), wild, max_size=2),
