@@ -190,7 +190,10 @@ def test_image_builders_give_an_image_or_a_shoal_error(steps: Any) -> None:
             image = builder(*args, **kwargs)
         except ShoalError:
             continue
-    assert image.dockerfile and image.tag  # an image that was built renders
+    # Sources are read when the image renders (its tag hashes them): a missing one is a
+    # SpecError there.
+    with contextlib.suppress(ShoalError):
+        assert image.dockerfile and image.tag
 
 
 # --- codecs: a round trip or a Shoal error --------------------------------------------------------
