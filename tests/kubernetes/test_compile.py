@@ -310,11 +310,11 @@ def test_code_bundle_must_be_in_the_store_with_a_relative_file(uri: str, file: s
 
 
 def test_no_container_sets_a_variable_twice() -> None:
-    task = _env_task(env_vars={"PYTHONUNBUFFERED": "0", "TOKEN": "from-env-vars"},
-                     secrets=["TOKEN"])
+    task = _env_task(env_vars={"PYTHONUNBUFFERED": "0", "DB_URL": "from-env-vars"},
+                     secrets=[shoal.Secret(key="db-url", as_env_var="DB_URL")])
     job = _compile(task, dataclasses.replace(CONFIG, secret_name="s"))[0]
     env = _container(job)["env"]
-    assert {"name": "TOKEN", "value": "from-env-vars"} in env  # env_vars win, as locally
+    assert {"name": "DB_URL", "value": "from-env-vars"} in env  # env_vars win, as locally
     assert {"name": "PYTHONUNBUFFERED", "value": "1"} in env
     for obj in [job] + [o for objs in every_manifest().values() for o in objs if "spec" in o]:
         for container in _pod_spec(obj)["containers"]:

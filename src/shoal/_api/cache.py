@@ -78,6 +78,9 @@ class Cache:
                             "key on a version of your own")
         if isinstance(ignored_inputs, str):
             ignored_inputs = (ignored_inputs,)
+        if not isinstance(ignored_inputs, Iterable):
+            raise SpecError("cache.ignored_inputs", ignored_inputs,
+                            "must be a parameter name or a list of them", 'e.g. ("seed",)')
         ignored = tuple(ignored_inputs)
         for name in ignored:
             if not isinstance(name, str) or not name.isidentifier():

@@ -140,6 +140,10 @@ class TaskEnvironment:
         )
         self.secrets = secret_specs(f"{kind}({name!r}).secrets", secrets)
         self.cache: Cache = to_cache(cache, field_name=f"{kind}({name!r}).cache")
+        if isinstance(depends_on, (str, bytes, TaskEnvironment)) or (
+                depends_on is not None and not isinstance(depends_on, Iterable)):
+            raise SpecError(f"{kind}({name!r}).depends_on", depends_on,
+                            "must be a list of environments", "e.g. depends_on=[data_env]")
         deps = tuple(depends_on or ())
         for dep in deps:
             if not isinstance(dep, TaskEnvironment):

@@ -286,7 +286,15 @@ def check_commands(commands: tuple[str | Sequence[str], ...]) -> tuple[str, ...]
     """``with_commands``'s arguments as one flat tuple of one-line commands."""
     flat: list[str] = []
     for c in commands:
-        flat.extend([c] if isinstance(c, str) else list(c))
+        if isinstance(c, str):
+            flat.append(c)
+        elif isinstance(c, (list, tuple)):
+            flat.extend(c)
+        else:
+            raise SpecError(
+                "with_commands", c, "each argument is a command string or a list of them",
+                'use with_commands("pip install -e .")',
+            )
     if not flat:
         raise SpecError(
             "with_commands", commands, "needs at least one command",

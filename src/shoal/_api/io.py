@@ -123,6 +123,12 @@ def _cache_key(kind: str, field: str, value: object) -> str | None:
 
 def _new_remote_uri(name: str | None) -> str:
     # A fresh prefix per call, outside data/ (content-addressed: named by what it holds).
+    if name is not None and (not isinstance(name, str) or name.startswith("/") or any(
+            seg in ("", ".", "..") for seg in name.split("/"))):
+        raise SpecError(field="new_remote(name)", value=name,
+                        rule="must be a relative path inside the new prefix (no '..', no "
+                             "leading '/', no empty segments)",
+                        fix="pass a plain name such as 'model.pt' or 'shards/0.bin'")
     token = secrets.token_hex(16)
     return join(open_store().root, "written", token, name or token)
 

@@ -79,6 +79,18 @@ def build(code_file: str | Path, store_root: str, *, upload: bool = True) -> Bun
     return Bundle(uri=uri, file=path.relative_to(root).as_posix(), digest=digest)
 
 
+def _check_member(member: tarfile.TarInfo, uri: str) -> None:
+    """``pack`` writes plain files at relative paths only: anything else was not made by it,
+    and could write outside the folder it is unpacked in."""
+    name = member.name
+    if name.startswith("/") or "\\" in name or any(seg == ".." for seg in name.split("/")):
+        raise SpecError("code bundle", uri, f"has the entry {name!r}, which leaves its folder",
+                        "rebuild the bundle with `shoal run` (it writes relative paths only)")
+    if not (member.isfile() or member.isdir()):
+        raise SpecError("code bundle", uri, f"has the entry {name!r}, which is not a plain file "
+                        "(a link or a device)", "rebuild the bundle with `shoal run`")
+
+
 def fetch(uri: str, relative_file: str) -> Path:
     """Unpack the bundle at ``uri`` under ``$SHOAL_HOME/code`` (once); the task file's path."""
     digest = uri.rstrip("/").rsplit("/", 1)[-1].split(".")[0]
@@ -90,11 +102,19 @@ def fetch(uri: str, relative_file: str) -> Path:
         if hashlib.sha256(data).hexdigest() != digest:
             raise SpecError("code bundle", uri, "does not match its content hash",
                             "upload it again (`shoal run` does on submit)")
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            try:
-                tar.extractall(staging, filter="data")  # no links out, no absolute paths
-            except TypeError:  # Python without extraction filters (< 3.10.12)
-                tar.extractall(staging)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                members = tar.getmembers()
+                for member in members:
+                    _check_member(member, uri)
+                # Checked above on every Python; the filter (where it exists) checks again.
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(staging, members=members, filter="data")
+                else:
+                    tar.extractall(staging, members=members)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         (staging / _COMPLETE).write_text(digest)
         try:
             staging.rename(target)

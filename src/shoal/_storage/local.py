@@ -73,7 +73,23 @@ class LocalStore(Store):
             raise StoreError(f"{op} {uri}: {e}") from e
 
     def _file(self, key: str) -> Path:
-        return self.path / key
+        path = self.path / key
+        # A link inside the store would let a key read or write outside it (the key itself
+        # has no '..': `_check_key`); the store root may itself be reached through a link.
+        # The filesystem root's store (`store_for` a file:// URI outside the store) reads the
+        # user's own absolute paths, links and all.
+        if self.path == Path("/"):
+            return path
+        here = self.path
+        for seg in key.split("/")[:-1] if key else ():
+            here = here / seg
+            if here.is_symlink():
+                raise StoreError(f"{self.root}/{key}: {here} is a symbolic link; the keys of a "
+                                 "file:// store are plain files and folders under its root")
+        if path.is_symlink():
+            raise StoreError(f"{self.root}/{key}: is a symbolic link; the keys of a file:// "
+                             "store are plain files and folders under its root")
+        return path
 
     def _put_bytes(self, key: str, data: bytes) -> None:
         path = self._file(key)

@@ -24,6 +24,7 @@ from shoal._engines.kubernetes.gpu_products import accelerator_selector
 from shoal._engines.kubernetes.secrets import secret_env_entries, secret_volume
 from shoal._engines.kubernetes.validate import KUEUE_LABELS
 from shoal._spec.call import EnvSpec
+from shoal._spec.secret_names import SECRET_NAME_PATTERNS, looks_secret
 from shoal.errors import SpecError
 
 __all__ = ["LABEL_PREFIX", "CodeBundle", "pod_template"]
@@ -85,6 +86,20 @@ def split_labels(env: EnvSpec, config: KubeConfig, *,
     return own, pods
 
 
+def _refuse_secret_values(env: EnvSpec) -> None:
+    """A manifest is applied, stored by the API server and shown by ``kubectl get -o yaml``:
+    a value that looks like a secret must come from the cluster's Secret instead."""
+    for name in env.env_vars:
+        if looks_secret(name):
+            raise SpecError(f"TaskEnvironment({env.name!r}).env_vars", name,
+                            "looks like a secret (its name matches "
+                            f"{' or '.join(SECRET_NAME_PATTERNS)}), and on Kubernetes its value "
+                            "would be written into the manifest",
+                            f"put the value in the Kubernetes Secret KubeConfig.secret_name and "
+                            f"give the environment secrets=[shoal.Secret(key=..., "
+                            f"as_env_var={name!r})]")
+
+
 def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
                 field_refs: Mapping[str, str]) -> list[dict[str, Any]]:
     """The container's ``env``: the environment's own variables and secrets, then the contract's
@@ -92,6 +107,7 @@ def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
     # As on the local engine: env_vars win over secrets of the same name, and output is
     # unbuffered whatever the environment says (logs must reach the pod's log as they happen).
     forced = {"PYTHONUNBUFFERED": "1"}
+    _refuse_secret_values(env)
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.env_vars.items()
                                  if k not in forced]
     out += secret_env_entries(env, config, taken={*env.env_vars, *forced})

@@ -16,6 +16,7 @@ from shoal._contract import WorkerEnv
 from shoal._engines.local.pool import Request
 from shoal._runtime.packages import unmet
 from shoal._spec.call import EnvSpec
+from shoal._spec.secret_names import redacted
 from shoal.errors import SpecError
 
 WORKER_ARGV = (sys.executable, "-m", "shoal._runtime.worker")
@@ -104,7 +105,7 @@ class ProcessPlan:
         ]
         lines += [f"  clamped:  {c}" for c in self.clamped]
         lines.append("  env:")
-        lines += [f"    {k}={v}" for k, v in sorted(shown.items())]
+        lines += [f"    {k}={v}" for k, v in sorted(redacted(shown).items())]
         lines += [f"  note:     {n}" for n in self.notes]
         return "\n".join(lines)
 

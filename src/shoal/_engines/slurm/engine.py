@@ -39,7 +39,13 @@ from shoal._engines.base import (
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.slurm import commands
 from shoal._engines.slurm.commands import JobInfo, SbatchRefused
-from shoal._engines.slurm.script import JobPlan, render, render_driver, run_prefix
+from shoal._engines.slurm.script import (
+    JobPlan,
+    render,
+    render_driver,
+    run_prefix,
+    secret_env_vars,
+)
 from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start
 from shoal._runtime.reports import FirstFailure, first_failure
@@ -265,7 +271,8 @@ class SlurmJob:
             plan = self.engine.job_plan(self.call, self.ref)
             (self.log_dir / "job.sbatch").write_text(plan.script)
             environ = {**submit_environ(os.environ),
-                       **self.engine.secret_env(self.call.task.env)}
+                       **self.engine.secret_env(self.call.task.env),
+                       **secret_env_vars(self.call.task.env)}
             try:
                 self.job = await asyncio.to_thread(commands.sbatch, plan.script, environ)
             except SbatchRefused as e:

@@ -18,6 +18,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
 from shoal._spec.call import ClusterSpec, EnvSpec
+from shoal._spec.secret_names import looks_secret
 
 JOB_PREFIX = "shoal"
 
@@ -81,6 +82,11 @@ def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -
     return [f"--container-image={pyxis_image(image)}", *settings.container_options]
 
 
+def secret_env_vars(env: EnvSpec) -> dict[str, str]:
+    """The environment's variables that look like secrets, which its script leaves out."""
+    return {k: v for k, v in env.env_vars.items() if looks_secret(k)}
+
+
 def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
            settings: SlurmSettings, gang_log_dir: str, extra_env: Mapping[str, str],
            registry: str | None = None) -> JobPlan:
@@ -130,6 +136,11 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
     lines.append("")
     lines.append("# The environment's variables and Shoal's node contract (docs/architecture.md)")
     for key, value in {**dict(env.env_vars), **dict(extra_env), **values}.items():
+        if key in env.env_vars and looks_secret(key):
+            # Slurm keeps the script (scontrol write batch_script): the value comes with
+            # sbatch's own environment instead, as a secret's does (`secret_env_vars`).
+            lines.append(f"# {key}: from the environment sbatch was started with")
+            continue
         lines.append(f"export {key}={shlex.quote(value)}")
     lines.append("")
     lines.append("# Starts the node launchers as srun steps; a failed step is restarted as a "
