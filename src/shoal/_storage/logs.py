@@ -84,7 +84,7 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
     gang's files once they exist (a follower re-lists to find new ones).
     """
     tasks = {a.action_id: a.task for a in records.list_actions(run)}
-    per_node = _ranks_per_node(records, run)
+    per_node = ranks_per_node(records, run)
     root = gang_log_root(home, run)
     out: list[LogSource] = []
     for att in records.list_attempts(run):
@@ -100,7 +100,7 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
     return out
 
 
-def _ranks_per_node(records: Records, run: str) -> dict[str, int]:
+def ranks_per_node(records: Records, run: str) -> dict[str, int]:
     """action -> nproc_per_node, from the gang_started events that carry it."""
     found: dict[str, int] = {}
     for e in records.events(run):

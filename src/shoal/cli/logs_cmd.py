@@ -206,12 +206,9 @@ def _ranks_in_node_logs(records: Records, run: str, every: list[LogSource]) -> l
     their node's stdout (Kubernetes pods), that is a rank's log."""
     import dataclasses
 
-    per_node: dict[str, int] = {}
-    for e in records.events(run):
-        if e.kind == "gang_started" and e.action_id and isinstance(e.data, dict):
-            nproc = e.data.get("nproc_per_node")
-            if isinstance(nproc, int) and nproc > 0:
-                per_node[e.action_id] = nproc
+    from shoal._storage.logs import ranks_per_node
+
+    per_node = ranks_per_node(records, run)
     out = []
     for s in every:
         nproc = per_node.get(s.action)
