@@ -99,7 +99,9 @@ def test_sbatch_refuses_an_unknown_partition(slurm_cluster: SlurmCluster) -> Non
 def test_a_lost_node_fails_its_job_and_comes_back(slurm_cluster: SlurmCluster) -> None:
     victim = slurm_cluster.nodes[-1]
     job = slurm_cluster.sbatch("--no-requeue", "-N2", "-w", f"{slurm_cluster.nodes[0]},{victim}",
-                               "--wrap", "srun sleep 300")
+                               # The batch script outlives its failed step, so the job ends
+                               # when the controller declares the node lost, not before.
+                               "--wrap", "srun sleep 300 || sleep 300")
     slurm_cluster.wait_for_state(job, {"RUNNING"})
     t0 = time.monotonic()
     slurm_cluster.kill_node(victim)
