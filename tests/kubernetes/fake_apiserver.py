@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from shoal._engines.kubernetes.resources import Resource
@@ -265,6 +266,19 @@ class FakeApiServer:
         self.put("pods", pod)
 
 
+def write_kubeconfig(path: Path, server: str, token: str, namespace: str = "default") -> Path:
+    """A kubeconfig with one context ("dev") for ``server``, as a user has one."""
+    path.write_text(f"""
+apiVersion: v1
+kind: Config
+current-context: dev
+clusters: [{{name: dev, cluster: {{server: "{server}"}}}}]
+users: [{{name: dev, user: {{token: {token}}}}}]
+contexts: [{{name: dev, context: {{cluster: dev, user: dev, namespace: {namespace}}}}}]
+""")
+    return path
+
+
 def wait_for(predicate: Any, timeout: float = 5.0, what: str = "a condition") -> Any:
     """Poll ``predicate`` until it returns something truthy (the fake's GC runs in a timer)."""
     deadline = time.monotonic() + timeout
@@ -285,5 +299,5 @@ def events_of(iterator: Iterator[Any], n: int) -> list[Any]:
 __all__ = [
     "COMPLETION_INDEX", "GLOBAL_INDEX", "JOBSET_NAME", "JOB_INDEX", "KINDS", "QUEUE_NAME",
     "REPLICATED_JOB", "RESTART_ATTEMPT", "FakeApiServer", "FakeCluster", "Kind", "events_of",
-    "merge_patch", "selects", "set_condition", "status", "wait_for",
+    "merge_patch", "selects", "set_condition", "status", "wait_for", "write_kubeconfig",
 ]

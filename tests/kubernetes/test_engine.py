@@ -31,7 +31,7 @@ from shoal._engines.kubernetes.engine import KubernetesEngine
 from shoal._spec.call import CallSpec
 from shoal._storage.store import join, open_store
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster
+from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
@@ -307,14 +307,7 @@ def test_an_unreachable_cluster_fails_at_start(s3_root: str) -> None:
 
 def test_shoal_run_against_an_unreachable_cluster_fails_fast(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(f"""
-apiVersion: v1
-kind: Config
-current-context: dev
-clusters: [{{name: dev, cluster: {{server: "http://127.0.0.1:{_closed_port()}"}}}}]
-users: [{{name: dev, user: {{token: abc}}}}]
-contexts: [{{name: dev, context: {{cluster: dev, user: dev, namespace: ml}}}}]
-""")
+    write_kubeconfig(kubeconfig, f"http://127.0.0.1:{_closed_port()}", "abc", namespace="ml")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--engine", "kubernetes",

@@ -26,7 +26,7 @@ import pytest
 from shoal import _contract as contract
 from shoal._engines.kubernetes.client import KubeClient
 from shoal._storage.records import Records
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, wait_for
+from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, wait_for, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
@@ -97,14 +97,7 @@ class Laptop:
     def __init__(self, fake: FakeApiServer, tmp: Path, store: str) -> None:
         self.home = tmp / "laptop-home"
         kubeconfig = tmp / "kubeconfig"
-        kubeconfig.write_text(f"""
-apiVersion: v1
-kind: Config
-current-context: dev
-clusters: [{{name: dev, cluster: {{server: "{fake.url}"}}}}]
-users: [{{name: dev, user: {{token: {TOKEN}}}}}]
-contexts: [{{name: dev, context: {{cluster: dev, user: dev, namespace: default}}}}]
-""")
+        write_kubeconfig(kubeconfig, fake.url, TOKEN)
         self.settings = tmp / "kube.yaml"
         self.settings.write_text(f"namespace: default\ndefault_image: shoal:test\nstore: {store}\n")
         code = tmp / "code"

@@ -27,7 +27,7 @@ from shoal._driver import config
 from shoal._runtime.loader import find_task
 from shoal._storage.store import join, open_store
 from shoal.errors import RunCancelled, RuntimeUserError, SpecError
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster
+from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
@@ -56,14 +56,7 @@ def cluster(fake: FakeApiServer, tmp_path: Path, s3_root: str,
             monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """A kubeconfig of the fake, a settings file and the program, as a user has them."""
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(f"""
-apiVersion: v1
-kind: Config
-current-context: dev
-clusters: [{{name: dev, cluster: {{server: "{fake.url}"}}}}]
-users: [{{name: dev, user: {{token: {TOKEN}}}}}]
-contexts: [{{name: dev, context: {{cluster: dev, user: dev, namespace: default}}}}]
-""")
+    write_kubeconfig(kubeconfig, fake.url, TOKEN)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     settings = tmp_path / "kube.yaml"
     settings.write_text(f"namespace: default\ndefault_image: shoal:test\nstore: {s3_root}\n")
