@@ -42,6 +42,12 @@ def start(*args: str) -> subprocess.Popen[str]:
                             env=os.environ.copy())
 
 
+def start_steps(run: str, count: int, step_seconds: float) -> subprocess.Popen[str]:
+    """`shoal run --engine slurm` of the checkpointing gang `steps` (tests/slurm/programs)."""
+    return start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
+                 str(count), "--step_seconds", str(step_seconds))
+
+
 def wait_until(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str] | None = None,
                timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
@@ -120,8 +126,7 @@ def test_a_gang_out_of_restarts_names_the_rank_node_and_error(slurm_cluster: Slu
 def test_preemption_by_a_higher_partition_requeues_and_resumes_without_a_restart(
         slurm_cluster: SlurmCluster, shoal_home: Path) -> None:
     run = shoal_home.name + "-preempted"
-    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
-                 "16", "--step_seconds", "0.4")
+    proc = start_steps(run, 16, 0.4)
     try:
         wait_until("step 3", lambda: rank_log_says(shoal_home, run, "step 3"), proc)
         # A job in `high` that needs every node: Slurm requeues ours to make room.
@@ -148,8 +153,7 @@ def test_preemption_by_a_higher_partition_requeues_and_resumes_without_a_restart
 def test_shoal_preempt_requeues_the_gang_and_cancel_scancels_it(slurm_cluster: SlurmCluster,
                                                                 shoal_home: Path) -> None:
     run = shoal_home.name + "-stopped"
-    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
-                 "400", "--step_seconds", "0.2")
+    proc = start_steps(run, 400, 0.2)
     try:
         wait_until("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
         assert "preemption requested" in shoal("preempt", run).stdout
@@ -189,10 +193,9 @@ def test_a_bad_partition_is_refused_before_anything_runs(slurm_cluster: SlurmClu
 
 
 def test_a_lost_node_fails_the_gang_and_is_named(slurm_cluster: SlurmCluster,
-                                                            shoal_home: Path) -> None:
+                                                 shoal_home: Path) -> None:
     run = shoal_home.name + "-lost"
-    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
-                 "30", "--step_seconds", "0.3")
+    proc = start_steps(run, 30, 0.3)
     try:
         wait_until("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
         (job,) = started_jobs(shoal_home, run)
@@ -244,8 +247,7 @@ def test_the_pretraining_example_end_to_end(slurm_cluster: SlurmCluster,
 
 def _kill_driver_at_step(home: Path, run: str, step: int, count: int) -> str:
     """Start `steps`, SIGKILL its driver once rank 0 logged ``step``; the job it left."""
-    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "steps", "--count",
-                 str(count), "--step_seconds", "0.3")
+    proc = start_steps(run, count, 0.3)
     try:
         wait_until(f"step {step}", lambda: rank_log_says(home, run, f"step {step}"), proc)
         (job,) = started_jobs(home, run)
