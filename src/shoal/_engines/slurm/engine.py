@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from shoal import _contract as contract
@@ -43,11 +45,13 @@ from shoal._engines.slurm.script import (
     JobPlan,
     render,
     render_driver,
+    resource_options,
     run_prefix,
     secret_env_vars,
+    slurm_minutes,
 )
 from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
-from shoal._runtime.allocation import STATE_FILE, AllocationState, Start
+from shoal._runtime.allocation import STATE_FILE, AllocationState, Start, hostnames
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
@@ -126,10 +130,7 @@ class SlurmEngine(Engine):
             profile=env.profile.to_text() if env.profile is not None else "")
         placement = self.placement(env)
         if call.task.timeout is not None and placement.time_limit is None:
-            from shoal._engines.slurm.script import slurm_minutes
-
-            placement = Placement(placement.partition, placement.account, placement.qos,
-                                  slurm_minutes(call.task.timeout), placement.sbatch_options)
+            placement = replace(placement, time_limit=slurm_minutes(call.task.timeout))
         return render(env=env, task=call.task.name, node=node, placement=placement,
                       settings=self.settings, gang_log_dir=str(self.gang_log_dir(ref)),
                       extra_env={}, registry=os.environ.get(contract.IMAGE_REGISTRY))
@@ -261,7 +262,6 @@ class SlurmJob:
         self.log_dir = engine.gang_log_dir(ref)
         self.job = ""
         self.told = 0  # starts already told to the controller
-        self.nodes_lost: dict[str, str] = {}
 
     async def run(self) -> AttemptOutcome:
         if not await asyncio.to_thread(self._adopt):
@@ -343,8 +343,8 @@ class SlurmJob:
                 running_at = running_at or now
             else:
                 running_at = None  # requeued: a new allocation's time starts when it runs
-                if running_at is None and task.max_queued_time is not None and \
-                        now - queued_at > task.max_queued_time and state is None:
+                if task.max_queued_time is not None and state is None and \
+                        now - queued_at > task.max_queued_time:
                     await asyncio.to_thread(commands.scancel, self.job)
                     return self._failed("queued_timeout", "waited longer than its "
                                         f"max_queued_time of {task.max_queued_time:g}s for "
@@ -401,18 +401,13 @@ class SlurmJob:
             states = commands.node_states(nodes)
         except EngineError:
             return {}
-        lost = {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
-                if any(s.lower().rstrip("*+~#").startswith(w) for w in LOST)
-                or s.endswith("*")}
-        self.nodes_lost.update(lost)
-        return lost
+        return {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
+                if any(s.lower().rstrip("*+~#").startswith(w) for w in LOST) or s.endswith("*")}
 
     # -- reading the end ---------------------------------------------------------------------
     def _outcome(self, info: JobInfo | None, state: AllocationState | None) -> AttemptOutcome:
         if state is not None and state.phase == "succeeded":
             out = join(self.io, f"r{state.restart}", "output.json")
-            import json
-
             try:
                 return AttemptOutcome(output=json.loads(self.store.get_bytes(out)))
             except ObjectNotFound:
@@ -518,16 +513,12 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 def _expand(nodelist: str) -> list[str]:
     try:
-        from shoal._runtime.allocation import hostnames
-
         return hostnames(nodelist)
     except (RuntimeError, OSError):
         return [nodelist]
 
 
 def _size(env: EnvSpec) -> str:
-    from shoal._engines.slurm.script import resource_options
-
     nodes = env.cluster.replicas if env.cluster is not None else 1
     return f"{nodes} node(s), " + " ".join(resource_options(env))
 
