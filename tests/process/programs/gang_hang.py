@@ -14,7 +14,7 @@ FREEZE_AT = 3  # the step after which the hanging rank stops answering
 
 frozen_env = ClusteredTaskEnvironment(
     name="frozen", resources=RES, replicas=2, nproc_per_node=2,
-    failure_policy=ClusterFailurePolicy(collective_timeout=6, grace_period=1),
+    failure_policy=ClusterFailurePolicy(collective_timeout=10, grace_period=1),
 )
 stuck_env = ClusteredTaskEnvironment(
     name="stuck", resources=RES, replicas=2, nproc_per_node=1,

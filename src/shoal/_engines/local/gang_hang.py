@@ -91,8 +91,9 @@ def ask_for_reports(procs: list[asyncio.subprocess.Process],
 
 def early_at(collective_timeout: float) -> float:
     """Seconds into a collective at which its ranks are recorded, before the timeout ends
-    them: their live stacks then show where they wait (py-spy takes ~0.3 s)."""
-    return max(0.6 * collective_timeout, collective_timeout - 5.0)
+    them: their live stacks then show where they wait. py-spy takes ~0.3 s on a quiet machine
+    and seconds on a loaded one, so a short timeout is asked about at its half."""
+    return max(0.5 * collective_timeout, collective_timeout - 5.0)
 
 
 async def watch(procs: list[asyncio.subprocess.Process], log_dir: Path, world: int,
