@@ -32,7 +32,7 @@ import os
 import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,12 @@ __all__ = [
     "Source",
     "fetch",
     "materialize",
+    "movable",
     "no_space_code",
     "payload_of",
     "stage",
     "upload",
+    "verified_in_place",
 ]
 
 CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size checksummed by one task
@@ -123,6 +125,9 @@ class Source:
     # (size, mtime_ns) of a hardlinked staged file, checked again once it has been copied.
     stat: tuple[int, int] | None = None
     mtime_ns: int | None = None  # of the user's file, when the save was asked for
+    # A file Shoal made for this save and removes after it (DCP's staging): a file:// store on
+    # its filesystem takes it by rename, checksummed where it lies, instead of a copy.
+    movable: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,11 @@ class Payload:
 
     kind: str
     sources: tuple[Source, ...]
+
+
+def movable(payload: Payload) -> Payload:
+    """``payload``, its files marked as Shoal's own to move into the store (see ``Source``)."""
+    return Payload(payload.kind, tuple(replace(s, movable=True) for s in payload.sources))
 
 
 def payload_of(data: object) -> Payload:
@@ -408,9 +418,34 @@ def _check_unchanged(src: Source, st: os.stat_result) -> None:
         )
 
 
+def _same_filesystem(file: Path, folder: Path) -> bool:
+    return os.stat(file).st_dev == os.stat(folder).st_dev
+
+
+def _move_local(file: Path, dest: Path) -> tuple[int, str]:
+    """Checksum ``file`` where it lies (its pages are still cached: it was just written), make
+    it durable, and rename it to ``dest``: a copy saved."""
+    fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        hashing = _new_hashing(size)
+        try:
+            _hash_file(fd, size, hashing)
+            os.fsync(fd)  # the pieces still hashing overlap the fsync
+            result = hashing.result()
+        finally:
+            hashing.settle()  # before fd closes: the pieces read it
+    finally:
+        os.close(fd)
+    os.rename(file, dest)
+    return result
+
+
 def _write_local(src: Source, dest: Path) -> tuple[int, str]:
     """Write ``dest`` atomically: temporary file in its folder, copy + hash, fsync, rename."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.movable and src.file is not None and _same_filesystem(src.file, dest.parent):
+        return _move_local(src.file, dest)
     tmp = temp_path(dest.parent)
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -616,6 +651,37 @@ def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) ->
         os.close(fd)
     _check(uri, entry, hashing, step)
     return None
+
+
+def verified_in_place(
+    store: Store, version_uri: str, entries: tuple[Entry, ...], step: int
+) -> list[Path] | None:
+    """The files of ``entries`` where a file:// store holds them, each verified there; None on
+    another store. For readers that only read them and are done before the version can be
+    deleted (DCP's load of a state dict): a load without a copy."""
+    found: list[Path] = []
+    for entry in entries:
+        uri = join(version_uri, entry.key)
+        local = store.local_path(uri)
+        if local is None:
+            return None
+        try:
+            fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as e:
+            raise StoreError(
+                f"checkpoint step {step}: object {uri} is missing, though the commit lists it"
+            ) from e
+        try:
+            hashing = _expected(entry)
+            try:
+                _hash_file(fd, os.fstat(fd).st_size, hashing)
+            finally:
+                hashing.settle()
+        finally:
+            os.close(fd)
+        _check(uri, entry, hashing, step)
+        found.append(local)
+    return found
 
 
 def materialize(
