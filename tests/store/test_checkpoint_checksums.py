@@ -165,16 +165,33 @@ def test_a_large_s3_load_is_parallel_ranged_gets(
     cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
     data = os.urandom(3 * PART + 1)
     cp.save_sync(data)
-    ranges: list[tuple[int, int] | None] = []
-    real = obstore.get
+    asked: list[tuple[str, list[tuple[int, int]]]] = []
+    real_get, real_ranges = obstore.get, obstore.get_ranges
 
-    def spy(store: Any, key: str, *, options: Any = None) -> Any:
-        if key.endswith("/data"):
-            ranges.append(None if options is None else options.get("range"))
-        return real(store, key, options=options)
+    def get(store: Any, key: str, *, options: Any = None) -> Any:
+        asked.append((key, []))
+        return real_get(store, key, options=options)
 
-    monkeypatch.setattr(obstore, "get", spy)
+    def get_ranges(store: Any, key: str, *, starts: Any, ends: Any, coalesce: int) -> Any:
+        asked.append((key, list(zip(starts, ends, strict=True))))
+        assert coalesce == 0  # one request per range, run concurrently
+        return real_ranges(store, key, starts=starts, ends=ends, coalesce=coalesce)
+
+    monkeypatch.setattr(obstore, "get", get)
+    monkeypatch.setattr(obstore, "get_ranges", get_ranges)
     assert Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync() == data
-    assert sorted(r for r in ranges if r is not None) == [
-        (0, PART), (PART, 2 * PART), (2 * PART, 3 * PART), (3 * PART, 3 * PART + 1)]
-    assert None not in ranges  # no whole-object GET besides the ranges
+    (ranged,) = [ranges for key, ranges in asked if key.endswith("/data")]
+    # The last range asks one byte past the end: an object longer than its commit shows.
+    assert ranged == [(0, PART), (PART, 2 * PART), (2 * PART, 3 * PART),
+                      (3 * PART, 3 * PART + 2)]
+
+
+@pytest.mark.s3
+def test_an_s3_object_longer_than_its_commit_is_caught(s3_root: str, tmp_path: Path) -> None:
+    cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
+    data = os.urandom(2 * CHUNK)
+    cp.save_sync(data)
+    store = store_for(cp.uri)
+    store.put_bytes(_object(cp, 0, "data"), data + b"!")
+    with pytest.raises(StoreError, match=f"records {len(data)} bytes .* holds {len(data) + 1}"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync()

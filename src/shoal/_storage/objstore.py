@@ -38,7 +38,6 @@ from shoal._storage.store import Store, Upload, atomic_local_file, split_scheme
 from shoal.errors import ObjectNotFound, ShoalError, StoreError
 
 if TYPE_CHECKING:
-    from obstore import GetOptions
     from obstore.store import ClientConfig
     from typing_extensions import Buffer
 
@@ -139,25 +138,15 @@ class ObjectStore(Store):
 
         if size <= CHUNK:
             return [obstore.get(self._store, key).bytes()]
-        # The first part's answer names the object's size and ETag (no HEAD to wait for); the
-        # others are pinned to that ETag, so a replaced object fails instead of mixing.
-        first = obstore.get(self._store, key, options={"range": (0, CHUNK)})
-        meta = first.meta
-        whole, etag = meta["size"], meta["e_tag"]
-
-        def fetch(start: int) -> Buffer:
-            options: GetOptions = {"range": (start, min(start + CHUNK, whole))}
-            if etag:
-                options["if_match"] = etag
-            return obstore.get(self._store, key, options=options).bytes()
-
-        starts = range(CHUNK, whole, CHUNK)
-        if not starts:
-            return [first.bytes()]
-        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(starts))) as pool:
-            rest = [pool.submit(fetch, s) for s in starts]
-            parts: list[Buffer] = [first.bytes()]
-            return parts + [f.result() for f in rest]
+        # obstore runs the ranged GETs concurrently in Rust (up to 10): 0.9-1.0x one GET's
+        # time on loopback moto, where one thread per obstore.get took 2-6x (measured, 128 MiB).
+        # The last range asks for a byte past ``size``, so an object longer than expected
+        # shows. Ranges are not pinned to one ETag (obstore cannot here): callers read objects
+        # that are never replaced, and check what they got (a checkpoint's CRC32C).
+        starts = list(range(0, size, CHUNK))
+        ends = [min(start + CHUNK, size) for start in starts]
+        ends[-1] = size + 1
+        return list(obstore.get_ranges(self._store, key, starts=starts, ends=ends, coalesce=0))
 
     def _put_file(self, src: Path, key: str) -> None:
         import obstore
