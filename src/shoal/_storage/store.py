@@ -140,10 +140,8 @@ class Store(ABC):
         """The object at ``uri`` as buffers, in order, whose concatenation is the object.
 
         ``size`` is what the caller expects (a checkpoint's commit records it): a remote store
-        fetches an object larger than one part as concurrent ranged GETs, without waiting for
-        a HEAD, and the parts stay separate so the caller can checksum them without joining
-        them first. The parts of an object replaced meanwhile may mix two versions: for
-        objects that are never replaced, whose caller checks what it got.
+        fetches a large object as concurrent ranged GETs, without waiting for a HEAD, and the
+        parts stay separate so the caller can checksum them without joining them first.
         """
         key = self._key(uri)
         with self._translate("get", uri):
