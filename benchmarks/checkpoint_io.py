@@ -142,6 +142,19 @@ def version_files(store_dir: Path, step: int) -> list[Path]:
             if p.is_file() and not p.name.endswith(".seal")]
 
 
+def verified_read(cp: Any, step: int) -> bytes:
+    """What ``load_sync()`` of a bytes version does but its last copy, into the ``bytes``
+    subclass it returns (``LoadedBytes``, which answers ``read_bytes()`` as Flyte's path does)."""
+    from shoal._storage.checkpoint_files import fetch
+    from shoal._storage.checkpoint_layout import vname
+    from shoal._storage.store import join
+
+    (entry,) = cp._versions.read(step).shards[0].entries
+    data = fetch(cp._store, join(cp._versions.uri_of(vname(step)), entry.key), entry, None, step)
+    assert data is not None
+    return data
+
+
 def emit(result: dict[str, Any]) -> None:
     print(MARK + json.dumps(result), flush=True)
 
@@ -158,7 +171,7 @@ def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
     t: dict[str, list[float]] = {k: [] for k in (
         "raw write+fsync", "save bytes", "save file", "raw copy+fsync",
         "raw read cold", "load bytes cold", "raw read warm", "load bytes warm",
-        "raw copy cold", "load file cold")}
+        "raw copy cold", "load file cold", "verified read warm")}
     resident: dict[str, int | None] = {}
 
     def measure(name: str, fn: Callable[[], object]) -> None:
@@ -210,6 +223,8 @@ def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
             t["raw read warm"].append(timed_read(lambda raw=raw: read_all(raw), size))
             t["load bytes warm"].append(
                 timed_read(lambda cp=cp, s=bytes_step: cp.load_sync(step=s), size))
+            t["verified read warm"].append(
+                timed_read(lambda cp=cp, s=bytes_step: verified_read(cp, s), size))
 
             # A file version loads as a verified copy under local_dir/loaded (made once, so
             # each round's checkpoint is loaded once).
@@ -601,6 +616,8 @@ def file_table(res: dict[int, dict[str, Any]]) -> tuple[list[str], list[str], li
         (load, "load_sync() bytes vs read(), cold", "load bytes cold", "raw read cold", True),
         (load, "load_sync() bytes vs read(), warm", "load bytes warm", "raw read warm", True),
         (load, "load_sync() file vs copyfile, cold", "load file cold", "raw copy cold", False),
+        (load, "verified read, plain bytes (load_sync() but its copy into LoadedBytes) vs "
+         "read(), warm", "verified read warm", "raw read warm", False),
     ]
     for size, r in res.items():
         t = r["times"]
