@@ -553,23 +553,35 @@ def child_state(size: int, rounds: int, where: Path, scheme: str) -> dict[str, A
     t: dict[str, list[float]] = {k: [] for k in (
         "raw save", "save state dict", "raw load", "load state dict")}
     try:
-        cp = Checkpoint(uri, local_dir=tmp / "local", keep=1)
-        cp.save_state_dict(state).result()  # warm-up: DCP's imports, the checkpoint group
-        cp.load_state_dict(into)
-        for r in range(rounds):
+        # Round -1 is a warm-up, dropped (DCP's imports, the checkpoint process group). Each
+        # round saves into a fresh checkpoint folder, removed once the round is over, as the
+        # raw file is replaced by a new one: what a save costs, not what deleting an old
+        # version costs, and (in a VM) no side writing into memory the other side freed.
+        for r in range(-1, rounds):
+            cp = Checkpoint(f"{uri}/round-{r + 1}", local_dir=tmp / f"local-{r + 1}")
             saves: list[tuple[str, Callable[[], object]]] = [
                 ("raw save", raw_save),
-                ("save state dict", lambda: cp.save_state_dict(state).result())]
+                ("save state dict", lambda cp=cp: cp.save_state_dict(state).result())]
             loads: list[tuple[str, Callable[[], object]]] = [
-                ("raw load", raw_load), ("load state dict", lambda: cp.load_state_dict(into))]
+                ("raw load", raw_load),
+                ("load state dict", lambda cp=cp: cp.load_state_dict(into))]
             for pairs in (saves, loads):
                 for name, fn in pairs if r % 2 == 0 else pairs[::-1]:
+                    if name == "raw save" and scheme != "s3":
+                        raw_path.unlink(missing_ok=True)  # a new file, as the checkpoint's
                     os.sync()
                     t[name].append(timed(fn))
-        for k, v in state.items():  # the loads above really filled the tensors
-            if not torch.equal(into[k], v):
-                raise RuntimeError(f"load_state_dict left {k} different from what was saved")
-        cp.close()
+            for k, v in state.items():  # the load really filled the tensors
+                if not torch.equal(into[k], v):
+                    raise RuntimeError(f"load_state_dict left {k} different from what was saved")
+                into[k].zero_()
+            cp.close()
+            if scheme != "s3":
+                shutil.rmtree(tmp / "store" / f"round-{r + 1}")
+            shutil.rmtree(tmp / f"local-{r + 1}")
+            if r < 0:
+                for times in t.values():
+                    times.clear()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         import torch.distributed as dist

@@ -61,7 +61,11 @@ def _write(cp: Checkpoint, state: Any, step: int, group: Any) -> int:
 
     staging = Path(tempfile.mkdtemp(prefix=f"shoal-dcp-{cp.rank}-", dir=cp.path))
     try:
-        save(state, storage_writer=FileSystemWriter(str(staging)), process_group=group)
+        # No fsync by DCP: the staged files are fsynced where they land (a file:// store takes
+        # them by rename), or uploaded and deleted (another store); DCP's own fsync would wait
+        # for the disk once more.
+        writer = FileSystemWriter(str(staging), sync_files=False)
+        save(state, storage_writer=writer, process_group=group)
         cp._save_own_shard(staging, step=step)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

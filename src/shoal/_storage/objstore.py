@@ -176,8 +176,10 @@ class ObjectStore(Store):
         meta = obstore.head(self._store, key)
         size, etag = meta["size"], meta["e_tag"]
         with atomic_local_file(dest) as f:
-            if size <= CHUNK:
-                f.write(obstore.get(self._store, key, options={"if_match": etag}).bytes())
+            if size < self.ranged_get_min:
+                answer = obstore.get(self._store, key, options={"if_match": etag})
+                for chunk in answer.stream(min_chunk_size=CHUNK):
+                    f.write(chunk)
                 return
             fd = f.fileno()
 
