@@ -161,7 +161,9 @@ def test_a_large_s3_load_is_parallel_ranged_gets(
     import obstore
 
     from shoal._storage.objstore import CHUNK as PART
+    from shoal._storage.objstore import ObjectStore
 
+    monkeypatch.setattr(ObjectStore, "parallelism", 4)  # 8 MiB parts for this object
     cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
     data = os.urandom(3 * PART + 1)
     cp.save_sync(data)
