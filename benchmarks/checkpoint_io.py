@@ -12,7 +12,9 @@ interleaved so drift hits both sides; each figure is the median of ``--rounds`` 
 2. load: ``load_sync()`` of the bytes version (verified: CRC32C of every byte) against
    ``open(path, "rb").read()``, cold (both files' pages evicted first with
    ``posix_fadvise(DONTNEED)``) and warm; and the first ``load_sync()`` of the file version
-   (a verified copy into ``local_dir/loaded``) against a cold ``shutil.copyfile``;
+   (a verified copy into ``local_dir/loaded``) against a cold ``shutil.copyfile``; and, for
+   reference, the verified read of a bytes load without its last copy (into the ``bytes``
+   subclass ``load_sync()`` returns);
 3. async save of ``--async-mib``: how long ``save_async(bytes)``, ``save_async(bytearray)``
    and ``save_state_dict(..., async_save=True)`` (a dict of float32 tensors, through DCP, in a
    one-process gloo group) block the caller, against one in-memory copy of the same state
@@ -21,7 +23,9 @@ interleaved so drift hits both sides; each figure is the median of ``--rounds`` 
    steps that overlap an async save of that state;
 4. ``s3://`` on a loopback moto server (started here): ``save_sync(bytes)``,
    ``save_sync(<file>)`` and ``load_sync()`` against raw ``obstore.put``/``obstore.get`` of the
-   same bytes, with the part size and concurrency Shoal's store uses;
+   same bytes, with the part size and concurrency Shoal's store uses; the load twice: with the
+   store's parallel ranged GETs (the default for large objects) and with one GET (moto reads
+   the whole object for every range request, so on moto one GET is faster);
 5. torch state dicts of ``--state-mib`` (float32 tensors, 16 MiB each; a one-process gloo
    group): ``save_state_dict(...).result()`` against ``torch.save`` + fsync of the same state
    to a new file, and ``load_state_dict()`` (in place, verified) against ``torch.load`` of that
