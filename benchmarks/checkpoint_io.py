@@ -3,16 +3,18 @@
 Run:
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_io.py
 
-Four sections, each measured in its own subprocess (nothing shared but the disk), rounds
+Five sections, each measured in its own subprocess (nothing shared but the disk), rounds
 interleaved so drift hits both sides; each figure is the median of ``--rounds`` with min–max:
 
 1. sync save on a ``file://`` store, for each size in ``--sizes`` (MiB of random bytes):
    ``save_sync(bytes)`` and ``save_sync(<file path>)`` against a raw ``open/write/fsync`` of
    the same bytes to the same folder (and, for the file, against ``shutil.copyfile`` + fsync);
-2. load: ``load_sync()`` of the bytes version (verified: sha256 of every byte) against
+2. load: ``load_sync()`` of the bytes version (verified: CRC32C of every byte) against
    ``open(path, "rb").read()``, cold (both files' pages evicted first with
    ``posix_fadvise(DONTNEED)``) and warm; and the first ``load_sync()`` of the file version
-   (a verified copy into ``local_dir/loaded``) against a cold ``shutil.copyfile``;
+   (a verified copy into ``local_dir/loaded``) against a cold ``shutil.copyfile``; and, for
+   reference, the verified read of a bytes load without its last copy (into the ``bytes``
+   subclass ``load_sync()`` returns);
 3. async save of ``--async-mib``: how long ``save_async(bytes)``, ``save_async(bytearray)``
    and ``save_state_dict(..., async_save=True)`` (a dict of float32 tensors, through DCP, in a
    one-process gloo group) block the caller, against one in-memory copy of the same state
@@ -21,10 +23,17 @@ interleaved so drift hits both sides; each figure is the median of ``--rounds`` 
    steps that overlap an async save of that state;
 4. ``s3://`` on a loopback moto server (started here): ``save_sync(bytes)``,
    ``save_sync(<file>)`` and ``load_sync()`` against raw ``obstore.put``/``obstore.get`` of the
-   same bytes, with the part size and concurrency Shoal's store uses.
+   same bytes, with the part size and concurrency Shoal's store uses; the load twice: with the
+   store's parallel ranged GETs (the default for large objects) and with one GET (moto reads
+   the whole object for every range request, so on moto one GET is faster);
+5. torch state dicts of ``--state-mib`` (float32 tensors, 16 MiB each; a one-process gloo
+   group): ``save_state_dict(...).result()`` against ``torch.save`` + fsync of the same state
+   to a new file, and ``load_state_dict()`` (in place, verified) against ``torch.load`` of that
+   file, on file://; on s3:// (``--s3-mib``) against ``torch.save`` into memory + ``obstore.put``
+   and ``obstore.get`` + ``torch.load``.
 
-The goals (from the issue): save and load ≥ 0.8x the raw figure; an async save blocks ≤ 1.5x
-one in-memory copy. Evicting one file's pages with fadvise needs no root and, unlike
+The goals (from the issue): save and verified load ≥ 0.9x the raw figure; an async save blocks
+≤ 1.5x one in-memory copy. Evicting one file's pages with fadvise needs no root and, unlike
 ``/proc/sys/vm/drop_caches``, leaves other work on the machine alone; ``fincore`` (util-linux)
 checks that nothing stayed resident. moto is a Python server sharing the CPUs with the client:
 read its ratios, not its MiB/s. Writes ``benchmarks/results/<date>-cpu<N>-checkpoint-io.md``;
@@ -64,7 +73,7 @@ from _common import (  # benchmarks/_common.py, next to this script
 MARK = "CHECKPOINT-IO-RESULT "
 MiB = 1024 * 1024
 BUCKET = "shoal-bench-ckpt"
-GOAL_THROUGHPUT = 0.8  # save/load vs raw, at least
+GOAL_THROUGHPUT = 0.9  # save/load vs raw, at least
 GOAL_BLOCKED = 1.5  # async blocked time vs one in-memory copy, at most
 TRAIN_THREADS = 2
 
@@ -137,6 +146,19 @@ def version_files(store_dir: Path, step: int) -> list[Path]:
             if p.is_file() and not p.name.endswith(".seal")]
 
 
+def verified_read(cp: Any, step: int) -> bytes:
+    """What ``load_sync()`` of a bytes version does but its last copy, into the ``bytes``
+    subclass it returns (``LoadedBytes``, which answers ``read_bytes()`` as Flyte's path does)."""
+    from shoal._storage.checkpoint_files import fetch
+    from shoal._storage.checkpoint_layout import vname
+    from shoal._storage.store import join
+
+    (entry,) = cp._versions.read(step).shards[0].entries
+    data = fetch(cp._store, join(cp._versions.uri_of(vname(step)), entry.key), entry, None, step)
+    assert data is not None
+    return data
+
+
 def emit(result: dict[str, Any]) -> None:
     print(MARK + json.dumps(result), flush=True)
 
@@ -153,7 +175,7 @@ def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
     t: dict[str, list[float]] = {k: [] for k in (
         "raw write+fsync", "save bytes", "save file", "raw copy+fsync",
         "raw read cold", "load bytes cold", "raw read warm", "load bytes warm",
-        "raw copy cold", "load file cold")}
+        "raw copy cold", "load file cold", "verified read warm")}
     resident: dict[str, int | None] = {}
 
     def measure(name: str, fn: Callable[[], object]) -> None:
@@ -205,6 +227,8 @@ def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
             t["raw read warm"].append(timed_read(lambda raw=raw: read_all(raw), size))
             t["load bytes warm"].append(
                 timed_read(lambda cp=cp, s=bytes_step: cp.load_sync(step=s), size))
+            t["verified read warm"].append(
+                timed_read(lambda cp=cp, s=bytes_step: verified_read(cp, s), size))
 
             # A file version loads as a verified copy under local_dir/loaded (made once, so
             # each round's checkpoint is loaded once).
@@ -423,6 +447,7 @@ def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
     from shoal import _contract as contract
     from shoal._storage.checkpoints import Checkpoint
     from shoal._storage.objstore import CHUNK, ObjectStore
+    from shoal._storage.store import store_for
 
     endpoint = os.environ[contract.S3_ENDPOINT]
     raw_store = S3Store.from_url(f"s3://{BUCKET}", endpoint=endpoint,
@@ -442,7 +467,17 @@ def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
             obstore.put(raw_store, key, f, chunk_size=CHUNK, max_concurrency=conc)
 
     t: dict[str, list[float]] = {k: [] for k in (
-        "raw put", "save bytes", "raw get", "load bytes", "raw put file", "save file")}
+        "raw put", "save bytes", "raw get", "load bytes", "load bytes one get", "raw put file",
+        "save file")}
+    store = store_for(cp.uri)
+
+    def load_one_get(step: int | None) -> object:
+        store.ranged_get_min = 1 << 62  # type: ignore[attr-defined]
+        try:
+            return cp.load_sync(step=step)
+        finally:
+            del store.ranged_get_min  # type: ignore[attr-defined]
+
     try:
         cp.save_sync(b"warm-up")
         raw_put("raw/warm")
@@ -452,7 +487,11 @@ def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
             step = cp.latest()
             t["raw get"].append(timed_read(
                 lambda r=r: obstore.get(raw_store, f"raw/{r}").bytes(), size))
-            t["load bytes"].append(timed_read(lambda s=step: cp.load_sync(step=s), size))
+            loads: list[tuple[str, Callable[[], object]]] = [
+                ("load bytes", lambda s=step: cp.load_sync(step=s)),
+                ("load bytes one get", lambda s=step: load_one_get(s))]
+            for name, fn in loads if r % 2 == 0 else loads[::-1]:
+                t[name].append(timed_read(fn, size))
             t["raw put file"].append(timed(lambda r=r: raw_put_file(f"raw/file-{r}")))
             t["save file"].append(timed(lambda: cp.save_sync(src)))
             for key in (f"raw/{r}", f"raw/file-{r}"):
@@ -463,6 +502,96 @@ def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
     return {"times": t}
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Child 5: torch state dicts, file:// and s3://
+# ---------------------------------------------------------------------------------------------
+
+def child_state(size: int, rounds: int, where: Path, scheme: str) -> dict[str, Any]:
+    import io
+    import warnings
+
+    import torch
+
+    from shoal._storage.checkpoints import Checkpoint
+
+    warnings.filterwarnings("ignore")  # DCP's notes on a one-process group
+    _init_gloo()
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-state-", dir=where))
+    state = _state_dict(size)
+    into = {k: torch.empty_like(v) for k, v in state.items()}  # what load_state_dict fills
+    raw_path = tmp / "raw.pt"
+    if scheme == "s3":
+        import obstore
+        from obstore.store import S3Store
+
+        from shoal import _contract as contract
+        from shoal._storage.objstore import CHUNK, ObjectStore
+
+        raw_store = S3Store.from_url(f"s3://{BUCKET}", endpoint=os.environ[contract.S3_ENDPOINT],
+                                     client_options={"allow_http": True})
+        uri = f"s3://{BUCKET}/state"
+
+        def raw_save() -> None:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            obstore.put(raw_store, "raw/state.pt", buffer.getbuffer(), chunk_size=CHUNK,
+                        max_concurrency=ObjectStore.parallelism)
+
+        def raw_load() -> object:
+            data = obstore.get(raw_store, "raw/state.pt").bytes()
+            return torch.load(io.BytesIO(memoryview(data)), weights_only=True)
+    else:
+        uri = (tmp / "store").as_uri()
+
+        def raw_save() -> None:
+            with open(raw_path, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+
+        def raw_load() -> object:
+            return torch.load(raw_path, weights_only=True)
+
+    t: dict[str, list[float]] = {k: [] for k in (
+        "raw save", "save state dict", "raw load", "load state dict")}
+    try:
+        # Round -1 is a warm-up, dropped (DCP's imports, the checkpoint process group). Each
+        # round saves into a fresh checkpoint folder, removed once the round is over, as the
+        # raw file is replaced by a new one: what a save costs, not what deleting an old
+        # version costs, and (in a VM) no side writing into memory the other side freed.
+        for r in range(-1, rounds):
+            cp = Checkpoint(f"{uri}/round-{r + 1}", local_dir=tmp / f"local-{r + 1}")
+            saves: list[tuple[str, Callable[[], object]]] = [
+                ("raw save", raw_save),
+                ("save state dict", lambda cp=cp: cp.save_state_dict(state).result())]
+            loads: list[tuple[str, Callable[[], object]]] = [
+                ("raw load", raw_load),
+                ("load state dict", lambda cp=cp: cp.load_state_dict(into))]
+            for pairs in (saves, loads):
+                for name, fn in pairs if r % 2 == 0 else pairs[::-1]:
+                    if name == "raw save" and scheme != "s3":
+                        raw_path.unlink(missing_ok=True)  # a new file, as the checkpoint's
+                    os.sync()
+                    t[name].append(timed(fn))
+            for k, v in state.items():  # the load really filled the tensors
+                if not torch.equal(into[k], v):
+                    raise RuntimeError(f"load_state_dict left {k} different from what was saved")
+                into[k].zero_()
+            cp.close()
+            if scheme != "s3":
+                shutil.rmtree(tmp / "store" / f"round-{r + 1}")
+            shutil.rmtree(tmp / f"local-{r + 1}")
+            if r < 0:
+                for times in t.values():
+                    times.clear()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return {"times": t}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,6 +632,8 @@ def file_table(res: dict[int, dict[str, Any]]) -> tuple[list[str], list[str], li
         (load, "load_sync() bytes vs read(), cold", "load bytes cold", "raw read cold", True),
         (load, "load_sync() bytes vs read(), warm", "load bytes warm", "raw read warm", True),
         (load, "load_sync() file vs copyfile, cold", "load file cold", "raw copy cold", False),
+        (load, "verified read, plain bytes (load_sync() but its copy into LoadedBytes) vs "
+         "read(), warm", "verified read warm", "raw read warm", False),
     ]
     for size, r in res.items():
         t = r["times"]
@@ -565,15 +696,44 @@ def s3_table(size: int, r: dict[str, Any]) -> tuple[list[str], list[str]]:
             f"goal ≥ {GOAL_THROUGHPUT}x"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     goals = []
-    for label, mine, base in (("save_sync(bytes) vs put", "save bytes", "raw put"),
-                              ("save_sync(file) vs put(open file)", "save file", "raw put file"),
-                              ("load_sync() bytes vs get().bytes()", "load bytes", "raw get")):
+    for label, mine, base, goal in (
+            ("save_sync(bytes) vs put", "save bytes", "raw put", True),
+            ("save_sync(file) vs put(open file)", "save file", "raw put file", True),
+            ("load_sync() bytes (ranged GETs) vs get().bytes()", "load bytes", "raw get", True),
+            ("load_sync() bytes, one GET vs get().bytes()", "load bytes one get", "raw get",
+             False)):
+        if mine not in t:  # a results file from before the row existed
+            continue
         ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
+        mark = verdict(ratio >= GOAL_THROUGHPUT) if goal else "(reference)"
         lines.append(f"| {label}, {size // MiB} MiB | {spread(mibs(size, t[base]))} | "
-                     f"{spread(mibs(size, t[mine]))} | {ratio:.2f}x | "
-                     f"{verdict(ratio >= GOAL_THROUGHPUT)} |")
-        goals.append(f"s3:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
-                     f"{verdict(ratio >= GOAL_THROUGHPUT)}")
+                     f"{spread(mibs(size, t[mine]))} | {ratio:.2f}x | {mark} |")
+        if goal:
+            goals.append(f"s3:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
+                         f"{verdict(ratio >= GOAL_THROUGHPUT)}")
+    return lines, goals
+
+
+def state_table(res: dict[str, tuple[int, dict[str, Any]]]) -> tuple[list[str], list[str]]:
+    head = ["store", "what", "size", "raw MiB/s (min–max)", "shoal MiB/s (min–max)",
+            "shoal / raw", f"goal ≥ {GOAL_THROUGHPUT}x"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    goals = []
+    raw_names = {"file": ("torch.save+fsync", "torch.load"),
+                 "s3": ("torch.save+put", "get+torch.load")}
+    for scheme, (size, r) in res.items():
+        t = r["times"]
+        save_raw, load_raw = raw_names[scheme]
+        for label, mine, base in ((f"save_state_dict() vs {save_raw}", "save state dict",
+                                   "raw save"),
+                                  (f"load_state_dict() vs {load_raw}", "load state dict",
+                                   "raw load")):
+            ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
+            lines.append(f"| {scheme}:// | {label} | {size // MiB} MiB | "
+                         f"{spread(mibs(size, t[base]))} | {spread(mibs(size, t[mine]))} | "
+                         f"{ratio:.2f}x | {verdict(ratio >= GOAL_THROUGHPUT)} |")
+            goals.append(f"{scheme}:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
+                         f"{verdict(ratio >= GOAL_THROUGHPUT)}")
     return lines, goals
 
 
@@ -654,6 +814,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="256,1024", help="file:// sizes in MiB, comma-separated")
     ap.add_argument("--async-mib", type=int, default=256, help="async save and training state")
     ap.add_argument("--s3-mib", type=int, default=128, help="s3:// size in MiB")
+    ap.add_argument("--state-mib", type=int, default=256, help="file:// torch state dict size "
+                    "in MiB (s3:// uses --s3-mib)")
     ap.add_argument("--rounds", type=int, default=7, help="repeats of the 256 MiB file:// "
                     "and async measurements; the median is kept")
     ap.add_argument("--big-rounds", type=int, default=3, help="repeats of the file:// sizes "
@@ -664,7 +826,9 @@ def main() -> None:
                     "measurement")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="folder on the disk to test")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
-    ap.add_argument("--child", choices=("file", "async", "train", "s3"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("file", "async", "train", "s3", "state"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--scheme", choices=("file", "s3"), default="file", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--nice", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -677,6 +841,8 @@ def main() -> None:
             emit(child_async(size, args.rounds, where))
         elif args.child == "train":
             emit(child_train(size, args.rounds, where, args.window, args.nice))
+        elif args.child == "state":
+            emit(child_state(size, args.rounds, where, args.scheme))
         else:
             emit(child_s3(size, args.rounds, where))
         return
@@ -706,6 +872,9 @@ def main() -> None:
         print(f"file:// {mib} MiB...", flush=True)
         file_res[mib * MiB] = run_child(["--child", "file", "--size", str(mib), *common,
                                          *(small if mib <= 256 else big)], env)
+    print(f"torch state dicts, file://, {args.state_mib} MiB...", flush=True)
+    state_res = {"file": (args.state_mib * MiB, run_child(
+        ["--child", "state", "--size", str(args.state_mib), *common, *small], env))}
     print(f"async saves, {args.async_mib} MiB...", flush=True)
     async_res = run_child(["--child", "async", "--size", str(args.async_mib), *common, *small],
                           env)
@@ -723,6 +892,10 @@ def main() -> None:
                       NO_PROXY="127.0.0.1,localhost", **{contract.S3_ENDPOINT: endpoint,
                                                          contract.STORE: f"s3://{BUCKET}"})
         s3_res = run_child(["--child", "s3", "--size", str(args.s3_mib), *common, *big], s3_env)
+        print(f"torch state dicts, s3://, {args.s3_mib} MiB...", flush=True)
+        state_res["s3"] = (args.s3_mib * MiB, run_child(
+            ["--child", "state", "--scheme", "s3", "--size", str(args.s3_mib), *common, *big],
+            s3_env))
     elapsed = time.perf_counter() - started
     load_end = os.getloadavg()
     others = meter.others_seconds()
@@ -731,7 +904,8 @@ def main() -> None:
     async_rows, async_goals = async_table(async_res)
     train_rows = train_table(train_res)
     s3_rows, s3_goals = s3_table(args.s3_mib * MiB, s3_res)
-    goals += async_goals + s3_goals
+    state_rows, state_goals = state_table(state_res)
+    goals += async_goals + s3_goals + state_goals
     headlines(file_res, async_res, args.s3_mib * MiB, s3_res)
     first = async_res["first_blocked"]
     resident = {mib // MiB: r["resident_after_evict"] for mib, r in file_res.items()}
@@ -750,6 +924,8 @@ def main() -> None:
         (f"## Training ({TRAIN_THREADS} threads, MLP 512-1024-1024-10, batch 256) with an async "
          f"save of {args.async_mib} MiB in flight", train_rows),
         (f"## s3:// on loopback moto, {args.s3_mib} MiB", s3_rows),
+        ("## torch state dicts: save_state_dict / load_state_dict (DCP, verified) against "
+         "torch.save / torch.load", state_rows),
     ]
     body: list[str] = []
     for title, rows in sections:

@@ -116,7 +116,7 @@ def test_file_and_dir_round_trip(store_root: str, tmp_path: Path) -> None:
     commit = json.loads(store_for(cp.uri).get_bytes(join(cp.uri, "v000000000001.commit.json")))
     assert commit["kind"] == "dir" and commit["world_size"] == 1
     assert {o["path"] for o in commit["shards"][0]["objects"]} == set(_local_files(tree))
-    assert all(len(o["sha256"]) == 64 for o in commit["shards"][0]["objects"])
+    assert all(len(o["crc32c"]) == 8 for o in commit["shards"][0]["objects"])
 
 
 def test_steps_are_validated_and_keep_deletes_the_oldest(store_root: str, tmp_path: Path) -> None:

@@ -525,8 +525,9 @@ def missing_locally(image: Image) -> list[str]:
 
 # Where the Shoal package goes in a build context when it is copied in (see shoal_source).
 SHOAL_SOURCE_CONTEXT = "_shoal_context/shoal"
-# What the copied package needs at run time in a pod (obstore: s3:// and gs:// stores).
-SHOAL_RUNTIME_DEPS = ("psutil>=5.9", "obstore>=0.4", "pyyaml>=6")
+# What the copied package needs at run time in a pod (obstore: s3:// and gs:// stores;
+# crc32c: checkpoint checksums).
+SHOAL_RUNTIME_DEPS = ("psutil>=5.9", "obstore>=0.4", "pyyaml>=6", "crc32c>=2.4")
 
 
 def shoal_source() -> Path | None:

@@ -6,7 +6,7 @@ Layout under a checkpoint's URI (``ctx()`` puts it at ``<store>/checkpoints/<run
     v000000000012/<save id>.seal              a writer's claim on its objects (kept)
     v000000000012.shards/<gang>/r00003.json   rank 3's landed shard of a sharded save (transient)
     v000000000012.commit.json                 the commit, written last with put_if_absent: kind,
-                                              world_size, every object's key, path, size, sha256
+                                              world_size, every object's key, path, size, CRC32C
 
 Leftovers are removed only when no writer can still commit them. After committing step t, a save
 deletes (a) save ids under ``v<t>/`` the commit does not name (step t is final), and (b) save ids

@@ -61,8 +61,12 @@ def _write(cp: Checkpoint, state: Any, step: int, group: Any) -> int:
 
     staging = Path(tempfile.mkdtemp(prefix=f"shoal-dcp-{cp.rank}-", dir=cp.path))
     try:
-        save(state, storage_writer=FileSystemWriter(str(staging)), process_group=group)
-        cp.save_shard_sync(staging, step=step)
+        # No fsync by DCP: the staged files are fsynced where they land (a file:// store takes
+        # them by rename), or uploaded and deleted (another store); DCP's own fsync would wait
+        # for the disk once more.
+        writer = FileSystemWriter(str(staging), sync_files=False)
+        save(state, storage_writer=writer, process_group=group)
+        cp._save_own_shard(staging, step=step)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return step
@@ -101,23 +105,35 @@ def load_into(cp: Checkpoint, state: Any, step: int | None) -> int | None:
     chosen = cp.latest() if step is None else step
     if chosen is None:
         return None
-    folder = cp.load_all_shards_sync(step=chosen)
-    if folder is None:
-        return None
     flat = Path(tempfile.mkdtemp(prefix="shoal-dcp-load-", dir=cp.path))
     try:
-        for shard in sorted(Path(folder).glob("shard-*")):
-            for f in shard.rglob("*"):
-                if f.is_file():
-                    target = flat / f.relative_to(shard)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    try:
-                        os.link(f, target)
-                    except OSError:
-                        shutil.copy2(f, target)
+        # DCP's metadata names the files relative to one folder: gather every shard's there,
+        # as links to the store's own files (file://, verified in place) or to verified copies.
+        in_store = cp._shards_in_store(chosen)
+        if in_store is not None:
+            for rel, file in in_store:
+                (flat / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(file, flat / rel)
+        else:
+            _link_downloads(cp, chosen, flat)
         load(
             state, storage_reader=FileSystemReader(str(flat)), process_group=_checkpoint_group()
         )
     finally:
         shutil.rmtree(flat, ignore_errors=True)
     return chosen
+
+
+def _link_downloads(cp: Checkpoint, step: int, flat: Path) -> None:
+    """Download every shard of ``step`` (verified), and link their files into ``flat``."""
+    folder = cp.load_all_shards_sync(step=step)
+    assert folder is not None  # step is committed: the caller found it
+    for shard in sorted(Path(folder).glob("shard-*")):
+        for f in shard.rglob("*"):
+            if f.is_file():
+                target = flat / f.relative_to(shard)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(f, target)
+                except OSError:
+                    shutil.copy2(f, target)

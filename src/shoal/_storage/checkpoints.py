@@ -42,10 +42,12 @@ from shoal._storage.checkpoint_files import (
     Payload,
     fetch,
     materialize,
+    movable,
     no_space_code,
     payload_of,
     stage,
     upload,
+    verified_in_place,
 )
 from shoal._storage.checkpoint_layout import (
     Listing,
@@ -329,6 +331,15 @@ class Checkpoint:
             payload, staging = self._stage(payload_of(data), step, listing)
             return self._submit(self._save_shard, step, payload, listing, staging)
 
+    def _save_own_shard(self, folder: Path, step: int) -> bool:
+        """``save_shard_sync`` of a folder Shoal made for this save and removes after it (DCP's
+        staging): a file:// store takes its files by rename instead of a copy."""
+        with self._lock:
+            self._wait_locked()
+            listing = self._seen(self._versions.scan())
+            self._check_shard_step(step, listing)
+            return self._save_shard(step, movable(payload_of(folder)), listing)
+
     def _check_shard_step(self, step: int, listing: Listing) -> None:
         _check_int("step", step, 0, "every rank passes the same step >= 0 to one sharded save")
         if listing.latest is not None and step <= listing.latest:
@@ -520,6 +531,21 @@ class Checkpoint:
                 self._store, vuri, shard.entries, folder / f"shard-{shard.rank}", version.step
             )
         return folder
+
+    def _shards_in_store(self, step: int) -> list[tuple[str, Path]] | None:
+        """Every shard's files of sharded ``step`` where a file:// store holds them, verified
+        there, as (path in the shard, file); None on another store."""
+        version = self._find(step, sharded=True)
+        if version is None:
+            return None
+        vuri = self._versions.uri_of(vname(version.step))
+        found: list[tuple[str, Path]] = []
+        for shard in version.shards:
+            files = verified_in_place(self._store, vuri, shard.entries, version.step)
+            if files is None:
+                return None
+            found += [(e.path, f) for e, f in zip(shard.entries, files, strict=True)]
+        return found
 
     def _load_shard(self, version: Version, shard: Shard, folder: Path) -> bytes | Path:
         vuri = self._versions.uri_of(vname(version.step))

@@ -38,11 +38,14 @@ from shoal._storage.store import Store, Upload, atomic_local_file, split_scheme
 from shoal.errors import ObjectNotFound, ShoalError, StoreError
 
 if TYPE_CHECKING:
+    from obstore import GetOptions
     from obstore.store import ClientConfig
+    from typing_extensions import Buffer
 
 __all__ = ["CHUNK", "ObjectStore"]
 
 CHUNK = 8 * 1024 * 1024
+_MAX_RANGE = 64 * 1024 * 1024  # the largest part of a ranged download into memory
 # Operations for which "not found" means "no such object" rather than a store failure.
 _READS = ("get",)
 _CLIENT: ClientConfig = {"connect_timeout": "10s", "timeout": "120s"}
@@ -83,6 +86,11 @@ class ObjectStore(Store):
     """Objects in an S3 or GCS bucket, under the root's prefix."""
 
     parallelism = 8
+    # ``get_parts`` of an object at least this large runs up to ``parallelism`` ranged GETs at
+    # once: what S3 and GCS need for more than one connection's throughput. A server that
+    # reads the whole object for each range (moto: ~95 ms per 8 MiB range of a 128 MiB object,
+    # against ~150 ms for the whole) is faster with one GET: raise this for it.
+    ranged_get_min = 2 * CHUNK
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
@@ -132,6 +140,32 @@ class ObjectStore(Store):
 
         return bytes(obstore.get(self._store, key).bytes())
 
+    def _get_parts(self, key: str, size: int) -> list[Buffer]:
+        import obstore
+
+        if size < self.ranged_get_min:
+            return [obstore.get(self._store, key).bytes()]
+        # One range per connection, 8-64 MiB each: few requests, as each costs a round trip
+        # (and, on moto, a read of the whole object).
+        part = min(max(CHUNK, -(-size // self.parallelism)), _MAX_RANGE)
+        # The first part's answer names the object's size and ETag (no HEAD to wait for; its
+        # body is read while the other parts come), and the others are pinned to that ETag,
+        # so a replaced object fails instead of mixing.
+        first = obstore.get(self._store, key, options={"range": (0, part)})
+        whole, etag = first.meta["size"], first.meta["e_tag"]
+
+        def fetch(start: int) -> Buffer:
+            options: GetOptions = {"range": (start, min(start + part, whole))}
+            if etag:
+                options["if_match"] = etag
+            return obstore.get(self._store, key, options=options).bytes()
+
+        starts = range(part, whole, part)
+        with ThreadPoolExecutor(max_workers=max(1, min(self.parallelism, len(starts)))) as pool:
+            rest = [pool.submit(fetch, start) for start in starts]
+            parts: list[Buffer] = [first.bytes()]
+            return parts + [f.result() for f in rest]
+
     def _put_file(self, src: Path, key: str) -> None:
         import obstore
 
@@ -147,8 +181,10 @@ class ObjectStore(Store):
         meta = obstore.head(self._store, key)
         size, etag = meta["size"], meta["e_tag"]
         with atomic_local_file(dest) as f:
-            if size <= CHUNK:
-                f.write(obstore.get(self._store, key, options={"if_match": etag}).bytes())
+            if size < self.ranged_get_min:
+                answer = obstore.get(self._store, key, options={"if_match": etag})
+                for chunk in answer.stream(min_chunk_size=CHUNK):
+                    f.write(chunk)
                 return
             fd = f.fileno()
 

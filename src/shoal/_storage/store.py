@@ -30,11 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import unquote, urlparse
 
 from shoal import _contract as contract
 from shoal.errors import NotFoundError, SpecError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = [
     "DEFAULT_STREAM_CHUNK",
@@ -132,6 +135,17 @@ class Store(ABC):
         key = self._key(uri)
         with self._translate("get", uri):
             return self._get_bytes(key)
+
+    def get_parts(self, uri: str, size: int) -> builtins.list[Buffer]:
+        """The object at ``uri`` as buffers, in order, whose concatenation is the object.
+
+        ``size`` is what the caller expects (a checkpoint's commit records it): a remote store
+        fetches a large object as concurrent ranged GETs, without waiting for a HEAD, and the
+        parts stay separate so the caller can checksum them without joining them first.
+        """
+        key = self._key(uri)
+        with self._translate("get", uri):
+            return self._get_parts(key, size)
 
     def put_file(self, local: str | Path, uri: str) -> None:
         """Upload a local file atomically, streaming it (never read whole into memory)."""
@@ -237,6 +251,9 @@ class Store(ABC):
 
     @abstractmethod
     def _get_bytes(self, key: str) -> bytes: ...
+
+    def _get_parts(self, key: str, size: int) -> builtins.list[Buffer]:
+        return [self._get_bytes(key)]
 
     @abstractmethod
     def _put_file(self, src: Path, key: str) -> None: ...

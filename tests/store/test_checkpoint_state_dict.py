@@ -1,0 +1,64 @@
+"""torch state dicts through ``save_state_dict``/``load_state_dict`` in one process (DCP without
+a process group), on every store: what a file:// store takes without a copy, and that a
+corrupted shard is still caught."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shoal._storage import checkpoint_files
+from shoal._storage.checkpoints import Checkpoint
+from shoal._storage.store import join, store_for
+from shoal.errors import StoreError
+
+torch = pytest.importorskip("torch")
+
+# DCP's note that it saves from a single process when no process group exists.
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+def _state() -> dict[str, object]:
+    gen = torch.Generator().manual_seed(0)
+    return {"w": torch.randn(3 * 1024 * 1024, generator=gen), "b": torch.arange(7.0), "n": 3}
+
+
+def test_a_state_dict_round_trips_and_its_staging_is_moved_not_copied(
+    store_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
+    state = _state()
+    if store_root.startswith("file://"):
+        def no_copy(*args: object) -> None:
+            raise AssertionError("DCP's files were copied into the store, not moved")
+
+        monkeypatch.setattr(checkpoint_files, "_copy_file", no_copy)
+    assert cp.save_state_dict(state).result() == 0
+    monkeypatch.undo()
+    assert list(cp.path.iterdir()) == []  # DCP's staging folder is gone
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
+    assert torch.equal(target["w"], state["w"]) and torch.equal(target["b"], state["b"])
+    assert target["n"] == 3
+    if store_root.startswith("file://"):
+        # Loaded from the store's own files, verified in place: no download cache.
+        assert not (tmp_path / "other" / "loaded").exists()
+
+
+def test_a_corrupt_state_dict_shard_is_caught_on_load(store_root: str, tmp_path: Path) -> None:
+    cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
+    cp.save_state_dict(_state()).result()
+    store = store_for(cp.uri)
+    (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
+    data = bytearray(store.get_bytes(victim))
+    data[len(data) // 2] ^= 0x10
+    local = store.local_path(victim)
+    if local is not None:
+        local.write_bytes(data)
+    else:
+        store.put_bytes(victim, bytes(data))
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
+    assert not target["w"].any()  # nothing was loaded from it
