@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shoal._storage.checkpoint_writer import deprioritized
 from shoal._storage.local import fsync_dir
 from shoal._storage.store import Store, join, temp_path, walk_local
 from shoal.errors import NotFoundError, SpecError, StoreError
@@ -305,8 +306,10 @@ def _hash_file(fd: int, size: int, hashing: _Hashing) -> None:
 
 
 def _new_hashing(size: int) -> _Hashing:
-    """How a new object of ``size`` bytes is hashed: by pieces when it has more than one."""
-    return _Hashing(CHUNK, inline=size < _PARALLEL_MIN)
+    """How a new object of ``size`` bytes is hashed: by pieces when it has more than one; by
+    the calling thread itself when it is an asynchronous save's writer standing back from
+    training (see ``checkpoint_writer``), so that no normal-priority thread works for it."""
+    return _Hashing(CHUNK, inline=size < _PARALLEL_MIN or deprioritized())
 
 
 # --- copies that hash what they write --------------------------------------------------------
