@@ -64,7 +64,10 @@ def _write(cp: Checkpoint, state: Any, step: int, group: Any) -> int:
 
     staging = Path(tempfile.mkdtemp(prefix=f"shoal-dcp-{cp.rank}-", dir=cp.path))
     try:
-        save(state, storage_writer=FileSystemWriter(str(staging)), process_group=group)
+        # No fsync of the staged files: they are copied into the store, and that copy is what
+        # is fsynced (the staged pages are freed, never written back, once the folder goes).
+        save(state, storage_writer=FileSystemWriter(str(staging), sync_files=False),
+             process_group=group)
         cp.save_shard_sync(staging, step=step)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
