@@ -205,8 +205,12 @@ def test_nice_zero_writes_as_before_and_bad_settings_are_spec_errors(
         monkeypatch.delenv(contract.CHECKPOINT_WRITER_DEADLINE, raising=False)
         monkeypatch.setenv(name, value)
         cp = Checkpoint(tmp_path.joinpath("b").as_uri(), local_dir=tmp_path / "lb")
+        (cp.path / "model.pt").write_bytes(b"weights")
         with pytest.raises(SpecError, match=name):
-            cp.save_async(b"x")
+            cp.save_async(cp.path / "model.pt")
+        with pytest.raises(SpecError, match=name):
+            cp.save_shard_async(cp.path / "model.pt", step=5)
+        assert not list((tmp_path / "lb" / "staging").glob("*"))  # nothing left staged
         cp.save_sync(b"x")  # sync saves never read it
         cp.close()
 

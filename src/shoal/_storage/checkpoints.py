@@ -202,6 +202,7 @@ class Checkpoint:
         checked before. The next save, ``wait()`` and ``close()`` wait for this one first.
         """
         with self._lock:
+            self._settings()  # a bad setting fails before anything is staged
             self._wait_locked()
             listing = self._seen(self._versions.scan())
             step = self._next_step(step, listing)
@@ -326,6 +327,7 @@ class Checkpoint:
     def save_shard_async(self, data: Data, *, step: int) -> Future[bool]:
         """``save_shard_sync`` in the background once ``data`` is staged (as ``save_async``)."""
         with self._lock:
+            self._settings()
             self._wait_locked()
             listing = self._seen(self._versions.scan())
             self._check_shard_step(step, listing)
