@@ -26,6 +26,12 @@ So the writer stands back, as long as nobody waits for it:
   lower its priority but raising it back needs CAP_SYS_NICE (root in most containers) or an
   RLIMIT_NICE of 20 or more; where refused, the save stays at its low priority, which costs
   nothing while the caller waits (training is blocked then, and the CPUs are the writer's).
+
+The cost is a longer flight: about 3-10x a sync save for 256 MiB on 2 busy cores (measured by
+benchmarks/checkpoint_io.py, which also reports the writer at training's priority). Where other
+processes keep every core busy too (data-loader workers), a lowered writer that must win the
+GIL back after each write or hash waits longer for a core, and so does the training thread
+that handed it the GIL: a smaller ``SHOAL_CHECKPOINT_WRITER_NICE`` (5) is the knob there.
 """
 
 from __future__ import annotations
