@@ -327,7 +327,7 @@ def _trainer() -> Callable[[], None]:
     return step
 
 
-# The writers compared while training runs: Shoal's default (the writer thread at nice +10,
+# The writers compared while training runs: Shoal's default (the writer thread at nice +13,
 # hashing on its own thread), and the writer at training's priority, hashing in the shared pool
 # (SHOAL_CHECKPOINT_WRITER_NICE=0: what every async save did before).
 WRITERS = {"lowered": None, "at training's priority": "0"}

@@ -124,7 +124,7 @@ SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret
 # its thread, 0 to 19 ("0": the writer runs like training's threads and hashes in the shared
 # pool, as before), and the seconds a save may stay in flight before it is written at full speed.
 CHECKPOINT_WRITER_NICE = "SHOAL_CHECKPOINT_WRITER_NICE"
-DEFAULT_CHECKPOINT_WRITER_NICE = 10
+DEFAULT_CHECKPOINT_WRITER_NICE = 13
 CHECKPOINT_WRITER_DEADLINE = "SHOAL_CHECKPOINT_WRITER_DEADLINE"
 DEFAULT_CHECKPOINT_WRITER_DEADLINE = 60.0
 
@@ -230,7 +230,7 @@ def system_metrics_interval(environ: Mapping[str, str] | None = None) -> float:
 
 def checkpoint_writer_nice(environ: Mapping[str, str] | None = None) -> int:
     """The nice value added to the background checkpoint writer (``$SHOAL_CHECKPOINT_WRITER_NICE``,
-    default 10). A value that is not an integer from 0 to 19 raises ValueError."""
+    default 13). A value that is not an integer from 0 to 19 raises ValueError."""
     raw = (os.environ if environ is None else environ).get(CHECKPOINT_WRITER_NICE, "")
     if not raw.strip():
         return DEFAULT_CHECKPOINT_WRITER_NICE

@@ -41,6 +41,11 @@ def _own_nice() -> int:
     return _nice_of_thread(threading.get_native_id())
 
 
+def _lowered(base: int) -> int:
+    """The nice value of a writer thread standing back from training (the default setting)."""
+    return min(19, base + contract.DEFAULT_CHECKPOINT_WRITER_NICE)
+
+
 def _can_raise_priority() -> bool:
     """Whether a thread here may take back a priority it gave up (root or CAP_SYS_NICE)."""
     answer: list[bool] = []
@@ -86,7 +91,7 @@ def _landed(future: Any, timeout: float = 30.0) -> None:
 
 def test_the_writer_thread_runs_lowered_until_someone_waits() -> None:
     base = _own_nice()
-    writer = Writer("shoal-test-writer", WriterSettings(nice=10, deadline=60))
+    writer = Writer("shoal-test-writer", WriterSettings())
     inside, release = threading.Event(), threading.Event()
     flags: list[bool] = []
 
@@ -100,10 +105,10 @@ def test_the_writer_thread_runs_lowered_until_someone_waits() -> None:
     future = writer.submit(job)
     assert inside.wait(10)
     assert writer.thread_id is not None
-    assert _nice_of_thread(writer.thread_id) == min(19, base + 10)
+    assert _nice_of_thread(writer.thread_id) == _lowered(base)
     writer.hurry()
     restored = _can_raise_priority()
-    assert _nice_of_thread(writer.thread_id) == (base if restored else min(19, base + 10))
+    assert _nice_of_thread(writer.thread_id) == (base if restored else _lowered(base))
     release.set()
     assert future.result(timeout=10) == 7
     assert flags == [True, not restored]
@@ -121,7 +126,7 @@ def test_an_async_save_hashes_on_its_lowered_thread_and_verifies(
     _landed(future)
     assert future.result() == 0
     assert len(chunks_seen) == 16
-    assert set(chunks_seen) == {("shoal-checkpoint_0", min(19, base + 10))}
+    assert set(chunks_seen) == {("shoal-checkpoint_0", _lowered(base))}
 
     chunks_seen.clear()
     cp.save_sync(data)  # a sync save still hashes in the pool, at normal priority
@@ -134,7 +139,7 @@ def test_an_async_save_hashes_on_its_lowered_thread_and_verifies(
 def test_a_save_waited_for_or_past_its_deadline_goes_at_full_speed(
     tmp_path: Path, chunks_seen: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base, low = _own_nice(), min(19, _own_nice() + 10)
+    base, low = _own_nice(), _lowered(_own_nice())
     full = base if _can_raise_priority() else low
     real = checkpoint_files._digest_chunk
 
@@ -235,7 +240,7 @@ def test_an_async_state_dict_save_is_written_lowered_and_surfaces_its_error(
     state = {"w": torch.randn(512, 512), "b": torch.arange(10)}
     future = cp.save_state_dict(state, async_save=True)
     _landed(future)
-    assert future.result() == 0 and seen == [min(19, base + 10)]
+    assert future.result() == 0 and seen == [_lowered(base)]
     back = {"w": torch.zeros(512, 512), "b": torch.zeros(10, dtype=torch.long)}
     assert cp.load_state_dict(back) == 0
     assert torch.equal(back["w"], state["w"]) and torch.equal(back["b"], state["b"])

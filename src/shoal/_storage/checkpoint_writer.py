@@ -8,18 +8,18 @@ hashing pool took the cores training needs: on 2 cores, training ran at 0.38x (b
 
 So the writer stands back, as long as nobody waits for it:
 
-- Its thread runs at a lowered priority (nice + ``WriterSettings.nice``, 10 by default; Linux
+- Its thread runs at a lowered priority (nice + ``WriterSettings.nice``, 13 by default; Linux
   gives each thread its own nice value). This covers everything the save does on that thread,
   torch.distributed.checkpoint's serialization included, with no hook in anyone's loops.
 - A thread running below its process's priority hashes each piece itself instead of handing
   it to the shared hashing pool (`deprioritized`): the pool's threads run sync saves and loads
   at normal priority, and a pool thread started from a lowered thread would inherit its nice
   value for good. The whole save is then one thread the scheduler puts behind training.
-- It never starves. The kernel's fair scheduler gives a nice-10 thread a weight of 110 against
-  1024 for training's threads: about a tenth of a core when every core is busy, and all of any
-  idle time (training waiting for data or a collective). A save whose work takes C CPU-seconds
-  therefore lands within about 10 C seconds even under full load; nice 19 (weight 15), tried
-  first, left 256 MiB saves unfinished after 3 s of training.
+- It never starves. The kernel's fair scheduler gives a nice-13 thread a weight of 56 against
+  1024 for training's threads: about a twentieth of a core when every core is busy, and all of
+  any idle time (training waiting for data or a collective). A save whose work takes C
+  CPU-seconds therefore lands within about 20 C seconds even under full load; nice 19 (weight
+  15), tried first, left 256 MiB saves unfinished after 3 s of training.
 - It becomes urgent when someone waits for it (the next save, ``wait()``, a load, ``close()``
   at the task's end) or once it has been in flight ``WriterSettings.deadline`` seconds: its
   thread goes back to its normal priority, and hashes in the pool again. Linux lets any thread
@@ -27,11 +27,14 @@ So the writer stands back, as long as nobody waits for it:
   RLIMIT_NICE of 20 or more; where refused, the save stays at its low priority, which costs
   nothing while the caller waits (training is blocked then, and the CPUs are the writer's).
 
-The cost is a longer flight: about 3-10x a sync save for 256 MiB on 2 busy cores (measured by
-benchmarks/checkpoint_io.py, which also reports the writer at training's priority). Where other
-processes keep every core busy too (data-loader workers), a lowered writer that must win the
-GIL back after each write or hash waits longer for a core, and so does the training thread
-that handed it the GIL: a smaller ``SHOAL_CHECKPOINT_WRITER_NICE`` (5) is the knob there.
+The cost is a longer flight. Measured on 2 cores with 2 training threads and 256 MiB
+(benchmarks/checkpoint_io.py, which also runs the writer at training's priority): nice 13 kept
+training at 0.85x (bytes) and 0.93x (a state dict) of its steps/s, the saves in flight 4.7 and
+7.2 s (0.6 and 0.7 s as sync saves); nice 10 at 0.81x and 0.86x, in flight 2.3 and 3.9 s; the
+writer at training's priority at 0.22-0.33x. Where other processes keep every core busy too
+(data-loader workers), a lowered writer that must win the GIL back after each write or hash
+waits longer for a core, and so does the training thread that handed it the GIL: a smaller
+``SHOAL_CHECKPOINT_WRITER_NICE`` (5) is the knob there.
 """
 
 from __future__ import annotations
