@@ -119,6 +119,14 @@ PROFILE = "SHOAL_PROFILE"
 # fallback, forced) | unset: py-spy where it is on PATH, else faulthandler.
 HANG_STACKS = "SHOAL_HANG_STACKS"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
+# How far the background writer of asynchronous checkpoint saves stands back from training
+# (read in each rank's process, see `shoal._storage.checkpoint_writer`): the nice value added to
+# its thread, 0 to 19 ("0": the writer runs like training's threads and hashes in the shared
+# pool, as before), and the seconds a save may stay in flight before it is written at full speed.
+CHECKPOINT_WRITER_NICE = "SHOAL_CHECKPOINT_WRITER_NICE"
+DEFAULT_CHECKPOINT_WRITER_NICE = 13
+CHECKPOINT_WRITER_DEADLINE = "SHOAL_CHECKPOINT_WRITER_DEADLINE"
+DEFAULT_CHECKPOINT_WRITER_DEADLINE = 60.0
 
 # --- a Slurm allocation (read by `shoal._runtime.allocation`, the program an sbatch script runs)
 # The folder every start of the gang logs under (rank and node logs of restart k go in r<k>/).
@@ -217,6 +225,31 @@ def system_metrics_interval(environ: Mapping[str, str] | None = None) -> float:
     value = float(raw)
     if not value >= 0 or value == float("inf"):
         raise ValueError(f"{raw!r} is not a number of seconds >= 0")
+    return value
+
+
+def checkpoint_writer_nice(environ: Mapping[str, str] | None = None) -> int:
+    """The nice value added to the background checkpoint writer (``$SHOAL_CHECKPOINT_WRITER_NICE``,
+    default 13). A value that is not an integer from 0 to 19 raises ValueError."""
+    raw = (os.environ if environ is None else environ).get(CHECKPOINT_WRITER_NICE, "")
+    if not raw.strip():
+        return DEFAULT_CHECKPOINT_WRITER_NICE
+    value = int(raw)
+    if not 0 <= value <= 19:
+        raise ValueError(f"{raw!r} is not an integer from 0 to 19")
+    return value
+
+
+def checkpoint_writer_deadline(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds an asynchronous save may yield to training before it is written at full speed
+    (``$SHOAL_CHECKPOINT_WRITER_DEADLINE``, default 60). A value that is not a number > 0
+    raises ValueError."""
+    raw = (os.environ if environ is None else environ).get(CHECKPOINT_WRITER_DEADLINE, "")
+    if not raw.strip():
+        return DEFAULT_CHECKPOINT_WRITER_DEADLINE
+    value = float(raw)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{raw!r} is not a number of seconds > 0")
     return value
 
 

@@ -7,9 +7,10 @@ code works across Kubernetes nodes. Loading downloads every shard into one folde
 metadata names files relative to it) and lets DCP read what this rank needs.
 
 Asynchronous saves copy the state to CPU memory (the only time training is blocked), then write
-in a background thread. DCP's own thread-mode ``async_save`` deadlocks unless it has its own
-process group and the ranks agree together when a save is done, so the background save runs
-its collectives on a dedicated gloo group made once, in step, by every rank.
+in a background thread that stands back from training (``checkpoint_writer``). DCP's own
+thread-mode ``async_save`` deadlocks unless it has its own process group and the ranks agree
+together when a save is done, so the background save runs its collectives on a dedicated gloo
+group made once, in step, by every rank.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from shoal._storage.checkpoint_writer import Writer, WriterSettings
 
 if TYPE_CHECKING:
     from shoal._storage.checkpoints import Checkpoint
@@ -75,9 +78,9 @@ def _write(cp: Checkpoint, state: Any, step: int, group: Any) -> int:
 class StateDictSaver:
     """Per-checkpoint state: the save in flight, so the next one waits for it."""
 
-    def __init__(self, cp: Checkpoint) -> None:
+    def __init__(self, cp: Checkpoint, settings: WriterSettings) -> None:
         self.cp = cp
-        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shoal-dcp")
+        self.writer = Writer("shoal-dcp", settings)
         self.inflight: concurrent.futures.Future[int] | None = None
 
     def save(self, state: Any, step: int, *, async_save: bool) -> concurrent.futures.Future[int]:
@@ -88,12 +91,14 @@ class StateDictSaver:
             done.set_result(_write(self.cp, state, step, group))
             return done
         staged = _stage(state)
-        self.inflight = self.pool.submit(_write, self.cp, staged, step, group)
+        self.inflight = self.writer.submit(_write, self.cp, staged, step, group)
         return self.inflight
 
     def wait(self) -> None:
         if self.inflight is not None:
             inflight, self.inflight = self.inflight, None
+            if not inflight.done():
+                self.writer.hurry()
             inflight.result()
 
 

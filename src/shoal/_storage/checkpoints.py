@@ -17,7 +17,8 @@ hashing bytes is ``checkpoint_files.py``.
   of the gang) keeps a restarted gang from committing its shards mixed with those a dead start
   left behind.
 - Asynchronous saves snapshot the data (see ``checkpoint_files.stage``) and write it in one
-  background thread per checkpoint; the next save waits for the one in flight.
+  background thread per checkpoint, which stands back from training until someone waits for
+  it (``checkpoint_writer``); the next save waits for the one in flight.
 - Only the Store protocol is used, so file:// and s3:// behave the same; on file:// the payload
   copy is our own single pass (``local_path``), which is what keeps it as fast as a plain
   write + fsync. Nothing here imports torch.
@@ -34,7 +35,7 @@ import secrets
 import shutil
 import threading
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -56,6 +57,7 @@ from shoal._storage.checkpoint_layout import (
     Versions,
     vname,
 )
+from shoal._storage.checkpoint_writer import Writer, WriterSettings
 from shoal._storage.store import TMP_PREFIX, join, store_for
 from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
 
@@ -146,7 +148,8 @@ class Checkpoint:
         self._store = self._versions.store
         self._lock = threading.Lock()  # one save at a time through this object
         self._pending: Future[Any] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._writer: Writer | None = None
+        self._writer_settings: WriterSettings | None = None
         self._state_dicts: Any = None  # checkpoint_torch.StateDictSaver, made on first use
         self._last_state_step: int | None = None
         self._prev: bool | None = None  # was a version committed before this object saved?
@@ -201,6 +204,7 @@ class Checkpoint:
         checked before. The next save, ``wait()`` and ``close()`` wait for this one first.
         """
         with self._lock:
+            self._settings()  # a bad setting fails before anything is staged
             self._wait_locked()
             listing = self._seen(self._versions.scan())
             step = self._next_step(step, listing)
@@ -325,6 +329,7 @@ class Checkpoint:
     def save_shard_async(self, data: Data, *, step: int) -> Future[bool]:
         """``save_shard_sync`` in the background once ``data`` is staged (as ``save_async``)."""
         with self._lock:
+            self._settings()
             self._wait_locked()
             listing = self._seen(self._versions.scan())
             self._check_shard_step(step, listing)
@@ -409,15 +414,28 @@ class Checkpoint:
             shutil.rmtree(staging, ignore_errors=True)
             self._reraise(e, step, listing, "staging")
 
+    def _settings(self) -> WriterSettings:
+        """How asynchronous saves share the CPUs with training (read from the environment on
+        first use; a bad value is a SpecError at the first asynchronous save)."""
+        if self._writer_settings is None:
+            self._writer_settings = WriterSettings.from_env()
+        return self._writer_settings
+
     def _submit(self, fn: Any, *args: Any) -> Future[Any]:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="shoal-checkpoint")
-        self._pending = self._executor.submit(fn, *args)
+        if self._writer is None:
+            self._writer = Writer("shoal-checkpoint", self._settings())
+        self._pending = self._writer.submit(fn, *args)
         return self._pending
+
+    def _hurry(self, pending: Future[Any]) -> None:
+        """Someone is about to wait for ``pending``: let it write at full speed."""
+        if self._writer is not None and not pending.done():
+            self._writer.hurry()
 
     def _wait_locked(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
+            self._hurry(pending)
             pending.result()
 
     def wait(self) -> None:
@@ -433,9 +451,9 @@ class Checkpoint:
         try:
             self.wait()
         finally:
-            if self._executor is not None:
-                self._executor.shutdown()
-                self._executor = None
+            if self._writer is not None:
+                self._writer.shutdown()
+                self._writer = None
 
     # --- torch state dicts (sharded, through torch.distributed.checkpoint) -------------------
 
@@ -452,7 +470,7 @@ class Checkpoint:
 
         self.prev_exists()  # decided before the first save
         if self._state_dicts is None:
-            self._state_dicts = StateDictSaver(self)
+            self._state_dicts = StateDictSaver(self, self._settings())
         self._state_dicts.wait()
         if step is None:
             latest = self.latest()
@@ -560,6 +578,7 @@ class Checkpoint:
     def _find(self, step: int | None, *, sharded: bool = False) -> Version | None:
         pending = self._pending
         if pending is not None:  # see the save in flight; its error stays for wait()
+            self._hurry(pending)
             pending.exception()
         for _ in range(3):  # keep may delete the version found before it is read: look again
             listing = self._versions.scan()
