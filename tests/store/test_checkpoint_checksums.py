@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shoal._storage import checksums
-from shoal._storage.checkpoint_files import CHUNK
+from shoal._storage.checkpoint_hashing import CHUNK
 from shoal._storage.checkpoints import Checkpoint
 from shoal._storage.store import Store, join, store_for
 from shoal.errors import StoreError

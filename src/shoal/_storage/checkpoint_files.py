@@ -10,11 +10,12 @@ is checksummed is what the store holds. On other stores the checksum reads the s
 the store's own upload, and checksums what was downloaded as it lands.
 
 The checksum is CRC32C (checksums.py: hardware-accelerated, ~8x sha256 here), of the whole
-object (``"crc32c"`` in the commit). Each ``CHUNK``-sized piece is checksummed in a pool of
-threads (the CRC releases the GIL) while the copy goes on and while it is fsynced, and the
-pieces' CRCs are combined in order. Commits written before CRC32C record ``"sha256"`` (one
-sha256 of the object) or ``"sha256-pieces"`` (the sha256 of the sha256s of ``piece_size``
-pieces); loads verify those with the algorithm they name, so old checkpoints still load.
+object (``"crc32c"`` in the commit). Each piece (``checkpoint_hashing``: ``CHUNK`` bytes) is
+checksummed in a pool of threads (the CRC releases the GIL) while the copy goes on and while
+it is fsynced, and the pieces' CRCs are combined in order. Commits written before CRC32C
+record ``"sha256"`` (one sha256 of the object) or ``"sha256-pieces"`` (the sha256 of the
+sha256s of ``piece_size`` pieces); loads verify those with the algorithm they name, so old
+checkpoints still load.
 
 Staging (for saves that return before they are written) snapshots a payload as cheaply as it
 can: ``bytes`` are immutable, so a reference is enough; a ``bytearray`` or ``memoryview`` is
@@ -27,24 +28,32 @@ staged file's size and mtime once it is hashed and fails the save if the file ch
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shoal._storage import checksums
-from shoal._storage.checkpoint_writer import deprioritized
+from shoal._storage import checkpoint_hashing
+from shoal._storage.checkpoint_hashing import (
+    CRC32C,
+    PARALLEL_MIN,
+    PIECES,
+    SHA256,
+    Hashing,
+    hash_file,
+    hash_memory,
+    hash_range,
+    hash_view,
+    new_hashing,
+)
 from shoal._storage.local import fsync_dir
 from shoal._storage.store import Store, join, temp_path, walk_local
 from shoal.errors import NotFoundError, SpecError, StoreError
 
 __all__ = [
     "BYTES_NAME",
-    "CHUNK",
     "Entry",
     "Payload",
     "Source",
@@ -58,15 +67,7 @@ __all__ = [
     "verified_in_place",
 ]
 
-CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size checksummed by one task
 BYTES_NAME = "data"  # the one object of a bytes save (and its file name in load_all_shards)
-CRC32C = "crc32c"  # what new commits record: the object's CRC32C, 8 hex digits
-SHA256 = "sha256"  # older commits: the object's sha256
-PIECES = "sha256-pieces"  # older commits: sha256 of the sha256s of piece_size pieces
-# Below this, handing a hash to the pool costs more than it saves.
-_PARALLEL_MIN = 1024 * 1024
-# What a hashing thread reads from a file at a time: small enough to stay in the CPU cache.
-_HASH_BUFFER = 1024 * 1024
 # Smallest piece size a commit may name (a tiny one would mean millions of hashing tasks).
 _MIN_PIECE = 64 * 1024
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -206,154 +207,12 @@ def no_space_code(e: BaseException) -> str | None:
     return None
 
 
-# --- checksums in pieces ----------------------------------------------------------------------
-
-_hashers: ThreadPoolExecutor | None = None
-_hashers_lock = threading.Lock()
-_buffers = threading.local()  # each hashing thread's read buffer
-
-
-def _hash_pool() -> ThreadPoolExecutor:
-    """The threads that checksum pieces. Only leaf tasks run here (nothing waits on the pool
-    from inside it), so callers on any thread may wait for their pieces without deadlock."""
-    global _hashers
-    with _hashers_lock:
-        if _hashers is None:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-            _hashers = ThreadPoolExecutor(cpus or os.cpu_count() or 2,
-                                          thread_name_prefix="shoal-hash")
-        return _hashers
-
-
-Digest = tuple[int | bytes, int]  # a part's CRC32C (int) or sha256 (bytes), and its length
-
-
-def _digest_chunk(h: Any, chunk: memoryview) -> None:
-    h.update(chunk)
-
-
-def _hasher(algorithm: str) -> Any:
-    return checksums.Crc32c() if algorithm == CRC32C else hashlib.sha256()
-
-
-def _finish(h: Any) -> int | bytes:
-    return h.value if isinstance(h, checksums.Crc32c) else h.digest()
-
-
-def _hash_view(view: memoryview, algorithm: str) -> Digest:
-    h = _hasher(algorithm)
-    _digest_chunk(h, view)
-    return _finish(h), len(view)
-
-
-def _hash_range(fd: int, offset: int, length: int | None, algorithm: str) -> Digest:
-    """The checksum of ``length`` bytes of ``fd`` from ``offset`` (None: to the end), read with
-    ``pread`` (the file position stays where it is); a short file checksums what is there."""
-    buffer = getattr(_buffers, "buffer", None)
-    if buffer is None:
-        # A lowered writer hashing for itself reads a whole piece at a time: each read and
-        # each hash gives up the GIL and must win it back, which a low-priority thread does
-        # slowly (256 MiB hashed 3x faster beside training with 8 MiB reads than with 1 MiB).
-        size = CHUNK if deprioritized() else _HASH_BUFFER
-        buffer = _buffers.buffer = memoryview(bytearray(size))
-    h = _hasher(algorithm)
-    done = 0
-    while length is None or done < length:
-        want = len(buffer) if length is None else min(len(buffer), length - done)
-        n = os.preadv(fd, [buffer[:want]], offset + done)
-        if n == 0:
-            break
-        _digest_chunk(h, buffer[:n])
-        done += n
-    return _finish(h), done
-
-
-class _Hashing:
-    """The checksum of one object, its parts checksummed in the pool as they come.
-
-    CRC32C combines the parts' CRCs, in order, into the whole object's, so the parts may be
-    cut anywhere (``piece_size`` is only how the callers below cut them). The older sha256
-    commits fix the cut: PIECES at ``piece_size``, SHA256 one stream (give it exactly one
-    part, ``piece_size`` 0). Call ``settle()`` before closing a file the parts read or freeing
-    a buffer they view, also on failure.
-    """
-
-    def __init__(self, algorithm: str, piece_size: int, *, inline: bool = False) -> None:
-        self.algorithm = algorithm
-        self.piece_size = piece_size
-        self.inline = inline
-        self._parts: list[Future[Digest] | Digest] = []
-        self._spans: list[tuple[int, int | None] | None] = []  # (offset, length) of a file part
-
-    def add(self, fn: Any, *args: Any, span: tuple[int, int | None] | None = None) -> None:
-        """Checksum a part: ``fn(*args, algorithm)``, in the pool unless ``inline``."""
-        call = (*args, self.algorithm)
-        self._parts.append(fn(*call) if self.inline else _hash_pool().submit(fn, *call))
-        self._spans.append(span)
-
-    def steal(self, view: memoryview) -> None:
-        """Checksum the file parts no thread has started yet from ``view``, the same bytes
-        already read into memory: the reading thread helps once its read is done (last parts
-        first, as the pool takes the first ones)."""
-        for i in reversed(range(len(self._parts))):
-            part, span = self._parts[i], self._spans[i]
-            if span is not None and isinstance(part, Future) and part.cancel():
-                start, length = span
-                end = None if length is None else start + length
-                self._parts[i] = _hash_view(view[start:end], self.algorithm)
-
-    def settle(self) -> None:
-        for part in self._parts:
-            if isinstance(part, Future) and not part.cancelled():
-                part.exception()  # waits; an error surfaces in result()
-
-    def result(self) -> tuple[int, str]:
-        """(size, hex digest) of everything the parts read."""
-        self.settle()
-        parts = [p.result() if isinstance(p, Future) else p for p in self._parts]
-        size = sum(n for _, n in parts)
-        if self.algorithm == CRC32C:
-            crc = 0
-            for value, n in parts:
-                assert isinstance(value, int)
-                crc = checksums.combine(crc, value, n)
-            return size, f"{crc:08x}"
-        digests = [d for d, _ in parts if isinstance(d, bytes)]
-        if self.algorithm == PIECES and len(digests) > 1:
-            return size, hashlib.sha256(b"".join(digests)).hexdigest()
-        # One piece (or none) is the object itself: its plain sha256, as old commits have.
-        return size, (digests[0] if digests else hashlib.sha256().digest()).hex()
-
-
-def _expected(entry: Entry) -> _Hashing:
+def _expected(entry: Entry) -> Hashing:
     """A checksum that computes what ``entry`` records, for a read of at least ``entry.size``."""
-    inline = entry.size < _PARALLEL_MIN
+    inline = entry.size < PARALLEL_MIN
     if entry.hash == CRC32C:
-        return _Hashing(CRC32C, CHUNK, inline=inline)
-    return _Hashing(entry.hash, entry.piece_size if entry.hash == PIECES else 0, inline=inline)
-
-
-def _hash_memory(view: memoryview, hashing: _Hashing) -> None:
-    step = hashing.piece_size or max(len(view), 1)  # piece size 0: one part, the whole
-    for start in range(0, max(len(view), 1), step):
-        hashing.add(_hash_view, view[start : start + step])
-
-
-def _hash_file(fd: int, size: int, hashing: _Hashing) -> None:
-    """Checksum ``fd`` by pieces up to ``size`` (the last part reads on to the end of the file,
-    so a file longer than expected checksums, and fails to match, as it is)."""
-    starts = range(0, max(size, 1), hashing.piece_size or max(size, 1))
-    for start in starts:
-        length = None if start == starts[-1] else hashing.piece_size
-        hashing.add(_hash_range, fd, start, length, span=(start, length))
-
-
-def _new_hashing(size: int) -> _Hashing:
-    """How a new object of ``size`` bytes is checksummed: CRC32C, by pieces when it has more
-    than one; by the calling thread itself when it is an asynchronous save's writer standing
-    back from training (see ``checkpoint_writer``), so that no normal-priority thread works for
-    it."""
-    return _Hashing(CRC32C, CHUNK, inline=size < _PARALLEL_MIN or deprioritized())
+        return Hashing(CRC32C, checkpoint_hashing.CHUNK, inline=inline)
+    return Hashing(entry.hash, entry.piece_size if entry.hash == PIECES else 0, inline=inline)
 
 
 # --- copies that hash what they write --------------------------------------------------------
@@ -364,12 +223,12 @@ def _write_all(fd: int, chunk: memoryview) -> None:
         chunk = chunk[os.write(fd, chunk) :]
 
 
-def _write_memory(view: memoryview, fd: int, hashing: _Hashing) -> None:
+def _write_memory(view: memoryview, fd: int, hashing: Hashing) -> None:
     """Write ``view`` to ``fd``, each piece hashed from the same memory while the next is
     written (``hashing`` is by pieces: a new object)."""
     for start in range(0, len(view), hashing.piece_size):
         piece = view[start : start + hashing.piece_size]
-        hashing.add(_hash_view, piece)
+        hashing.add(hash_view, piece)
         _write_all(fd, piece)
 
 
@@ -385,10 +244,10 @@ def _send(src: int, dest: int, offset: int, count: int) -> int:
     return done
 
 
-def _copy_file(src: int, dest: int, hashing: _Hashing) -> None:
+def _copy_file(src: int, dest: int, hashing: Hashing) -> None:
     """Copy ``src`` to ``dest`` (both at offset 0), each piece hashed from ``dest`` once it has
     landed, while the next piece is copied. ``dest`` must be open for reading too."""
-    step = hashing.piece_size or CHUNK
+    step = hashing.piece_size or checkpoint_hashing.CHUNK
     buffer: memoryview | None = None  # set once sendfile is refused: copy through user space
     offset = 0
     while True:
@@ -411,10 +270,10 @@ def _copy_file(src: int, dest: int, hashing: _Hashing) -> None:
         if n == 0:
             break
         if hashing.piece_size:
-            hashing.add(_hash_range, dest, offset, n)
+            hashing.add(hash_range, dest, offset, n)
         offset += n
     if not hashing.piece_size:
-        hashing.add(_hash_range, dest, 0, None)
+        hashing.add(hash_range, dest, 0, None)
 
 
 def _check_unchanged(src: Source, st: os.stat_result) -> None:
@@ -436,9 +295,9 @@ def _move_local(file: Path, dest: Path) -> tuple[int, str]:
     fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
-        hashing = _new_hashing(size)
+        hashing = new_hashing(size)
         try:
-            _hash_file(fd, size, hashing)
+            hash_file(fd, size, hashing)
             os.fsync(fd)  # the pieces still hashing overlap the fsync
             result = hashing.result()
         finally:
@@ -460,7 +319,7 @@ def _write_local(src: Source, dest: Path) -> tuple[int, str]:
         try:
             if src.data is not None:
                 view = memoryview(src.data)
-                hashing = _new_hashing(len(view))
+                hashing = new_hashing(len(view))
                 try:
                     _write_memory(view, fd, hashing)
                     os.fsync(fd)  # the pieces still hashing overlap the fsync
@@ -471,7 +330,7 @@ def _write_local(src: Source, dest: Path) -> tuple[int, str]:
                 assert src.file is not None
                 src_fd = os.open(src.file, os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    hashing = _new_hashing(os.fstat(src_fd).st_size)
+                    hashing = new_hashing(os.fstat(src_fd).st_size)
                     try:
                         _copy_file(src_fd, fd, hashing)
                         os.fsync(fd)
@@ -524,8 +383,8 @@ def upload(
         # The hash reads the source beside the store's own upload; both release the GIL.
         if src.data is not None:
             view = memoryview(src.data)
-            hashing = _new_hashing(len(view))
-            _hash_memory(view, hashing)
+            hashing = new_hashing(len(view))
+            hash_memory(view, hashing)
             try:
                 store.put_bytes(uri, src.data if isinstance(src.data, bytes) else bytes(view))
             finally:
@@ -535,8 +394,8 @@ def upload(
         fd = os.open(src.file, os.O_RDONLY | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
-            hashing = _new_hashing(size)
-            _hash_file(fd, size, hashing)
+            hashing = new_hashing(size)
+            hash_file(fd, size, hashing)
             try:
                 store.put_file(src.file, uri)
             finally:
@@ -566,7 +425,7 @@ def _verify(uri: str, entry: Entry, size: int, digest: str, step: int) -> None:
         )
 
 
-def _check(uri: str, entry: Entry, hashing: _Hashing, step: int, *sizes: int) -> None:
+def _check(uri: str, entry: Entry, hashing: Hashing, step: int, *sizes: int) -> None:
     """Verify what ``hashing`` read, and that every other read (``sizes``) saw as many bytes."""
     size, digest = hashing.result()
     for seen in {size, *sizes}:
@@ -583,7 +442,7 @@ def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> bytes:
     """
     hashing = _expected(entry)
     try:
-        _hash_file(fd, os.fstat(fd).st_size, hashing)
+        hash_file(fd, os.fstat(fd).st_size, hashing)
         with open(fd, "rb", closefd=False) as f:
             data = f.read()
         hashing.steal(memoryview(data))
@@ -601,11 +460,11 @@ def _get_verified(
     hashing = _expected(entry)
     if hashing.algorithm == CRC32C:  # any cut will do: checksum the parts as they are
         for part in parts:
-            _hash_memory(part, hashing)
+            hash_memory(part, hashing)
         data = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
     else:  # sha256 commits are cut at their piece size
         data = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
-        _hash_memory(memoryview(data), hashing)
+        hash_memory(memoryview(data), hashing)
     _check(uri, entry, hashing, step, len(data))
     if dest is None:
         return data
@@ -643,7 +502,7 @@ def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) ->
             os.close(fd)
         _check(uri, entry, hashing, step)
         return None
-    if dest is None or entry.size <= CHUNK:
+    if dest is None or entry.size <= checkpoint_hashing.CHUNK:
         return _get_verified(store, uri, entry, dest, step)
     # The store downloads in parallel ranged parts; the pool hashes them afterwards, read back
     # from the page cache.
@@ -652,7 +511,7 @@ def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) ->
     try:
         hashing = _expected(entry)
         try:
-            _hash_file(fd, entry.size, hashing)
+            hash_file(fd, entry.size, hashing)
         finally:
             hashing.settle()
     finally:
@@ -682,7 +541,7 @@ def verified_in_place(
         try:
             hashing = _expected(entry)
             try:
-                _hash_file(fd, os.fstat(fd).st_size, hashing)
+                hash_file(fd, os.fstat(fd).st_size, hashing)
             finally:
                 hashing.settle()
         finally:
