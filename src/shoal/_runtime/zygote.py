@@ -1,0 +1,206 @@
+"""The node's rank factory: a process that has imported torch and Shoal's rank runtime once,
+and forks every rank of every start of the node from that state.
+
+Started by the node launcher (`launcher.Zygote`) as ``python -m shoal._runtime.zygote REQ REP``
+(two inherited pipe ends) before the launcher starts any thread. It never starts a thread
+itself (it checks after its imports: torch must not have started a thread pool), so forking
+it is safe; a rank then costs a fork instead of an interpreter start plus ~1-2 s of imports,
+at the first start and at every restart.
+
+Protocol, one JSON line each way: it first says ``{"ready": bool, "threads": n}``; then for
+each ``{"env": {...}, "cwd": "...", "log": "..."}`` it forks twice and answers
+``{"pid": n}``: the rank is the grandchild, whose parent exits at once, so the rank is
+re-parented to the launcher (a child subreaper, or the init of its PID namespace), which reaps
+it and reads its exit status as it would a child it started itself. EOF on the request pipe,
+or the launcher's death, ends the zygote.
+
+Each rank starts as a fresh ``python -m shoal._runtime.rank`` would: exactly the environment it
+is given, the working directory, ``sys.argv``, stdout and stderr on the node's log, Python's
+default signal dispositions and an empty signal mask, and numpy's global generator reseeded
+(``random`` reseeds itself at fork). The user's module is imported by the rank, never here.
+What a fork cannot renew: the interpreter's string-hash seed is the zygote's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+# Modules every torch rank of Shoal needs before the user's code runs: torch and its process
+# groups, the checkpoint runtime (`ctx().checkpoint` saves and loads through
+# torch.distributed.checkpoint, ~0.5 s of CPU to import), and Shoal's rank runtime.
+PREIMPORTS = ("torch", "torch.distributed", "torch.distributed.checkpoint",
+              "torch.distributed.checkpoint.state_dict", "shoal._runtime.rank",
+              "shoal._storage.checkpoints", "shoal._storage.checkpoint_torch", "torch._dynamo")
+
+
+def os_threads() -> int:
+    """Threads of this process as the kernel counts them (Python's count misses C threads)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        # Where prctl is missing, EOF on the request pipe still ends it.
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def preimport() -> str:
+    """Import `PREIMPORTS`; '' when done, else why not (the launcher then starts ranks
+    afresh)."""
+    import importlib
+
+    try:
+        for name in PREIMPORTS:
+            importlib.import_module(name)
+    except Exception as e:  # a broken torch install: the ranks will say it in their own logs
+        return f"could not pre-import {name} ({type(e).__name__}: {e})"
+    threads = os_threads()
+    if threads > 1:
+        return (f"{threads} threads run after importing torch (set OMP_NUM_THREADS=1): forking "
+                "would copy their locks but not them")
+    return ""
+
+
+def _rank_child(request: dict[str, object], fds: tuple[int, int]) -> None:
+    """In the forked rank: become what a fresh rank process is, then run it; never returns."""
+    code = 1
+    try:
+        for fd in fds:
+            os.close(fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if request["log"]:  # "": the node's first log, which the zygote writes to already
+            log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+        env = request["env"]
+        assert isinstance(env, dict)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(str(request["cwd"]))
+        from shoal._runtime import rank
+
+        sys.argv = [rank.__file__ or "-m"]
+        if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
+            sys.modules["numpy"].random.seed()
+        rank.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(req_fd: int, rep_fd: int) -> None:
+    requests = os.fdopen(req_fd, "rb", buffering=0)
+    why = preimport()
+    os.write(rep_fd, (json.dumps({"ready": not why, "why": why}) + "\n").encode())
+    if why:
+        return
+    buffered = b""
+    while True:
+        while b"\n" not in buffered:
+            chunk = requests.read(65536)
+            if not chunk:
+                return  # the launcher closed it, or is gone
+            buffered += chunk
+        line, buffered = buffered.split(b"\n", 1)
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        middle = os.fork()
+        if middle == 0:
+            pid = os.fork()
+            if pid == 0:
+                _rank_child(request, (req_fd, rep_fd))
+            os.write(rep_fd, (json.dumps({"pid": pid}) + "\n").encode())
+            os._exit(0)
+        os.waitpid(middle, 0)
+
+
+class Zygote:
+    """The launcher's side: starts the zygote and asks it for ranks."""
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        import subprocess
+
+        req_r, self._requests = os.pipe()
+        self._replies_fd, rep_w = os.pipe()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal._runtime.zygote", str(req_r), str(rep_w)],
+            env=environ, pass_fds=(req_r, rep_w))
+        os.close(req_r)
+        os.close(rep_w)
+        self._replies = os.fdopen(self._replies_fd, "rb")
+        self.pid = self._proc.pid
+        self._ready: bool | None = None
+
+    def ready(self) -> bool:
+        """Whether it pre-imported and may fork (waits for its imports the first time)."""
+        if self._ready is None:
+            answer = self._answer()
+            self._ready = bool(answer and answer.get("ready"))
+            if not self._ready:
+                why = answer.get("why") if answer else "it exited"
+                print(f"shoal-node: ranks start afresh, not forked: {why}", file=sys.stderr,
+                      flush=True)
+        return self._ready
+
+    def fork(self, env: dict[str, str], cwd: str, log: str) -> int | None:
+        """The pid of a new rank with ``env``; None if the zygote is gone."""
+        if not self.ready():
+            return None
+        try:
+            os.write(self._requests,
+                     (json.dumps({"env": env, "cwd": cwd, "log": log}) + "\n").encode())
+        except OSError:
+            self._ready = False
+            return None
+        answer = self._answer()
+        if answer is None or "pid" not in answer:
+            self._ready = False
+            return None
+        return int(answer["pid"])
+
+    def _answer(self) -> dict[str, Any] | None:
+        try:
+            line = self._replies.readline()
+        except OSError:
+            return None
+        answer: dict[str, Any] | None = json.loads(line) if line else None
+        return answer
+
+    def close(self) -> None:
+        """End it (the launcher reaps it with its other children)."""
+        self._ready = False
+        with contextlib.suppress(OSError):
+            os.close(self._requests)
+        self._replies.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def main() -> None:
+    _die_with_parent()
+    serve(int(sys.argv[1]), int(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()
