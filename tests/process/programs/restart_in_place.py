@@ -1,0 +1,69 @@
+"""Clustered tasks for the restart-in-place tests: ranks that record what they see.
+
+This module must not import torch at its top: a rank that finds torch already imported when
+its task starts was forked from the node's zygote. At import it notes the importing process
+(``RIP_IMPORTS``, when set): the user's module is imported by each rank, never by the zygote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import shoal as flyte
+from shoal import _contract as contract
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
+
+if os.environ.get("RIP_IMPORTS"):
+    with open(os.environ["RIP_IMPORTS"], "a") as f:
+        f.write(f"{os.environ.get(contract.NODE_RANK)}:{os.getpid()}\n")  # pids repeat per node
+
+env = ClusteredTaskEnvironment(
+    name="rip", resources=flyte.Resources(cpu=1, memory="1Gi"), replicas=2, nproc_per_node=2,
+    runtime=TorchRun(rdzv_backend="static", max_restarts=0),
+    failure_policy=ClusterFailurePolicy(max_restarts=1, collective_timeout=20, grace_period=2),
+)
+
+
+def _view() -> dict[str, object]:
+    """What a rank's process looks like from inside, before it imports anything itself."""
+    dispositions = {}
+    for sig in sorted(signal.valid_signals()):
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with_handler = signal.getsignal(sig)
+        dispositions[signal.Signals(sig).name if sig in signal.Signals._value2member_map_
+                     else str(sig)] = getattr(with_handler, "__name__", str(with_handler))
+    return {
+        "pid": os.getpid(), "torch_loaded": "torch" in sys.modules,
+        "env": dict(os.environ), "cwd": os.getcwd(), "argv0": sys.argv[0],
+        "signals": dispositions,
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "threads": threading.active_count(),
+        "stdin": os.readlink("/proc/self/fd/0") if os.path.exists("/proc/self/fd/0") else "",
+    }
+
+
+@env.task
+def record(out_dir: str, die: bool = False) -> int:
+    """Every rank writes its view per restart; on the first start rank 3 kills itself (after
+    every rank recorded) when ``die``."""
+    view = _view()
+    ctx = flyte.ctx()
+    view.update(rank=ctx.rank, restart=ctx.restart_attempt, master_port=ctx.master_port,
+                node=f"{ctx.node_rank}:{os.getpid()}")
+    out = Path(out_dir)
+    (out / f"rank{ctx.rank}-r{ctx.restart_attempt}.json").write_text(json.dumps(view))
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="gloo")
+    dist.barrier()  # every rank has recorded its view
+    if die and ctx.rank == 3 and ctx.restart_attempt == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    dist.destroy_process_group()
+    return ctx.restart_attempt
