@@ -3,15 +3,19 @@ that look exactly like freshly started ones (behaviour, not speed: see benchmark
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import shoal
 from shoal import _contract as contract
 from shoal._storage.records import Records
+from shoal.errors import RunCancelled
 
 from .programs import restart_in_place as rip
 
@@ -81,3 +85,31 @@ def test_a_forked_rank_is_what_a_fresh_rank_is(tmp_path: Path, shoal_home: Path,
         assert forked_torch and not fresh_torch  # forked from the zygote, and not
         assert forked["env"] == fresh["env"]
         assert forked == fresh
+
+
+def _processes_of(run: str) -> list[int]:
+    """Live processes of the run (launchers, zygotes and ranks all carry SHOAL_RUN)."""
+    alive = []
+    for p in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get(contract.RUN) == run and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+    return alive
+
+
+def test_cancel_after_a_restart_in_place_ends_every_process(tmp_path: Path,
+                                                             shoal_home: Path) -> None:
+    run = shoal.run(rip.hold, str(tmp_path))
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("up-*"))) < 4:
+        assert time.monotonic() < deadline, "the restarted ranks never came up"
+        time.sleep(0.05)
+    assert _started(shoal_home, run.name)[-1]["same_launchers"]
+    assert _processes_of(run.name)
+    run.abort()
+    with pytest.raises(RunCancelled):
+        run.wait()
+    deadline = time.monotonic() + 10
+    while (left := _processes_of(run.name)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, "a launcher, zygote or rank outlived the cancel"

@@ -67,3 +67,18 @@ def record(out_dir: str, die: bool = False) -> int:
     dist.barrier()
     dist.destroy_process_group()
     return ctx.restart_attempt
+
+
+@env.task
+def hold(out_dir: str) -> int:
+    """Rank 3 kills itself on the first start; on the restart every rank says it is up, then
+    waits to be cancelled."""
+    import time
+
+    ctx = flyte.ctx()
+    if ctx.rank == 3 and ctx.restart_attempt == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if ctx.restart_attempt > 0:
+        (Path(out_dir) / f"up-{ctx.rank}").write_text(str(os.getpid()))
+    time.sleep(120)
+    return ctx.restart_attempt
