@@ -113,3 +113,16 @@ def test_cancel_after_a_restart_in_place_ends_every_process(tmp_path: Path,
     while (left := _processes_of(run.name)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, "a launcher, zygote or rank outlived the cancel"
+
+
+def test_a_restart_queues_again_when_another_call_waits(tmp_path: Path, shoal_home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gang holds the whole machine and a plain call waits for it: the restart gives the
+    machine back and is admitted again in its turn, in new launchers."""
+    monkeypatch.setenv(contract.MACHINE_CAPACITY, "cpu=2,memory=8Gi")
+    run = shoal.run(rip.gang_and_solo, str(tmp_path))
+    assert run.outputs()[0] == [1, 1]  # solo ran; the gang restarted once and finished
+    first, second = _started(shoal_home, run.name)
+    assert not second["same_launchers"] and second["pids"] != first["pids"]
+    kinds = [e.kind for e in Records(shoal_home / "shoal.db").events(run.name)]
+    assert kinds.count("gang_admitted") == 2

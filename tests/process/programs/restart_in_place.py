@@ -82,3 +82,48 @@ def hold(out_dir: str) -> int:
         (Path(out_dir) / f"up-{ctx.rank}").write_text(str(os.getpid()))
     time.sleep(120)
     return ctx.restart_attempt
+
+
+queued_env = ClusteredTaskEnvironment(
+    name="ripq", resources=flyte.Resources(cpu=1, memory="512Mi"), replicas=2,
+    nproc_per_node=1,
+    failure_policy=ClusterFailurePolicy(max_restarts=1, collective_timeout=20, grace_period=2),
+)
+solo_env = flyte.TaskEnvironment(name="ripsolo", resources=flyte.Resources(cpu=1,
+                                                                           memory="256Mi"))
+boss_env = flyte.TaskEnvironment(name="ripboss", resources=flyte.Resources(cpu=1),
+                                 depends_on=[queued_env, solo_env])
+
+
+@queued_env.task
+def flaky(out_dir: str) -> int:
+    """Rank 1 of the first start dies once ``solo`` has been asked for (and waits)."""
+    import time
+
+    ctx = flyte.ctx()
+    if ctx.restart_attempt == 0:
+        Path(out_dir, f"up-{ctx.rank}").write_text("1")
+        if ctx.rank == 1:
+            while not Path(out_dir, "asked").exists():
+                time.sleep(0.05)
+            time.sleep(1.0)  # solo is queued by now: the gang holds the whole machine
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # stopped when rank 1 dies
+    return ctx.restart_attempt
+
+
+@solo_env.task
+def solo(out_dir: str) -> int:
+    Path(out_dir, "solo-ran").write_text("1")
+    return 1
+
+
+@boss_env.task
+async def gang_and_solo(out_dir: str) -> list[int]:
+    import asyncio
+
+    gang = asyncio.ensure_future(flaky.aio(out_dir))
+    while not all(Path(out_dir, f"up-{r}").exists() for r in (0, 1)):
+        await asyncio.sleep(0.05)
+    Path(out_dir, "asked").write_text("1")
+    return [await solo.aio(out_dir), await gang]
