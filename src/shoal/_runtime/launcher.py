@@ -281,11 +281,11 @@ class Node:
                   file=sys.stderr, flush=True)
             self.stop(min(self.node.grace_period, 5.0))
             os._exit(1)
-        while (message := control.take()) is not None:
-            if "stop" in message:
-                self.stop(float(message["stop"]), keep_zygote=True)
-                return True
-        return False
+        grace = control.take_stop()
+        if grace is None:
+            return False
+        self.stop(grace, keep_zygote=True)
+        return True
 
 
     def diagnose(self, *, wait: bool = False) -> None:

@@ -51,6 +51,14 @@ class Control:
     def take(self) -> dict[str, Any] | None:
         return self._messages.popleft() if self._messages else None
 
+    def take_stop(self) -> float | None:
+        """The grace period of a stop the engine sent, if it sent one (other messages stay)."""
+        for message in list(self._messages):
+            if "stop" in message:
+                self._messages.remove(message)
+                return float(message["stop"])
+        return None
+
     def send(self, message: dict[str, Any]) -> None:
         try:
             self.sock.sendall((json.dumps(message) + "\n").encode())

@@ -91,7 +91,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int]) -> None:
         os.chdir(str(request["cwd"]))
         from shoal._runtime import rank
 
-        sys.argv = [rank.__file__ or "-m"]
+        sys.argv = [rank.__file__ or ""]  # as `python -m shoal._runtime.rank` sets it
         if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
             sys.modules["numpy"].random.seed()
         rank.main()
