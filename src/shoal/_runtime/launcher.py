@@ -161,18 +161,19 @@ class Node:
                 env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
             self.children[subprocess.Popen(torchrun_argv(n), env=env).pid] = -1
             return
-        for local_rank in range(n.nproc_per_node):
-            env = {**base, **contract.torch_rank_env(n, local_rank)}
-            pid = None
-            if nsys_profiled(n, n.node_rank * n.nproc_per_node + local_rank):
-                argv = [sys.executable, "-m", "shoal._runtime.nsys_rank"]
-            else:
-                argv = rank_argv()
-                if self.zygote is not None:
-                    pid = self.zygote.fork(env, os.getcwd(), self.log)
-            if pid is None:
-                pid = subprocess.Popen(argv, env=env).pid
-            self.children[pid] = local_rank
+        envs = {local_rank: {**base, **contract.torch_rank_env(n, local_rank)}
+                for local_rank in range(n.nproc_per_node)}
+        nsys = {r for r in envs if nsys_profiled(n, n.node_rank * n.nproc_per_node + r)}
+        forked = [r for r in envs if r not in nsys]
+        if self.zygote is not None and forked:
+            pids = self.zygote.fork([envs[r] for r in forked], os.getcwd(), self.log)
+            self.children.update((pid, r) for r, pid in zip(forked, pids, strict=True)
+                                 if pid is not None)
+        for local_rank, env in envs.items():
+            if local_rank not in self.children.values():  # not forked: a new interpreter
+                argv = [sys.executable, "-m", "shoal._runtime.nsys_rank"] \
+                    if local_rank in nsys else rank_argv()
+                self.children[subprocess.Popen(argv, env=env).pid] = local_rank
 
     def rank_pids(self) -> dict[int, int]:
         """Local rank -> pid of each rank this launcher started (under torchrun: found)."""
@@ -407,6 +408,17 @@ def main() -> None:
     signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     runner.wakeup = wakeup_r
     watch_lifeline(runner, min(node.grace_period, 5.0))
+    if control is not None:
+        # Under the local engine even the first start waits for its word, given once every
+        # node is ready (its zygote's imports done): the gang's ranks then start together.
+        if runner.zygote is not None:
+            runner.zygote.ready()
+        control.send({"ready": True})
+        first = control.next_start()
+        if first is None:
+            runner.stop(0.0)
+            os._exit(0)
+        runner.renew(first)
     while True:
         runner.start()
         sampler = start_sampler(runner.node, runner.rank_pids)

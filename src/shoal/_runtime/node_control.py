@@ -1,10 +1,12 @@
 """The node launcher's end of its control socket to the local engine (`contract.CONTROL_FD`).
 
-JSON lines. The launcher says ``{"ended": restart, "code": n}`` when the ranks of a start have
-all ended (n: the node's exit code, 0 when it was told to stop); the engine says
+JSON lines. The launcher says ``{"ready": true}`` once it can start ranks (its zygote's imports
+done) and ``{"ended": restart, "code": n}`` when the ranks of a start have all ended (n: the
+node's exit code, 0 when it was told to stop); the engine says
 ``{"stop": grace}`` (stop the ranks now: SIGTERM, ``grace`` s, SIGKILL),
-``{"start": {...}}`` (start the next restart: new master port, restart number, log folders) or
-closes the socket (exit). The launchers of a gang thus outlive its restarts. Without the
+``{"start": {...}}`` (start, the first time once every node is ready, so that the gang's ranks
+start together; then each restart: new master port, restart number, log folders) or closes
+the socket (exit). The launchers of a gang thus outlive its restarts. Without the
 variable (Kubernetes pods, Slurm steps) a launcher runs one start and exits with its code.
 """
 

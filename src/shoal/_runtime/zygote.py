@@ -7,9 +7,9 @@ itself (it checks after its imports: torch must not have started a thread pool),
 it is safe; a rank then costs a fork instead of an interpreter start plus ~1-2 s of imports,
 at the first start and at every restart.
 
-Protocol, one JSON line each way: it first says ``{"ready": bool, "threads": n}``; then for
-each ``{"env": {...}, "cwd": "...", "log": "..."}`` it forks twice and answers
-``{"pid": n}``: the rank is the grandchild, whose parent exits at once, so the rank is
+Protocol, one JSON line each way: it first says ``{"ready": bool, "why": "..."}``; then for
+each ``{"id": i, "env": {...}, "cwd": "...", "log": "..."}`` it forks twice and answers
+``{"id": i, "pid": n}``: the rank is the grandchild, whose parent exits at once, so the rank is
 re-parented to the launcher (a child subreaper, or the init of its PID namespace), which reaps
 it and reads its exit status as it would a child it started itself. EOF on the request pipe,
 or the launcher's death, ends the zygote.
@@ -78,6 +78,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int]) -> None:
     try:
         for fd in fds:
             os.close(fd)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's, not a fresh process's
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if request["log"]:  # "": the node's first log, which the zygote writes to already
             log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -114,6 +115,9 @@ def serve(req_fd: int, rep_fd: int) -> None:
     os.write(rep_fd, (json.dumps({"ready": not why, "why": why}) + "\n").encode())
     if why:
         return
+    # Each request forks a middle process that forks the rank and exits: the kernel reaps the
+    # middles, so the next request is served at once and a node's ranks start together.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     buffered = b""
     while True:
         while b"\n" not in buffered:
@@ -125,14 +129,13 @@ def serve(req_fd: int, rep_fd: int) -> None:
         request = json.loads(line)
         sys.stdout.flush()
         sys.stderr.flush()
-        middle = os.fork()
-        if middle == 0:
+        if os.fork() == 0:
             pid = os.fork()
             if pid == 0:
                 _rank_child(request, (req_fd, rep_fd))
-            os.write(rep_fd, (json.dumps({"pid": pid}) + "\n").encode())
+            # One write under PIPE_BUF: the middles' answers never interleave.
+            os.write(rep_fd, (json.dumps({"id": request["id"], "pid": pid}) + "\n").encode())
             os._exit(0)
-        os.waitpid(middle, 0)
 
 
 class Zygote:
@@ -163,21 +166,26 @@ class Zygote:
                       flush=True)
         return self._ready
 
-    def fork(self, env: dict[str, str], cwd: str, log: str) -> int | None:
-        """The pid of a new rank with ``env``; None if the zygote is gone."""
+    def fork(self, ranks: list[dict[str, str]], cwd: str, log: str) -> list[int | None]:
+        """The pids of new ranks, one with each environment of ``ranks``, forked together;
+        None for each the zygote did not fork (it is gone)."""
         if not self.ready():
-            return None
+            return [None] * len(ranks)
+        lines = [json.dumps({"id": i, "env": env, "cwd": cwd, "log": log}) + "\n"
+                 for i, env in enumerate(ranks)]
+        pids: list[int | None] = [None] * len(ranks)
         try:
-            os.write(self._requests,
-                     (json.dumps({"env": env, "cwd": cwd, "log": log}) + "\n").encode())
+            os.write(self._requests, "".join(lines).encode())
         except OSError:
             self._ready = False
-            return None
-        answer = self._answer()
-        if answer is None or "pid" not in answer:
-            self._ready = False
-            return None
-        return int(answer["pid"])
+            return pids
+        for _ in ranks:
+            answer = self._answer()
+            if answer is None or "pid" not in answer:
+                self._ready = False
+                break
+            pids[int(answer["id"])] = int(answer["pid"])
+        return pids
 
     def _answer(self) -> dict[str, Any] | None:
         try:

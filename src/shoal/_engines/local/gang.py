@@ -266,7 +266,7 @@ class GangRunner:
         if in_place:
             self._restart_in_place(gang, port)
         else:
-            await self._launch(gang, port, gpus)
+            await self._launch(gang, port, gpus)  # then told to start, as a restart is
         gang.procs = [link.proc for link in gang.links]
         gang.ended = [asyncio.ensure_future(link.ended()) for link in gang.links]
         logs: dict[str, str] = {}
@@ -282,7 +282,8 @@ class GangRunner:
         return gang
 
     def _restart_in_place(self, gang: Gang, port: int) -> None:
-        """The next start in the launchers of the last one: each forks its new ranks."""
+        """The start in the launchers of ``self.links`` (the last start's, or new ones): each
+        forks its ranks."""
         for node_rank, link in enumerate(self.links):
             link.send({"start": {"restart_attempt": gang.restart, "master_port": port,
                                  "rank_log_dir": str(gang.log_dir),
@@ -340,6 +341,9 @@ class GangRunner:
             finally:
                 theirs.close()
             gang.links.append(await NodeLink.open(proc, ours))
+        # Every node imports in its zygote first; told to start together, the gang's ranks do.
+        await asyncio.gather(*(link.ready() for link in gang.links))
+        self._restart_in_place(gang, port)
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
         """Stop the ranks of every node still running some: ``keep``, through the control

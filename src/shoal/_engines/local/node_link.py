@@ -34,6 +34,12 @@ class NodeLink:
     def alive(self) -> bool:
         return self.proc.returncode is None and not self.writer.is_closing()
 
+    async def ready(self) -> None:
+        """Once the launcher is ready to start ranks (or gone: `ended` then says so)."""
+        while line := await self.reader.readline():
+            if "ready" in json.loads(line):
+                return
+
     async def ended(self) -> int:
         """The node's exit code for its current start, once its ranks have all ended (the
         launcher's own exit code if it died first; never 0 then)."""
