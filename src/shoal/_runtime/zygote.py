@@ -32,12 +32,13 @@ import sys
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
-# Modules every torch rank of Shoal needs before the user's code runs: torch and its process
-# groups, the checkpoint runtime (`ctx().checkpoint` saves and loads through
-# torch.distributed.checkpoint, ~0.5 s of CPU to import), and Shoal's rank runtime.
-PREIMPORTS = ("torch", "torch.distributed", "torch.distributed.checkpoint",
-              "torch.distributed.checkpoint.state_dict", "shoal._runtime.rank",
-              "shoal._storage.checkpoints", "shoal._storage.checkpoint_torch", "torch._dynamo")
+# Modules every torch rank of Shoal needs before the user's code runs: torch, its process
+# groups and Shoal's rank runtime. Not torch._dynamo (which DDP() imports, ~0.5 s of CPU per
+# rank) nor torch.distributed.checkpoint: with either imported here, 2 to 3 of 4 runs of the
+# seed DDP example hung as the task ended (its main thread in a C call, holding the GIL; a
+# gloo thread waiting), against 0 of 6 without them: forked ranks import them themselves.
+# Measured with torch 2.13.
+PREIMPORTS = ("torch", "torch.distributed", "shoal._runtime.rank")
 
 
 def os_threads() -> int:
