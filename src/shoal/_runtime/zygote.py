@@ -8,10 +8,11 @@ it is safe; a rank then costs a fork instead of an interpreter start plus ~1-2 s
 at the first start and at every restart.
 
 Protocol, one JSON line each way: it first says ``{"ready": bool, "why": "..."}``; then for
-each ``{"id": i, "env": {...}, "cwd": "...", "log": "..."}`` it forks twice and answers
-``{"id": i, "pid": n}``: the rank is the grandchild, whose parent exits at once, so the rank is
+each ``{"id": i, "of": n, "env": {...}, "cwd": "...", "log": "..."}`` it forks twice and answers
+``{"id": i, "pid": p}``: the rank is the grandchild, whose parent exits at once, so the rank is
 re-parented to the launcher (a child subreaper, or the init of its PID namespace), which reaps
-it and reads its exit status as it would a child it started itself. EOF on the request pipe,
+it and reads its exit status as it would a child it started itself. The ``n`` ranks of one
+request batch wait until the last is forked, then run together. EOF on the request pipe,
 or the launcher's death, ends the zygote.
 
 Each rank starts as a fresh ``python -m shoal._runtime.rank`` would: exactly the environment it
@@ -73,7 +74,7 @@ def preimport() -> str:
     return ""
 
 
-def _rank_child(request: dict[str, object], fds: tuple[int, int]) -> None:
+def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> None:
     """In the forked rank: become what a fresh rank process is, then run it; never returns."""
     code = 1
     try:
@@ -96,6 +97,8 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int]) -> None:
         sys.argv = [rank.__file__ or ""]  # as `python -m shoal._runtime.rank` sets it
         if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
             sys.modules["numpy"].random.seed()
+        os.read(go, 1)  # until the last rank of the node is forked too
+        os.close(go)
         rank.main()
         code = 0
     except SystemExit as e:
@@ -130,13 +133,19 @@ def serve(req_fd: int, rep_fd: int) -> None:
         request = json.loads(line)
         sys.stdout.flush()
         sys.stderr.flush()
+        if request["id"] == 0:  # the node's ranks wait on this pipe, to run together
+            go_r, go_w = os.pipe()
         if os.fork() == 0:
             pid = os.fork()
             if pid == 0:
-                _rank_child(request, (req_fd, rep_fd))
+                os.close(go_w)
+                _rank_child(request, (req_fd, rep_fd), go_r)
             # One write under PIPE_BUF: the middles' answers never interleave.
             os.write(rep_fd, (json.dumps({"id": request["id"], "pid": pid}) + "\n").encode())
             os._exit(0)
+        if request["id"] == request["of"] - 1:  # all forked: EOF lets them go at once
+            os.close(go_w)
+            os.close(go_r)
 
 
 class Zygote:
@@ -172,8 +181,8 @@ class Zygote:
         None for each the zygote did not fork (it is gone)."""
         if not self.ready():
             return [None] * len(ranks)
-        lines = [json.dumps({"id": i, "env": env, "cwd": cwd, "log": log}) + "\n"
-                 for i, env in enumerate(ranks)]
+        lines = [json.dumps({"id": i, "of": len(ranks), "env": env, "cwd": cwd, "log": log})
+                 + "\n" for i, env in enumerate(ranks)]
         pids: list[int | None] = [None] * len(ranks)
         try:
             os.write(self._requests, "".join(lines).encode())
