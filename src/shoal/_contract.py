@@ -103,6 +103,9 @@ NODE_ADDR = "SHOAL_NODE_ADDR"  # the address other nodes reach this node at ("":
 LOCAL_NODE_NETNS = "SHOAL_LOCAL_NODE_NETNS"
 # An inherited pipe end whose EOF means the local engine died: its nodes then end themselves.
 LIFELINE_FD = "SHOAL_LIFELINE_FD"
+# An inherited socket from a node launcher to the local engine (JSON lines): the launcher says
+# when its ranks of a start ended, and is told to stop them, start the next restart, or exit.
+CONTROL_FD = "SHOAL_CONTROL_FD"
 PRIORITY_CLASSES = "SHOAL_PRIORITY_CLASSES"  # local priority classes: "high=100,low=-10"
 CODE_BUNDLE = "SHOAL_CODE_BUNDLE"  # URI of the content-hashed code bundle (Kubernetes pods)
 KUBE_CONFIG = "SHOAL_KUBE_CONFIG"  # the Kubernetes engine's settings, as JSON, for the driver pod

@@ -215,12 +215,12 @@ def test_a_gang_quiet_shows_the_first_failing_ranks_traceback_once() -> None:
     assert rank is not None
     assert out.endswith(
         "Traceback (most recent call last):\n"
-        '  File "PROG", line 78, in calls_the_gang\n'
+        '  File "PROG", line 79, in calls_the_gang\n'
         "    return await every_rank_raises.aio()\n"
         "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
-        '  File "PROG", line 72, in every_rank_raises\n'
+        '  File "PROG", line 73, in every_rank_raises\n'
         "    check_shard(shoal.ctx().rank or 0)\n"
-        '  File "PROG", line 67, in check_shard\n'
+        '  File "PROG", line 68, in check_shard\n'
         '    raise ValueError(f"rank {rank} found a bad shard")\n'
         f"ValueError: rank {rank.group(1)} found a bad shard\n" + SEE)
 

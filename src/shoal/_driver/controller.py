@@ -80,7 +80,8 @@ class Controller:
         d = data
         if kind == "gang_started":
             message = (f"gang started (restart {d['restart']}, {len(d['logs'])} ranks, "
-                       f"master port {d['master_port']})")
+                       f"master port {d['master_port']}"
+                       f"{', same node launchers' if d.get('same_launchers') else ''})")
         elif kind == "gang_admitted":
             message = f"gang admitted (restart {d['restart']})"
         elif kind == "gang_restart":

@@ -5,11 +5,16 @@ Driven only by the `NodeEnv` variables of the contract, it
    re-parented here and can still be found and ended;
 2. waits, bounded, until the master's address resolves (a pod may start before DNS has it);
 3. starts the ranks: directly, with exactly the variables torchrun would give them (the local
-   default: no elastic agent to start, ~2 s saved per node), or through torchrun (its in-node
-   restarts and c10d rendezvous), with a rendezvous id that includes the restart attempt;
+   default: no elastic agent to start, ~2 s saved per node), forked from the node's `zygote`
+   (a process that imported torch and Shoal's rank runtime once); or through torchrun (its
+   in-node restarts and c10d rendezvous), with a rendezvous id that includes the restart
+   attempt;
 4. watches them: the first rank that exits non-zero ends every other rank of the node at once
    (a peer blocked in a collective would otherwise wait for the timeout), and the launcher
-   writes a node report (which rank, exit code or signal, when) and exits non-zero;
+   writes a node report (which rank, exit code or signal, when) and exits non-zero; under the
+   local engine (`node_control`) it says so on its control socket instead and waits: the
+   engine stops the other nodes' ranks the same way and starts the gang's next restart in
+   these same launchers, whose zygotes fork the new ranks at once;
 5. on SIGTERM (preemption, gang stop) passes SIGTERM to the ranks, waits the grace period so
    they can checkpoint, then kills whatever is left;
 6. samples every rank's CPU, memory and GPUs in a thread (`node_sampler`), written per rank.
@@ -23,17 +28,21 @@ import contextlib
 import ctypes
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import NoReturn
+from dataclasses import replace
+from typing import Any, NoReturn
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
+from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
+from shoal._runtime.zygote import Zygote
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -97,69 +106,50 @@ def nsys_profiled(node: NodeEnv, rank: int | None = None) -> bool:
     return rank is None or spec.profiles_rank(rank)
 
 
-def preimport_torch() -> bool:
-    """Import torch once here, so ranks forked from this process start with it loaded.
-
-    Each rank would otherwise spend ~1.5 s of CPU importing torch, all at once: on a small
-    machine that is most of a gang's start-up. Forking is safe here because this process has
-    started no Python threads yet (the lifeline thread starts after the ranks) and torch
-    starts its compute thread pools lazily. ``SHOAL_PREIMPORT=0`` turns it off.
-    """
-    if os.environ.get(contract.PREIMPORT, "1") == "0":
-        return False
+def start_zygote(node: NodeEnv, reaps_orphans: bool) -> Zygote | None:
+    """The node's rank factory (`zygote`), when ranks are to be forked: torch ranks started
+    directly, pre-importing not turned off (``SHOAL_PREIMPORT=0``), and this process able to
+    reap the ranks it re-parents (a subreaper, or the init of its PID namespace). Started
+    before any thread of this process; it imports while this launcher waits for the master."""
+    if not reaps_orphans or node.runtime != "torch" or node.launch == "torchrun" \
+            or os.environ.get(contract.PREIMPORT, "1") == "0":
+        return None
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        return False
-    try:
-        import torch
-        import torch.distributed  # noqa: F401
-    except Exception as e:
-        print(f"shoal-node: could not pre-import torch ({e}); starting ranks afresh",
-              file=sys.stderr, flush=True)
-        return False
-    # Not torch._dynamo, although the first optimizer and DDP() import it (~1 s of CPU per
-    # rank): ranks forked after it was imported here deadlocked at exit in 6 of 8 runs (a gloo
-    # worker thread waits for the GIL while the main thread, holding it, joins that thread as
-    # DDP's reducer is freed); 0 of 8 without it. Measured with torch 2.13.
-    return True
-
-
-def fork_rank(rank_env: dict[str, str]) -> int:
-    """Fork one rank from this (torch-loaded) process; the child runs the rank and exits."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
-        os.environ.update(rank_env)
-        from shoal._runtime import rank
-
-        rank.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return None
+    return Zygote(dict(os.environ))
 
 
 class Node:
-    def __init__(self, node: NodeEnv) -> None:
+    def __init__(self, node: NodeEnv, zygote: Zygote | None = None) -> None:
         self.node = node
+        self.zygote = zygote
         self.children: dict[int, int] = {}  # pid -> local rank (-1: torchrun)
         self.stopping = threading.Event()
         self._diagnosing = threading.Lock()  # one hang report at a time
         self._diagnosed_at = float("-inf")  # monotonic time of the last one
+        self.log = ""  # the node log this launcher writes to ("": the one it was started on)
+        # SIGCHLD wakes `watch` through this pipe (set up by `main`, in the main thread).
+        self.wakeup: int | None = None
+
+    def renew(self, start: dict[str, Any]) -> None:
+        """Become the node of the gang's next start (`node_control`): a new restart number,
+        master port and log folder; the same process, zygote and PID namespace."""
+        self.node = replace(self.node, restart_attempt=int(start["restart_attempt"]),
+                            master_port=int(start["master_port"]),
+                            rank_log_dir=str(start["rank_log_dir"]))
+        os.environ.update(self.node.to_env())
+        self.log = str(start["node_log"])
+        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self.children = {}
+        self._diagnosed_at = float("-inf")
+        self.stopping.clear()
 
     def start(self) -> None:
         base = dict(os.environ)
@@ -171,21 +161,19 @@ class Node:
                 env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
             self.children[subprocess.Popen(torchrun_argv(n), env=env).pid] = -1
             return
-        if n.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
-            os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does; before torch is loaded
-            base["OMP_NUM_THREADS"] = "1"
-        forking = n.runtime == "torch" and preimport_torch()
-        for local_rank in range(n.nproc_per_node):
-            rank_env = contract.torch_rank_env(n, local_rank)
-            if nsys_profiled(n, n.node_rank * n.nproc_per_node + local_rank):
-                argv = [sys.executable, "-m", "shoal._runtime.nsys_rank"]
-                self.children[subprocess.Popen(argv, env={**base, **rank_env}).pid] = \
-                    local_rank
-            elif forking:
-                self.children[fork_rank(rank_env)] = local_rank
-            else:
-                self.children[subprocess.Popen(rank_argv(), env={**base, **rank_env}).pid] = \
-                    local_rank
+        envs = {local_rank: {**base, **contract.torch_rank_env(n, local_rank)}
+                for local_rank in range(n.nproc_per_node)}
+        nsys = {r for r in envs if nsys_profiled(n, n.node_rank * n.nproc_per_node + r)}
+        forked = [r for r in envs if r not in nsys]
+        if self.zygote is not None and forked:
+            pids = self.zygote.fork([envs[r] for r in forked], os.getcwd(), self.log)
+            self.children.update((pid, r) for r, pid in zip(forked, pids, strict=True)
+                                 if pid is not None)
+        for local_rank, env in envs.items():
+            if local_rank not in self.children.values():  # not forked: a new interpreter
+                argv = [sys.executable, "-m", "shoal._runtime.nsys_rank"] \
+                    if local_rank in nsys else rank_argv()
+                self.children[subprocess.Popen(argv, env=env).pid] = local_rank
 
     def rank_pids(self) -> dict[int, int]:
         """Local rank -> pid of each rank this launcher started (under torchrun: found)."""
@@ -193,63 +181,113 @@ class Node:
             return torchrun_ranks()
         return {local_rank: pid for pid, local_rank in self.children.items()}
 
-    def signal_all(self, sig: int) -> None:
-        """Signal every descendant. As the init of its own PID namespace, kill(-1) reaches
-        exactly the node's processes (the kernel's view, whatever /proc shows); otherwise the
-        process tree is walked (this launcher is a subreaper, so orphans stay in it)."""
-        if os.getpid() == 1:
+    def _family(self, spare: set[int]) -> list[Any]:
+        """Every live process of the node but this one and the ``spare`` ones (and theirs)."""
+        import psutil
+
+        try:
+            children = psutil.Process().children()
+        except psutil.Error:
+            return []
+        family = []
+        for child in children:
+            if child.pid in spare:
+                continue
+            with contextlib.suppress(psutil.Error):
+                family += [child, *child.children(recursive=True)]
+        return family
+
+    def signal_all(self, sig: int, spare: set[int] | None = None) -> None:
+        """Signal every descendant but ``spare``. As the init of its own PID namespace,
+        kill(-1) reaches exactly the node's processes (the kernel's view, whatever /proc
+        shows); otherwise, or to spare the zygote, the process tree is walked (this launcher
+        is a subreaper, so orphans stay in it)."""
+        if os.getpid() == 1 and not spare:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, sig)
             return
         import psutil
 
-        try:
-            family = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            family = []
-        for p in family:
+        for p in self._family(spare or set()):
             with contextlib.suppress(psutil.Error):
                 p.send_signal(sig)
 
-    def stop(self, grace: float) -> None:
-        """SIGTERM every descendant, wait up to ``grace``, SIGKILL what is left, reap all."""
+    def stop(self, grace: float, *, keep_zygote: bool = False) -> None:
+        """SIGTERM every descendant, wait up to ``grace``, SIGKILL what is left, reap all;
+        ``keep_zygote``: all but the zygote, which forks the next start's ranks."""
         self.stopping.set()
-        self.signal_all(signal.SIGTERM)
+        spare = {self.zygote.pid} if keep_zygote and self.zygote is not None else set()
+        self.signal_all(signal.SIGTERM, spare)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and self._reap(block=False) is not None:
+        while time.monotonic() < deadline and self._left(spare):
             time.sleep(0.05)
-        self.signal_all(signal.SIGKILL)
-        while self._reap(block=True) is not None:
-            pass
+        self.signal_all(signal.SIGKILL, spare)
+        deadline = time.monotonic() + 10  # the kernel ends SIGKILLed processes promptly
+        while self._left(spare) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not keep_zygote and self.zygote is not None:
+            self.zygote.close()
 
-    def _reap(self, block: bool) -> tuple[int, int] | None:
-        """Reap one child (ours or re-parented); None when there are no children left."""
-        try:
-            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            return None
-        return (pid, status) if pid else (0, 0)
+    def _left(self, spare: set[int]) -> bool:
+        self._reap_all()
+        return bool(self._family(spare))
 
-    def watch(self) -> int:
-        """Wait for the ranks; the exit code of the node."""
+    def _reap_all(self) -> list[tuple[int, int]]:
+        """Reap every child that has ended (ours or re-parented), without waiting."""
+        reaped: list[tuple[int, int]] = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return reaped
+            if not pid:
+                return reaped
+            reaped.append((pid, status))
+
+    def watch(self, control: Control | None = None) -> int:
+        """Wait for the ranks; the exit code of the node (0 also when the engine said stop)."""
         running = dict(self.children)
         while running:
-            reaped = self._reap(block=True)
-            if reaped is None:
-                break
-            pid, status = reaped
-            if pid not in running:
-                continue  # a re-parented orphan: reaped, nothing more to do
-            local_rank = running.pop(pid)
-            if self.stopping.is_set():
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            if code != 0:
-                self._report(local_rank, code)
-                self._diagnose_if_timed_out(local_rank, code)
-                self.stop(grace=min(self.node.grace_period, 2.0))
-                return 1
+            for pid, status in self._reap_all():
+                if self.zygote is not None and pid == self.zygote.pid:
+                    self.zygote.close()
+                    self.zygote = None  # the next start's ranks start afresh
+                    continue
+                local_rank = running.pop(pid, None)
+                if local_rank is None or self.stopping.is_set():
+                    continue  # a re-parented orphan, or the node is being stopped
+                code = os.waitstatus_to_exitcode(status)
+                if code != 0:
+                    self._report(local_rank, code)
+                    self._diagnose_if_timed_out(local_rank, code)
+                    self.stop(grace=min(self.node.grace_period, 2.0), keep_zygote=True)
+                    return 1
+            if running and self._wait(control):
+                return 0
         return 0
+
+    def _wait(self, control: Control | None) -> bool:
+        """Wait for a child to end or the engine to speak; whether it said stop (done)."""
+        fds = [fd for fd in (self.wakeup, control.fileno() if control else None)
+               if fd is not None]
+        readable, _, _ = select.select(fds, [], [], 1.0)
+        if self.wakeup is not None and self.wakeup in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wakeup, 4096)
+        if control is None or control.fileno() not in readable:
+            return False
+        control.receive()
+        if control.closed:
+            print("shoal-node: the engine closed the control socket; stopping the node",
+                  file=sys.stderr, flush=True)
+            self.stop(min(self.node.grace_period, 5.0))
+            os._exit(1)
+        grace = control.take_stop()
+        if grace is None:
+            return False
+        self.stop(grace, keep_zygote=True)
+        return True
+
 
     def diagnose(self, *, wait: bool = False) -> None:
         """Record what every rank of this node is doing now (`hang`), one report at a time
@@ -300,6 +338,7 @@ class Node:
                 join(attempt_folder(n), f"node-{n.node_rank}.json"), json.dumps(report).encode())
 
 
+
 def _die(message: str) -> NoReturn:
     print(f"shoal-node: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
@@ -329,8 +368,6 @@ def fetch_code(node: NodeEnv) -> NodeEnv:
     uri = os.environ.get(contract.CODE_BUNDLE)
     if not uri:
         return node
-    from dataclasses import replace
-
     from shoal._storage.bundle import fetch
 
     path = str(fetch(uri, node.code_file))
@@ -340,9 +377,12 @@ def fetch_code(node: NodeEnv) -> NodeEnv:
 
 def main() -> None:
     node = fetch_code(NodeEnv.from_env())
-    become_subreaper()
+    control = Control.from_env()
+    if node.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does; before torch is loaded
+    zygote = start_zygote(node, become_subreaper() or os.getpid() == 1)
     wait_for_master(node)
-    runner = Node(node)
+    runner = Node(node, zygote)
 
     sampler: NodeSampler | None = None
 
@@ -360,13 +400,44 @@ def main() -> None:
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGUSR1, lambda signum, frame: threading.Thread(  # the engine asks
         target=runner.diagnose, name="shoal-hang", daemon=True).start())
+    # `watch` waits in select(): a child's end wakes it through this pipe.
+    wakeup_r, wakeup_w = os.pipe()
+    for fd in (wakeup_r, wakeup_w):
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
+    runner.wakeup = wakeup_r
     watch_lifeline(runner, min(node.grace_period, 5.0))
-    runner.start()
-    sampler = start_sampler(node, runner.rank_pids)  # after the forks: no thread may precede them
-    code = runner.watch()
-    if sampler is not None:
-        sampler.stop()
+    if control is not None:
+        # Under the local engine even the first start waits for its word, given once every
+        # node is ready (its zygote's imports done): the gang's ranks then start together.
+        if runner.zygote is not None:
+            runner.zygote.ready()
+        control.send({"ready": True})
+        first = control.next_start()
+        if first is None:
+            runner.stop(0.0)
+            os._exit(0)
+        runner.renew(first)
+    while True:
+        runner.start()
+        sampler = start_sampler(runner.node, runner.rank_pids)
+        code = runner.watch(control)
+        if sampler is not None:
+            sampler.stop()
+            sampler = None
+        if control is None:
+            break
+        # The gang may restart: this process, its zygote and its PID namespace stay.
+        control.send({"ended": runner.node.restart_attempt, "code": code})
+        start = control.next_start()
+        if start is None:
+            break
+        runner.renew(start)
+    if runner.zygote is not None:
+        runner.zygote.close()
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
 
 

@@ -64,6 +64,7 @@ def sync_calls_sync(n: int = 1) -> int:
 
 
 def check_shard(rank: int) -> None:
+    all_ranks_here(rank)
     raise ValueError(f"rank {rank} found a bad shard")
 
 
@@ -76,3 +77,22 @@ def every_rank_raises() -> int:
 @driver.task
 async def calls_the_gang() -> int:
     return await every_rank_raises.aio()
+
+
+def all_ranks_here(rank: int) -> None:
+    """Every rank of the gang raises only once all have started: a rank that a faster peer's
+    failure stops first would never print the error line the test reads. (Imports here: the
+    line numbers above are the test's.)"""
+    import os
+    import time
+    from pathlib import Path
+
+    from shoal import _contract as contract
+
+    folder = Path(os.environ[contract.RANK_LOG_DIR])
+    (folder / f"here-{rank}").touch()
+    deadline = time.monotonic() + 30
+    while len(list(folder.glob("here-*"))) < (shoal.ctx().world_size or 1):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other ranks never started")
+        time.sleep(0.01)

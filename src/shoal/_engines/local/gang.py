@@ -3,18 +3,23 @@
 State machine of one task attempt (see docs/architecture.md):
 
     queued ──admitted──► running ──all nodes exit 0──► succeeded
-      ▲                    │
-      │                    ├─ a rank fails ──► stopping ──► restart left? ──yes──► queued
-      │                    │                                  └─no──► failed (report)
+      ▲                    │  ▲
+      │                    │  └── restart, nothing else waits: same launchers, same reservation
+      │                    ├─ a rank fails or hangs ──► stopping ──► restart left? ──no──► failed
+      ├── restart, but a launcher died or other calls wait ◄───────────────┘yes
       └── readmitted ◄─────┴─ preempted (SIGTERM, grace) ──► requeued
                                (uses a restart unless resume_after_preemption)
 
 Each node is one launcher process (`shoal._runtime.launcher`, the same program a Kubernetes
 pod runs) in its own session and, where ``unshare`` allows, its own PID namespace, so ending a
 node ends every process it started. Nodes talk over loopback; each start gets a fresh master
-port and rendezvous id. Before a gang whose collective timed out, or that made no progress for
-``progress_timeout``, is stopped, its ranks are diagnosed (`gang_hang`): the failure then
-names the rank that stopped answering.
+port and rendezvous id. The launchers outlive a restart after a rank failed or the gang hung:
+told through their control sockets (`node_link`), they stop their ranks and fork the next
+start's from their zygotes, so a restart costs no interpreter start or torch import. A
+preempted gang, a dead launcher, or another call waiting for the machine ends the launchers
+and queues the gang again, as a fresh start. Before a gang whose collective timed out, or that
+made no progress for ``progress_timeout``, is stopped, its ranks are diagnosed (`gang_hang`):
+the failure then names the rank that stopped answering.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import gang_hang, procs
+from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import NodeNet, node_nets, partition
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime.hang import timed_out
@@ -49,10 +55,13 @@ from shoal.errors import FailureInfo
 
 if TYPE_CHECKING:
     from shoal._engines.local.engine import LocalEngine
+    from shoal._engines.local.pool import Reservation
 
 LAUNCHER = (sys.executable, "-m", "shoal._runtime.launcher")
 # Seconds to let the other nodes' ranks write their own reports before they are killed.
 FAILURE_GRACE = 2.0
+# Seconds past a stop's grace period for a launcher to say its ranks ended, before it is ended.
+STOP_ANSWER = 15.0
 
 
 def free_port() -> int:
@@ -88,6 +97,8 @@ class Gang:
 
     restart: int
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    links: list[NodeLink] = field(default_factory=list)
+    ended: list[asyncio.Future[int]] = field(default_factory=list)  # per node: its exit code
     log_dir: Path = Path()
     io: str = ""
 
@@ -115,6 +126,7 @@ class GangRunner:
         self.gang: Gang | None = None
         self.diagnosis: gang_hang.Diagnosis | None = None  # of the last start, if it hung
         self.nets: list[NodeNet] = []  # where the nodes of the last start sit on the network
+        self.links: list[NodeLink] = []  # the launchers kept for the next start
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -122,51 +134,72 @@ class GangRunner:
         request, priority = self.engine.gang_admission(self.call)
         restarts_used = 0
         restart = 0
-        while True:
-            self.preempted.clear()
-            if restart == 0:  # max_queued_time bounds the attempt's wait, not a readmission
-                first = await self.engine.admit_within(
-                    self.call, request, priority=priority, label=f"{self.ref.action} gang",
-                    on_preempt=self.preempted.set)
-                if first is None:
-                    return self.engine.queued_too_long(self.call, self.ref)
-                reservation = first
-            else:
-                reservation = await self.engine.pool.acquire(
-                    request, priority=priority, label=f"{self.ref.action} gang",
-                    on_preempt=self.preempted.set)
-            self.engine.notify("gang_admitted", self.ref.action,
-                               {"task": self.call.task.name, "restart": restart})
-            try:
+        reservation: Reservation | None = None
+        try:
+            while True:
+                if reservation is None:
+                    self.preempted.clear()
+                    if restart == 0:  # max_queued_time bounds the attempt's wait only
+                        reservation = await self.engine.admit_within(
+                            self.call, request, priority=priority,
+                            label=f"{self.ref.action} gang", on_preempt=self.preempted.set)
+                        if reservation is None:
+                            return self.engine.queued_too_long(self.call, self.ref)
+                    else:
+                        reservation = await self.engine.pool.acquire(
+                            request, priority=priority, label=f"{self.ref.action} gang",
+                            on_preempt=self.preempted.set)
+                    self.engine.notify("gang_admitted", self.ref.action,
+                                       {"task": self.call.task.name, "restart": restart})
                 outcome = await self._start_and_watch(restart, reservation.gpus)
-            finally:
+                if self.call.task.env.profile is not None:
+                    await self._summarize_profiles(restart)
+                if outcome == "succeeded":
+                    await self._drop_links()
+                    return AttemptOutcome(output=self._output(restart))
+                if not self._keeps_nodes(outcome):
+                    await self._drop_links()
+                    reservation.release()
+                    reservation = None
+                if outcome == "preempted" and self.cluster.resume_after_preemption:
+                    self.engine.notify("gang_preempted", self.ref.action,
+                                       {"task": self.call.task.name, "restart": restart,
+                                        "uses_restart": False})
+                    restart += 1
+                    continue
+                failure = self._failure(restart, preempted=outcome == "preempted")
+                if restarts_used < self.cluster.max_restarts:
+                    restarts_used += 1
+                    self.engine.notify("gang_restart", self.ref.action, {
+                        "task": self.call.task.name, "restart": restart,
+                        "message": failure.message, "rank": failure.rank,
+                        "left": self.cluster.max_restarts - restarts_used})
+                    restart += 1
+                    continue
+                return AttemptOutcome(failure=failure)
+        finally:
+            await self._drop_links()
+            if reservation is not None:
                 reservation.release()
-            if self.call.task.env.profile is not None:
-                await self._summarize_profiles(restart)
-            if outcome == "succeeded":
-                return AttemptOutcome(output=self._output(restart))
-            if outcome == "preempted" and self.cluster.resume_after_preemption:
-                self.engine.notify("gang_preempted", self.ref.action,
-                                   {"task": self.call.task.name, "restart": restart,
-                                    "uses_restart": False})
-                restart += 1
-                continue
-            failure = self._failure(restart, preempted=outcome == "preempted")
-            if restarts_used < self.cluster.max_restarts:
-                restarts_used += 1
-                self.engine.notify("gang_restart", self.ref.action, {
-                    "task": self.call.task.name, "restart": restart,
-                    "message": failure.message, "rank": failure.rank,
-                    "left": self.cluster.max_restarts - restarts_used})
-                restart += 1
-                continue
-            return AttemptOutcome(failure=failure)
+
+    def _keeps_nodes(self, outcome: str) -> bool:
+        """Whether the next start may reuse this one's launchers and reservation: its ranks
+        failed or hung (not preempted), every launcher is alive, and nothing else waits for
+        the machine (then the gang is admitted again, in its turn)."""
+        return (outcome in ("failed", "hung") and bool(self.links)
+                and all(link.alive for link in self.links) and not self.preempted.is_set()
+                and not self.engine.pool.others_waiting())
+
+    async def _drop_links(self) -> None:
+        """End the launchers kept between starts, if any (they exit on EOF)."""
+        links, self.links = self.links, []
+        await asyncio.gather(*(link.close() for link in links))
 
     async def _start_and_watch(self, restart: int, gpus: tuple[int, ...]) -> str:
         gang = await self._start(restart, gpus)
         self.gang = gang
         self.diagnosis = None
-        waits = {asyncio.ensure_future(p.wait()): i for i, p in enumerate(gang.procs)}
+        waits = {future: i for i, future in enumerate(gang.ended)}
         preempt = asyncio.ensure_future(self.preempted.wait())
         stalled = asyncio.ensure_future(self._stalled(gang))
         try:
@@ -180,11 +213,11 @@ class GangRunner:
                     return "preempted"
                 if stalled in done:
                     await self._diagnose(gang, "no_progress")
-                    await self._stop(gang, FAILURE_GRACE)
+                    await self._stop(gang, FAILURE_GRACE, keep=True)
                     return "hung"
                 if any(t.result() != 0 for t in done if t in waits):
                     await self._diagnose_if_timed_out(gang)
-                    await self._stop(gang, FAILURE_GRACE)
+                    await self._stop(gang, FAILURE_GRACE, keep=True)
                     return "failed"
             return "succeeded"
         except asyncio.CancelledError:
@@ -193,6 +226,8 @@ class GangRunner:
         finally:
             preempt.cancel()
             stalled.cancel()
+            for future in gang.ended:
+                future.cancel()
             self.gang = None
 
     async def _stalled(self, gang: Gang) -> None:
@@ -222,16 +257,48 @@ class GangRunner:
 
     async def _start(self, restart: int, gpus: tuple[int, ...] = ()) -> Gang:
         """Start every node; node ``i`` sees its share of the gang's GPUs ``gpus``."""
-        c, ref, env = self.cluster, self.ref, self.call.task.env
+        c, ref = self.cluster, self.ref
         log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
         log_dir.mkdir(parents=True, exist_ok=True)
         gang = Gang(restart=restart, log_dir=log_dir, io=self.io)
         port = free_port()
+        in_place = bool(self.links)
+        if in_place:
+            self._restart_in_place(gang, port)
+        else:
+            await self._launch(gang, port, gpus)  # then told to start, as a restart is
+        gang.procs = [link.proc for link in gang.links]
+        gang.ended = [asyncio.ensure_future(link.ended()) for link in gang.links]
+        logs: dict[str, str] = {}
+        for rank in range(c.world_size):
+            logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(
+                log_dir / f"rank{rank}.log")
+        self.engine.notify("gang_started", ref.action, {
+            "task": self.call.task.name, "restart": restart, "logs": logs,
+            "pids": [p.pid for p in gang.procs], "master_port": port,
+            # `shoal logs` and the UI place each rank on its node from these.
+            "nnodes": c.replicas, "nproc_per_node": c.nproc_per_node,
+            "same_launchers": in_place})
+        return gang
+
+    def _restart_in_place(self, gang: Gang, port: int) -> None:
+        """The start in the launchers of ``self.links`` (the last start's, or new ones): each
+        forks its ranks."""
+        for node_rank, link in enumerate(self.links):
+            link.send({"start": {"restart_attempt": gang.restart, "master_port": port,
+                                 "rank_log_dir": str(gang.log_dir),
+                                 "node_log": str(gang.log_dir / f"node{node_rank}.log")}})
+        gang.links = list(self.links)
+
+    async def _launch(self, gang: Gang, port: int, gpus: tuple[int, ...]) -> None:
+        """A launcher process per node, each with its control socket."""
+        c, ref, env = self.cluster, self.ref, self.call.task.env
+        restart, log_dir = gang.restart, gang.log_dir
+        self.links = gang.links  # filled as they start: ended with the attempt if one fails
         prefix = self.engine.namespace_prefix()
         emulated = self.engine.gpus_emulated(env)
         nets = node_nets(c.replicas)
         self.nets = nets
-        logs: dict[str, str] = {}
         for node_rank in range(c.replicas):
             node = NodeEnv(
                 home=str(self.engine.home), store=self.engine.store, run=ref.run,
@@ -258,31 +325,46 @@ class GangRunner:
             environ.update(self.engine.gpu_environ(
                 env, gpus[node_rank * share:(node_rank + 1) * share]))
             environ.update(node.to_env())
-            fds: tuple[int, ...] = ()
+            ours, theirs = socket.socketpair()
+            fds: tuple[int, ...] = (theirs.fileno(),)
+            environ[contract.CONTROL_FD] = str(theirs.fileno())
             if self.engine.lifeline is not None:
-                fds = (self.engine.lifeline[0],)
-                environ[contract.LIFELINE_FD] = str(fds[0])
+                fds += (self.engine.lifeline[0],)
+                environ[contract.LIFELINE_FD] = str(self.engine.lifeline[0])
             log = log_dir / f"node{node_rank}.log"
             command = (*nets[node_rank].prefix, *prefix, *LAUNCHER)
-            gang.procs.append(await procs.spawn(command, environ, log, pass_fds=fds))
-            for local in range(c.nproc_per_node):
-                rank = node_rank * c.nproc_per_node + local
-                logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(
-                    log_dir / f"rank{rank}.log")
-        self.engine.notify("gang_started", ref.action, {
-            "task": self.call.task.name, "restart": restart, "logs": logs,
-            "pids": [p.pid for p in gang.procs], "master_port": port,
-            # `shoal logs` and the UI place each rank on its node from these.
-            "nnodes": c.replicas, "nproc_per_node": c.nproc_per_node})
-        return gang
+            try:
+                proc = await procs.spawn(command, environ, log, pass_fds=fds)
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            gang.links.append(await NodeLink.open(proc, ours))
+        # Every node imports in its zygote first; told to start together, the gang's ranks do.
+        await asyncio.gather(*(link.ready() for link in gang.links))
+        self._restart_in_place(gang, port)
 
-    async def _stop(self, gang: Gang, grace: float) -> None:
-        """SIGTERM every node (the launchers pass it on to their ranks), then SIGKILL."""
+    async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
+        """Stop the ranks of every node still running some: ``keep``, through the control
+        socket (the launchers stay for the next start; one that does not answer in time is
+        ended with the others); otherwise SIGTERM every node (the launchers pass it on to
+        their ranks), then SIGKILL."""
+        if keep:
+            for link, ended in zip(gang.links, gang.ended, strict=True):
+                if not ended.done():
+                    link.send({"stop": grace})
+            try:
+                await asyncio.wait_for(asyncio.gather(*gang.ended), grace + STOP_ANSWER)
+                return
+            except asyncio.TimeoutError:
+                pass
         await asyncio.gather(*(procs.kill_tree(p.pid, grace) for p in gang.procs
                                if p.returncode is None))
         for p in gang.procs:
             with contextlib.suppress(ProcessLookupError):
                 await asyncio.wait_for(p.wait(), 10)
+        await self._drop_links()
 
     async def _summarize_profiles(self, restart: int) -> None:
         """The profiled windows' summaries, beside their traces (`shoal profile`, the UI)."""

@@ -185,6 +185,11 @@ class ResourcePool:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def others_waiting(self) -> bool:
+        """Whether any request waits for admission (a gang that restarts keeps its
+        reservation only when none does)."""
+        return bool(self._waiters)
+
     # -- what a reservation's holder does (a shared pool does it in the lease table) -------
     def _lend(self, r: Reservation, lent: bool) -> None:
         if lent:

@@ -50,6 +50,14 @@ class SharedPool(ResourcePool):
     def waiting(self) -> int:
         return len(self._asked)
 
+    def others_waiting(self) -> bool:
+        """Whether any run of the machine waits for admission (a failed lease table: yes,
+        so the restart queues as before)."""
+        try:
+            return any(row.state == "waiting" for row in self.table.leases())
+        except sqlite3.Error:
+            return True
+
     async def acquire(self, request: Request, *, priority: int = 0, label: str = "",
                       on_preempt: Callable[[], None] | None = None) -> Reservation:
         lease = self.table.enter(run=self.run, label=label, cpu=request.cpu,

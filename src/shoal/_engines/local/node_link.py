@@ -1,0 +1,68 @@
+"""The local engine's end of a node launcher's control socket (`_runtime.node_control`).
+
+A gang's launchers outlive its restarts: after a rank failed, the engine asks the other nodes
+to stop their ranks (`stop`), waits until every node said its ranks ended, and starts the next
+restart in the same launchers (`start`: a fresh master port, the restart number, its log
+folder), whose zygotes fork the new ranks at once. A launcher that died, or did not stop its
+ranks in time, is ended and the gang is started afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from shoal._engines.local import procs
+
+
+@dataclass(eq=False)
+class NodeLink:
+    proc: asyncio.subprocess.Process
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    @classmethod
+    async def open(cls, proc: asyncio.subprocess.Process, sock: socket.socket) -> NodeLink:
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        return cls(proc, reader, writer)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None and not self.writer.is_closing()
+
+    async def ready(self) -> None:
+        """Once the launcher is ready to start ranks (or gone: `ended` then says so)."""
+        while line := await self.reader.readline():
+            if "ready" in json.loads(line):
+                return
+
+    async def ended(self) -> int:
+        """The node's exit code for its current start, once its ranks have all ended (the
+        launcher's own exit code if it died first; never 0 then)."""
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                code = await self.proc.wait()
+                return code or 1
+            message = json.loads(line)
+            if "ended" in message:
+                return int(message["code"])
+
+    def send(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self.writer.write((json.dumps(message) + "\n").encode())
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Let the launcher exit (EOF on its socket); end its tree if it does not."""
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self.writer.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            await procs.kill_tree(self.proc.pid)
+            with contextlib.suppress(ProcessLookupError, asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 10)
