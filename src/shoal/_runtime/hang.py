@@ -1,7 +1,8 @@
 """The node launcher's part of hang diagnosis: what each of its ranks is doing, right now.
 
-Asked by the engine (`HANG_SIGNAL` to the launcher) or by itself (a rank of its node failed
-with a collective timeout), before anything is stopped, the launcher records for each live
+Asked by the engine (`HANG_SIGNAL` to the launcher) or by itself (a rank of its node has
+waited in one collective for `early_at` of the timeout, or failed with a collective timeout),
+before anything is stopped, the launcher records for each live
 rank: its process state (psutil; a SIGSTOPped rank is ``stopped``), its status file (last
 step, the collective it is in, see `rank_status`) and every thread's Python stack. Stacks come
 from ``py-spy dump`` where it is installed (it reads a stopped process too), else from the
@@ -30,9 +31,28 @@ from shoal._contract import NodeEnv
 from shoal._runtime.rank_status import STACKS_SIGNAL, raw_stacks_path, read_status, status_dir
 
 HANG_SIGNAL = signal.SIGUSR1  # engine -> launcher: "record your ranks now"
+POLL = 0.5  # seconds between two looks at this node's status files (the ranks write them
+# at most this often)
 STACK_WAIT = 2.0  # seconds a rank gets to write its stacks (faulthandler) or py-spy to read them
 _UNRESPONSIVE = {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
                  psutil.STATUS_DEAD}
+
+
+def early_at(collective_timeout: float) -> float:
+    """Seconds into a collective at which its ranks are recorded, before the timeout ends
+    them: their live stacks then show where they wait. py-spy takes ~0.3 s on a quiet machine
+    and seconds on a loaded one, so a short timeout is asked about at its half."""
+    return max(0.5 * collective_timeout, collective_timeout - 5.0)
+
+
+def waiting_since(node: NodeEnv) -> float | None:
+    """When the longest-waiting rank of this node entered the collective it is in (None: no
+    rank is in one), from the ranks' status files."""
+    folder = status_dir(node)
+    first = node.node_rank * node.nproc_per_node
+    since = [float(s["collective_since"]) for r in range(first, first + node.nproc_per_node)
+             if (s := read_status(folder, r)) and s.get("collective_since")]
+    return min(since, default=None)
 
 
 def node_report_name(node_rank: int) -> str:

@@ -305,6 +305,24 @@ class Node:
         finally:
             self._diagnosing.release()
 
+    def watch_collectives(self) -> None:
+        """Record this node's ranks live once one has waited in a collective for
+        `hang.early_at` of the collective timeout, before the timeout ends them. The local
+        engine asks for the same (`HANG_SIGNAL`) from its own poll, which a busy engine
+        process can run late; this one runs beside the ranks, on every engine."""
+        from shoal._runtime import hang
+
+        asked_for: float | None = None  # the collective start this node was recorded for
+        while True:
+            time.sleep(hang.POLL)
+            if self.stopping.is_set() or not self.children:
+                continue
+            since = hang.waiting_since(self.node)
+            if since is not None and since != asked_for and \
+                    time.time() - since >= hang.early_at(self.node.collective_timeout):
+                asked_for = since
+                self.diagnose()
+
     def _diagnose_if_timed_out(self, local_rank: int, code: int) -> None:
         """A rank timed out in a collective: its peers here are still alive; record them,
         unless the engine asked for a report during this collective (all ranks alive then)."""
@@ -408,6 +426,8 @@ def main() -> None:
     signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     runner.wakeup = wakeup_r
     watch_lifeline(runner, min(node.grace_period, 5.0))
+    threading.Thread(target=runner.watch_collectives, name="shoal-collectives",
+                     daemon=True).start()
     if control is not None:
         # Under the local engine even the first start waits for its word, given once every
         # node is ready (its zygote's imports done): the gang's ranks then start together.

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from shoal._runtime.hang import HANG_SIGNAL, node_report_name
+from shoal._runtime.hang import HANG_SIGNAL, early_at, node_report_name
 from shoal._runtime.hang_verdict import RankView, Verdict, decide, rank_views
 from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import read_reports
@@ -87,13 +87,6 @@ def ask_for_reports(procs: list[asyncio.subprocess.Process],
                 os.kill(pid, HANG_SIGNAL)
                 asked.add(node)
     return asked
-
-
-def early_at(collective_timeout: float) -> float:
-    """Seconds into a collective at which its ranks are recorded, before the timeout ends
-    them: their live stacks then show where they wait. py-spy takes ~0.3 s on a quiet machine
-    and seconds on a loaded one, so a short timeout is asked about at its half."""
-    return max(0.5 * collective_timeout, collective_timeout - 5.0)
 
 
 async def watch(procs: list[asyncio.subprocess.Process], log_dir: Path, world: int,

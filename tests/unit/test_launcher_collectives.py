@@ -1,0 +1,52 @@
+"""The node launcher records its ranks live once one has waited in a collective for the early
+share of the timeout, without the engine asking (Slurm and Kubernetes nodes have no engine
+watching)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from shoal._contract import NodeEnv
+from shoal._runtime import hang
+from shoal._runtime.launcher import Node
+from shoal._runtime.rank_status import status_path
+
+
+def _node(tmp_path: Path, timeout: float) -> NodeEnv:
+    return NodeEnv(home="/h", store="file:///s", run="r", action="a0", attempt=0, env_name="e",
+                   code_file="f.py", task="t", io="file:///s/io", node_rank=1, nnodes=2,
+                   nproc_per_node=2, master_addr="127.0.0.1", master_port=1, restart_attempt=0,
+                   rank_log_dir=str(tmp_path), collective_timeout=timeout)
+
+
+def _status(tmp_path: Path, rank: int, since: float | None) -> None:
+    status_path(tmp_path, rank).write_text(json.dumps(
+        {"rank": rank, "step": 3, "step_at": time.time(), "collective": "all_reduce" if since
+         else None, "collective_since": since}))
+
+
+def test_early_share_of_the_timeout() -> None:
+    assert hang.early_at(60) == 55  # 5 s before the end
+    assert hang.early_at(6) == 3  # a short timeout: at its half
+
+
+@pytest.mark.parametrize("waited", [True, False])
+def test_a_rank_waiting_past_the_early_share_is_recorded_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, waited: bool) -> None:
+    monkeypatch.setattr(hang, "POLL", 0.05)
+    runner = Node(_node(tmp_path, timeout=4.0))
+    runner.children = {101: 0, 102: 1}
+    since = time.time() - (2.5 if waited else 0.5)  # early_at(4) = 2
+    _status(tmp_path, 2, None)  # rank 2 (this node's first) is between collectives
+    _status(tmp_path, 3, since)
+    _status(tmp_path, 1, time.time() - 100)  # another node's rank: not this node's business
+    calls: list[float] = []
+    monkeypatch.setattr(runner, "diagnose", lambda: calls.append(time.time()))
+    threading.Thread(target=runner.watch_collectives, daemon=True).start()
+    time.sleep(0.6)
+    assert len(calls) == (1 if waited else 0)  # once per collective, not at every look
