@@ -473,6 +473,16 @@ def _get_verified(
     return None
 
 
+def _open_listed(local: Path, uri: str, step: int) -> int:
+    """Open for reading an object of a file:// store that a commit lists."""
+    try:
+        return os.open(local, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError as e:
+        raise StoreError(
+            f"checkpoint step {step}: object {uri} is missing, though the commit lists it"
+        ) from e
+
+
 def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) -> bytes | None:
     """Download one object, verified: its bytes (``dest`` None), else written at ``dest``.
 
@@ -481,12 +491,7 @@ def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) ->
     """
     local = store.local_path(uri)
     if local is not None:
-        try:
-            fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as e:
-            raise StoreError(
-                f"checkpoint step {step}: object {uri} is missing, though the commit lists it"
-            ) from e
+        fd = _open_listed(local, uri, step)
         try:
             if dest is None:
                 return _read_verified(fd, uri, entry, step)
@@ -532,12 +537,7 @@ def verified_in_place(
         local = store.local_path(uri)
         if local is None:
             return None
-        try:
-            fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as e:
-            raise StoreError(
-                f"checkpoint step {step}: object {uri} is missing, though the commit lists it"
-            ) from e
+        fd = _open_listed(local, uri, step)
         try:
             hashing = _expected(entry)
             try:
