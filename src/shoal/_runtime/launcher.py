@@ -288,7 +288,6 @@ class Node:
         self.stop(grace, keep_zygote=True)
         return True
 
-
     def diagnose(self, *, wait: bool = False) -> None:
         """Record what every rank of this node is doing now (`hang`), one report at a time
         (``wait``: for the one being written, instead of skipping)."""
@@ -307,9 +306,9 @@ class Node:
 
     def watch_collectives(self) -> None:
         """Record this node's ranks live once one has waited in a collective for
-        `hang.early_at` of the collective timeout, before the timeout ends them. The local
-        engine asks for the same (`HANG_SIGNAL`) from its own poll, which a busy engine
-        process can run late; this one runs beside the ranks, on every engine."""
+        `hang.early_at` of the collective timeout, before the timeout ends them. It runs
+        here, beside the ranks, on every engine: an ask from the engine's own poll came too
+        late on a busy machine."""
         from shoal._runtime import hang
 
         asked_for: float | None = None  # the collective start this node was recorded for
@@ -325,14 +324,14 @@ class Node:
 
     def _diagnose_if_timed_out(self, local_rank: int, code: int) -> None:
         """A rank timed out in a collective: its peers here are still alive; record them,
-        unless the engine asked for a report during this collective (all ranks alive then)."""
+        unless this node was recorded during this collective (all ranks alive then)."""
         from shoal._runtime import hang
 
         n = self.node
         if local_rank < 0 or not hang.rank_timed_out(n, n.node_rank * n.nproc_per_node +
                                                      local_rank, code):
             return
-        self._diagnosing.acquire(timeout=10)  # one the engine asked for may be under way
+        self._diagnosing.acquire(timeout=10)  # an early one may be under way
         self._diagnosing.release()
         if time.monotonic() - self._diagnosed_at > n.collective_timeout:
             self.diagnose(wait=True)
@@ -354,7 +353,6 @@ class Node:
         with contextlib.suppress(Exception):
             open_store(n.store).put_bytes(
                 join(attempt_folder(n), f"node-{n.node_rank}.json"), json.dumps(report).encode())
-
 
 
 def _die(message: str) -> NoReturn:

@@ -233,8 +233,10 @@ class GangRunner:
     async def _stalled(self, gang: Gang) -> None:
         """Returns when the gang stopped making progress; never without a progress_timeout."""
         c = self.cluster
-        await gang_hang.watch(gang.procs, gang.log_dir, c.world_size, c.progress_timeout,
-                              c.collective_timeout)
+        if c.progress_timeout is None:
+            await asyncio.Event().wait()  # cancelled with the start
+        else:
+            await gang_hang.watch(gang.log_dir, c.world_size, c.progress_timeout)
 
     async def _diagnose_if_timed_out(self, gang: Gang) -> None:
         first = first_failure(self.store, join(self.io, f"r{gang.restart}"))

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from shoal._runtime.hang import HANG_SIGNAL, early_at, node_report_name
+from shoal._runtime.hang import HANG_SIGNAL, node_report_name
 from shoal._runtime.hang_verdict import RankView, Verdict, decide, rank_views
 from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import read_reports
@@ -74,12 +74,11 @@ def _launcher_pid(pid: int) -> int | None:
     return None
 
 
-def ask_for_reports(procs: list[asyncio.subprocess.Process],
-                    nodes: set[int] | None = None) -> set[int]:
-    """Signal the live launchers (of ``nodes``, default all) to write their reports now."""
+def ask_for_reports(procs: list[asyncio.subprocess.Process], nodes: set[int]) -> set[int]:
+    """Signal the live launchers of ``nodes`` to write their reports now."""
     asked = set()
     for node, proc in enumerate(procs):
-        if nodes is not None and node not in nodes:
+        if node not in nodes:
             continue
         pid = _launcher_pid(proc.pid) if proc.returncode is None else None
         if pid is not None:
@@ -89,24 +88,16 @@ def ask_for_reports(procs: list[asyncio.subprocess.Process],
     return asked
 
 
-async def watch(procs: list[asyncio.subprocess.Process], log_dir: Path, world: int,
-                progress_timeout: float | None, collective_timeout: float) -> None:
-    """Return once no rank's step advanced for ``progress_timeout`` s (never without one);
-    ranks that report no steps are not judged, and the clock starts at the first step any
-    rank reports. On the way, when a rank has been in one collective for `early_at`, every
-    node is asked for its report while all ranks are alive."""
-    asked_for: float | None = None  # the start of the collective the nodes were asked about
+async def watch(log_dir: Path, world: int, progress_timeout: float) -> None:
+    """Return once no rank's step advanced for ``progress_timeout`` s; ranks that report no
+    steps are not judged, and the clock starts at the first step any rank reports. (The live
+    stacks of ranks waiting long in a collective are each launcher's to record: it watches its
+    own ranks, `launcher.Node.watch_collectives`.)"""
     while True:
         await asyncio.sleep(POLL)
         statuses = [s for r in range(world) if (s := read_status(log_dir, r))]
-        now = time.time()
-        started = [float(s["collective_since"]) for s in statuses if s.get("collective_since")]
-        if started and min(started) != asked_for and \
-                now - min(started) >= early_at(collective_timeout):
-            asked_for = min(started)
-            ask_for_reports(procs)
         stepped = [s["step_at"] for s in statuses if s.get("step_at")]
-        if progress_timeout is not None and stepped and now - max(stepped) > progress_timeout:
+        if stepped and time.time() - max(stepped) > progress_timeout:
             return
 
 
