@@ -188,7 +188,7 @@ class ResourcePool:
     def others_waiting(self) -> bool:
         """Whether any request waits for admission (a gang that restarts keeps its
         reservation only when none does)."""
-        return bool(self._waiters)
+        return self.waiting > 0
 
     # -- what a reservation's holder does (a shared pool does it in the lease table) -------
     def _lend(self, r: Reservation, lent: bool) -> None:
