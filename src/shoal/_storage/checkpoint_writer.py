@@ -81,26 +81,23 @@ class WriterSettings:
 
     @classmethod
     def from_env(cls) -> WriterSettings:
-        try:
-            nice = contract.checkpoint_writer_nice()
-        except ValueError as e:
-            raise SpecError(
-                field=contract.CHECKPOINT_WRITER_NICE,
-                value=os.environ.get(contract.CHECKPOINT_WRITER_NICE),
-                rule=f"must be an integer from 0 to 19 ({e})",
-                fix=f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_NICE}), or set 0 to "
-                "write asynchronous saves at training's priority",
-            ) from None
-        try:
-            deadline = contract.checkpoint_writer_deadline()
-        except ValueError as e:
-            raise SpecError(
-                field=contract.CHECKPOINT_WRITER_DEADLINE,
-                value=os.environ.get(contract.CHECKPOINT_WRITER_DEADLINE),
-                rule=f"must be a number of seconds > 0 ({e})",
-                fix=f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_DEADLINE:g} s)",
-            ) from None
+        nice = _setting(contract.checkpoint_writer_nice, contract.CHECKPOINT_WRITER_NICE,
+                        "must be an integer from 0 to 19",
+                        f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_NICE}), or set "
+                        "0 to write asynchronous saves at training's priority")
+        deadline = _setting(contract.checkpoint_writer_deadline,
+                            contract.CHECKPOINT_WRITER_DEADLINE, "must be a number of seconds > 0",
+                            f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_DEADLINE:g} s)")
         return cls(nice, deadline)
+
+
+def _setting(read: Callable[[], T], name: str, rule: str, fix: str) -> T:
+    """``read()`` of the variable ``name``; a bad value is a SpecError naming it."""
+    try:
+        return read()
+    except ValueError as e:
+        raise SpecError(field=name, value=os.environ.get(name), rule=f"{rule} ({e})",
+                        fix=fix) from None
 
 
 class _Job:
