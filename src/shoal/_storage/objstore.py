@@ -145,9 +145,7 @@ class ObjectStore(Store):
 
         if size < self.ranged_get_min:
             return [obstore.get(self._store, key).bytes()]
-        # One range per connection, 8-64 MiB each: few requests, as each costs a round trip
-        # (and, on moto, a read of the whole object).
-        part = min(max(CHUNK, -(-size // self.parallelism)), _MAX_RANGE)
+        part = self._range_size(size)
         # The first part's answer names the object's size and ETag (no HEAD to wait for; its
         # body is read while the other parts come), and the others are pinned to that ETag,
         # so a replaced object fails instead of mixing.
@@ -165,6 +163,12 @@ class ObjectStore(Store):
             rest = [pool.submit(fetch, start) for start in starts]
             parts: list[Buffer] = [first.bytes()]
             return parts + [f.result() for f in rest]
+
+    def _range_size(self, size: int) -> int:
+        """The part of a ranged download of ``size`` bytes: one range per connection, 8-64 MiB
+        each; few requests, as each costs a round trip (and, on moto, a read of the whole
+        object)."""
+        return min(max(CHUNK, -(-size // self.parallelism)), _MAX_RANGE)
 
     def _put_file(self, src: Path, key: str) -> None:
         import obstore
@@ -187,16 +191,17 @@ class ObjectStore(Store):
                     f.write(chunk)
                 return
             fd = f.fileno()
+            part = self._range_size(size)
 
             def fetch(start: int) -> None:
-                end = min(start + CHUNK, size)
-                part = obstore.get(
+                end = min(start + part, size)
+                data = obstore.get(
                     self._store, key, options={"range": (start, end), "if_match": etag}
                 ).bytes()
-                os.pwrite(fd, part, start)
+                os.pwrite(fd, data, start)
 
             with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
-                for future in [pool.submit(fetch, s) for s in range(0, size, CHUNK)]:
+                for future in [pool.submit(fetch, s) for s in range(0, size, part)]:
                     future.result()
 
     def _open_read(self, key: str, uri: str, chunk_size: int) -> BinaryIO:
