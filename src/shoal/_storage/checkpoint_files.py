@@ -458,13 +458,11 @@ def _get_verified(
     """A remote object fetched into memory (parallel ranged GETs when large), verified."""
     parts = [memoryview(p).cast("B") for p in store.get_parts(uri, entry.size)]
     hashing = _expected(entry)
-    if hashing.algorithm == CRC32C:  # any cut will do: checksum the parts as they are
-        for part in parts:
-            hash_memory(part, hashing)
-        data = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
-    else:  # sha256 commits are cut at their piece size
-        data = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
-        hash_memory(memoryview(data), hashing)
+    data = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
+    # CRC32C: any cut will do, so the parts are checksummed as they came; sha256 commits are
+    # cut at their piece size.
+    for part in parts if hashing.algorithm == CRC32C else [memoryview(data)]:
+        hash_memory(part, hashing)
     _check(uri, entry, hashing, step, len(data))
     if dest is None:
         return data
