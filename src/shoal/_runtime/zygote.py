@@ -35,10 +35,10 @@ from typing import Any
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
 # groups and Shoal's rank runtime. Not torch._dynamo (which DDP() imports, ~0.5 s of CPU per
-# rank) nor torch.distributed.checkpoint: with either imported here, 2 to 3 of 4 runs of the
-# seed DDP example hung as the task ended (its main thread in a C call, holding the GIL; a
-# gloo thread waiting), against 0 of 6 without them: forked ranks import them themselves.
-# Measured with torch 2.13.
+# rank) nor torch.distributed.checkpoint: with both imported here, 3 of 12 runs of the seed
+# DDP example hung as the task ended, one rank left in its task's last step (its main thread
+# in a C call, holding the GIL, as DDP's reducer is freed; a gloo thread waiting for the GIL),
+# against 0 of 6 without them: forked ranks import them themselves. Measured with torch 2.13.
 PREIMPORTS = ("torch", "torch.distributed", "shoal._runtime.rank")
 
 
@@ -103,7 +103,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> No
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
-    except BaseException:
+    except BaseException:  # the rank's process boundary: shown in its log, exit code 1
         import traceback
 
         traceback.print_exc()
