@@ -20,7 +20,8 @@ from shoal._storage import checksums
 from shoal._storage.checkpoint_writer import deprioritized
 
 __all__ = ["CHUNK", "CRC32C", "PARALLEL_MIN", "PIECES", "SHA256", "Digest", "Hashing",
-           "hash_file", "hash_memory", "hash_pool", "hash_range", "hash_view", "new_hashing"]
+           "hash_file", "hash_memory", "hash_pool", "hash_range", "hash_view", "new_hashing",
+           "read_into"]
 
 CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size checksummed by one task
 CRC32C = "crc32c"  # what new commits record: the object's CRC32C, 8 hex digits
@@ -161,6 +162,43 @@ def hash_file(fd: int, size: int, hashing: Hashing) -> None:
     for start in starts:
         length = None if start == starts[-1] else hashing.piece_size
         hashing.add(hash_range, fd, start, length, span=(start, length))
+
+
+def _read_piece(fd: int, view: memoryview, offset: int, algorithm: str | None) -> Digest:
+    """Read ``len(view)`` bytes of ``fd`` from ``offset`` into ``view`` (fewer at the end of
+    the file), then checksum them with ``algorithm`` while they are in the CPU cache (None:
+    only the count)."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return hash_view(view[:done], algorithm) if algorithm else (0, done)
+
+
+def read_into(fd: int, view: memoryview, hashing: Hashing) -> None:
+    """Read ``fd`` from offset 0 into ``view`` (up to its length), checksumming what lands.
+
+    The pieces are read in the pool, several at once (on a warm page cache one thread's copy,
+    page faults included, is slower than the disk), each checksummed by the thread that read
+    it. A whole-object sha256 (older commits) cannot be cut: it runs once every piece is in.
+    Afterwards ``hashing`` has checksummed what was read: a file shorter than ``view`` shows
+    as a smaller size. Call ``hashing.settle()`` before closing ``fd`` or freeing ``view``.
+    """
+    step = hashing.piece_size or CHUNK
+    starts = range(0, len(view), step)
+    if hashing.algorithm != SHA256:
+        for start in starts:
+            hashing.add(_read_piece, fd, view[start : start + step], start)
+        return
+    reads = [hash_pool().submit(_read_piece, fd, view[s : s + step], s, None) for s in starts]
+    done = 0
+    for future in reads:  # every read settles before a failure is raised
+        future.exception()
+    for future in reads:
+        done += future.result()[1]
+    hash_memory(view[:done], hashing)
 
 
 def new_hashing(size: int) -> Hashing:
