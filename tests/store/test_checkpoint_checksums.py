@@ -56,6 +56,25 @@ def test_crc32c_combines_pieces_into_the_whole_objects_crc() -> None:
         assert combined == checksums.crc32c(data)
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_spans_landing_in_any_order_combine_into_the_whole_crc(inline: bool) -> None:
+    """What a ranged download's parts checksum into, whatever order they land in; a gap
+    stops the count there, so a missing span shows as a short object."""
+    from shoal._storage.checkpoint_hashing import Spans
+
+    data = os.urandom(5 * MiB + 3)
+    cuts = [(0, MiB), (MiB, 3 * MiB), (3 * MiB, 3 * MiB + 1), (3 * MiB + 1, len(data))]
+    for order in (cuts, cuts[::-1], [cuts[2], cuts[0], cuts[3], cuts[1]]):
+        spans = Spans(memoryview(data), inline=inline)
+        for start, end in order:
+            spans.landed(start, end)
+        assert spans.result() == (len(data), f"{checksums.crc32c(data):08x}")
+    spans = Spans(memoryview(data), inline=inline)
+    for start, end in (cuts[0], cuts[2], cuts[3]):
+        spans.landed(start, end)
+    assert spans.result() == (MiB, f"{checksums.crc32c(data[:MiB]):08x}")
+
+
 def test_a_commit_records_each_objects_crc32c(store_root: str, tmp_path: Path) -> None:
     cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
     big = os.urandom(2 * CHUNK + 5)  # three pieces, checksummed apart and combined
@@ -276,10 +295,10 @@ def test_a_read_failing_halfway_raises_and_returns_nothing(
     cp.save_sync(data)
     real = os.preadv
 
-    def failing(fd: int, buffers: Any, offset: int) -> int:
+    def failing(fd: int, buffers: Any, offset: int, *flags: int) -> int:
         if offset >= CHUNK:
             raise OSError(5, "Input/output error")
-        return real(fd, buffers, offset)
+        return real(fd, buffers, offset, *flags)
 
     monkeypatch.setattr(checkpoint_hashing.os, "preadv", failing)
     with pytest.raises(OSError, match="Input/output error"):
@@ -301,11 +320,11 @@ def test_a_file_that_changes_size_while_read_is_read_again_as_it_is(
     real = os.preadv
     shorted: list[int] = []
 
-    def short_once(fd: int, buffers: Any, offset: int) -> int:
+    def short_once(fd: int, buffers: Any, offset: int, *flags: int) -> int:
         if offset >= 2 * CHUNK and not shorted:
             shorted.append(offset)
             return 0  # as if the file ended here
-        return real(fd, buffers, offset)
+        return real(fd, buffers, offset, *flags)
 
     monkeypatch.setattr(checkpoint_hashing.os, "preadv", short_once)
     assert cp.load_sync() == data and shorted
@@ -324,3 +343,39 @@ def test_a_bad_ranged_get_setting_is_a_spec_error(monkeypatch: pytest.MonkeyPatc
         with pytest.raises(SpecError, match="SHOAL_RANGED_GET_MIN_MIB") as err:
             ObjectStore("s3://bucket")
         assert repr(bad) in str(err.value) and "'off'" in str(err.value)
+
+
+@pytest.mark.parametrize("cache", ["in the page cache", "on disk"])
+@pytest.mark.parametrize("commit", ["crc32c", "sha256"])
+def test_file_loads_read_in_pieces_verify_every_commit_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: str, commit: str,
+    no_copies: list[int],
+) -> None:
+    """Both ways of reading a file into the result (pieces in parallel from the page cache, in
+    order from the disk), for CRC32C commits and both sha256 kinds, flip caught."""
+    from shoal._storage import checkpoint_hashing
+
+    seen: list[bool] = []
+    real = checkpoint_hashing._cached
+
+    def cached(fd: int, first: memoryview) -> bool:
+        seen.append(cache == "in the page cache" and real(fd, first))
+        return seen[-1]
+
+    monkeypatch.setattr(checkpoint_hashing, "_cached", cached)
+    cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
+    big, small = os.urandom(3 * CHUNK + 11), os.urandom(CHUNK - 5)
+    cp.save_sync(big)
+    cp.save_sync(small)
+    if commit == "sha256":
+        for step, data in ((0, big), (1, small)):
+            store, uri, doc = _commit(cp, step)
+            _as_sha256(doc, {"data": data})
+            store.put_bytes(uri, json.dumps(doc).encode())
+    for step, data in ((0, big), (1, small)):
+        assert Checkpoint(cp.uri, local_dir=tmp_path / f"l{step}").load_sync(step=step) == data
+    assert no_copies == [] and seen == [cache == "in the page cache"]  # one probe: big's
+    _flip(store_for(cp.uri), _object(cp, 0, "data"), 2 * CHUNK + 1)
+    algorithm = "crc32c" if commit == "crc32c" else "sha256-pieces"
+    with pytest.raises(StoreError, match=f"is corrupt: .* {algorithm}"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "flipped").load_sync(step=0)

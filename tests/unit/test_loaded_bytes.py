@@ -41,7 +41,7 @@ def test_a_filled_object_is_bytes_in_every_way(path: str) -> None:
     data = os.urandom(100_000) + b"tail"
     got = filled(len(data), _writer(data))
     assert type(got) is LoadedBytes and isinstance(got, bytes)
-    assert got == data and not got != data and len(got) == len(data)
+    assert got == data and got != data + b"!" and len(got) == len(data)
     assert hash(got) == hash(data) and {data: 1}[got] == 1 and got in {data}
     assert got[:10] == data[:10] and got[-4:] == b"tail" and bytes(got) == data
     assert got + b"!" == data + b"!" and got.startswith(data[:5]) and got.find(b"tail") > 0

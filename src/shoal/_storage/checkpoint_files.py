@@ -7,7 +7,9 @@ folder, write, fsync, rename. Bytes in memory are written from the caller's buff
 a file is copied by the kernel (``os.sendfile``, no trip through user space), and each piece of
 the copy is checksummed by reading it back from the temporary file, from the page cache: what
 is checksummed is what the store holds. On other stores the checksum reads the source beside
-the store's own upload, and checksums what was downloaded as it lands.
+the store's own upload, and checksums what was downloaded as it lands. A bytes load reads the
+object (file pieces, or a GET's body) straight into the `LoadedBytes` it returns
+(``loaded_bytes.filled``): one copy, as a plain read makes.
 
 The checksum is CRC32C (checksums.py: hardware-accelerated, ~8x sha256 here), of the whole
 object (``"crc32c"`` in the commit). Each piece (``checkpoint_hashing``: ``CHUNK`` bytes) is
@@ -43,6 +45,7 @@ from shoal._storage.checkpoint_hashing import (
     PIECES,
     SHA256,
     Hashing,
+    Spans,
     hash_file,
     hash_memory,
     hash_range,
@@ -480,6 +483,19 @@ def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> LoadedBytes:
 
 
 def _fill_from_store(store: Store, uri: str, entry: Entry, step: int, view: memoryview) -> None:
+    """The store writes the object into ``view``; CRC32C checksums each span as it lands,
+    sha256 (older commits) once all is in."""
+    if entry.hash == CRC32C:
+        spans = Spans(view, inline=entry.size < PARALLEL_MIN)
+        try:
+            got = store.get_into(uri, view, spans.landed)
+        finally:
+            spans.settle()  # the pool reads view: done before it goes
+        if got != entry.size:
+            raise _Resized
+        size, digest = spans.result()
+        _verify(uri, entry, size, digest, step)
+        return
     if store.get_into(uri, view) != entry.size:
         raise _Resized
     hashing = _expected(entry)
