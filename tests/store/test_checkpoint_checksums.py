@@ -379,3 +379,32 @@ def test_file_loads_read_in_pieces_verify_every_commit_kind(
     algorithm = "crc32c" if commit == "crc32c" else "sha256-pieces"
     with pytest.raises(StoreError, match=f"is corrupt: .* {algorithm}"):
         Checkpoint(cp.uri, local_dir=tmp_path / "flipped").load_sync(step=0)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("ranged", [True, False])
+def test_an_s3_download_failing_halfway_raises_and_returns_nothing(
+    s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranged: bool
+) -> None:
+    from shoal._storage import objstore
+
+    cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
+    data = os.urandom(3 * CHUNK)
+    cp.save_sync(data)
+    store = store_for(cp.uri)
+    if not ranged:
+        monkeypatch.setattr(store, "ranged_get_min", None)
+    real = objstore._stream_into
+    calls: list[int] = []
+
+    def cut(answer: Any, dest: memoryview, *args: Any) -> int:
+        calls.append(len(dest))
+        if len(calls) == 1:
+            dest[: len(dest) // 2] = b"\0" * (len(dest) // 2)
+            raise OSError(104, "Connection reset by peer")  # as the local side of a GET
+        return real(answer, dest, *args)
+
+    monkeypatch.setattr(objstore, "_stream_into", cut)
+    with pytest.raises(StoreError, match="Connection reset by peer"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync()
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "again").load_sync() == data
