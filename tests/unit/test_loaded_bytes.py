@@ -96,3 +96,22 @@ def test_objects_are_freed(path: str) -> None:
     del got
     gc.collect()
     assert sys.getrefcount(LoadedBytes) == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or loaded_bytes._fast_allocator() is None,
+                    reason="pages are faulted in ahead on Linux, for objects filled in place")
+def test_a_large_objects_pages_are_faulted_in_beside_the_fill() -> None:
+    """The kernel accepts the request (MADV_POPULATE_WRITE needs Linux 5.14; an older one
+    answers EINVAL and the fill goes on without it), and the contents are the fill's."""
+    allocate = loaded_bytes._fast_allocator()
+    assert allocate is not None
+    size = 8 * 1024 * 1024 + 5
+    obj, view, address = allocate(size)
+    faulting = loaded_bytes._prefault(address, size)
+    assert faulting is not None and faulting.result() == 0
+    view[:] = b"\x07" * size
+    view.release()
+    assert obj == b"\x07" * size
+    assert loaded_bytes._prefault(address, loaded_bytes._PREFAULT_MIN - 1) is None
+    data = os.urandom(size)
+    assert filled(size, _writer(data)) == data
