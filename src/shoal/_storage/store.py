@@ -156,6 +156,14 @@ class Store(ABC):
         with self._translate("put", uri):
             self._put_file(src, key)
 
+    def put_fileobj(self, f: BinaryIO, uri: str) -> None:
+        """Upload what the binary file ``f`` (at offset 0) holds, up to its end,
+        atomically, reading it once, in order, ``read(n)`` by ``read(n)`` (so a wrapper of
+        ``f`` sees every byte sent: what a checkpoint checksums as it uploads)."""
+        key = self._key(uri)
+        with self._translate("put", uri):
+            self._put_fileobj(f, key)
+
     def get_file(self, uri: str, local: str | Path) -> None:
         """Download to ``local`` atomically (temporary file next to it, then rename)."""
         key = self._key(uri)
@@ -257,6 +265,9 @@ class Store(ABC):
 
     @abstractmethod
     def _put_file(self, src: Path, key: str) -> None: ...
+
+    @abstractmethod
+    def _put_fileobj(self, f: BinaryIO, key: str) -> None: ...
 
     @abstractmethod
     def _get_file(self, key: str, dest: Path) -> None: ...
