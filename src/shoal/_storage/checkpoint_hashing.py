@@ -185,14 +185,14 @@ class CrcReader:
 
     def __init__(self, f: BinaryIO) -> None:
         self._f = f
-        self._crc = 0
+        self._crc = checksums.Crc32c()
         self._done = 0  # the CRC is of bytes [0, _done), read in order
 
     def read(self, size: int = -1) -> bytes:
         start = self._f.tell()
         data = self._f.read(size)
         if start <= self._done < start + len(data):
-            self._crc = checksums.crc32c(memoryview(data)[self._done - start :], self._crc)
+            _digest_chunk(self._crc, memoryview(data)[self._done - start :])
             self._done = start + len(data)
         return data
 
@@ -212,4 +212,4 @@ class CrcReader:
         """(size, hex CRC32C) when the reads covered exactly the ``size`` bytes expected."""
         if self._done != size:
             return None
-        return size, f"{self._crc:08x}"
+        return size, f"{self._crc.value:08x}"
