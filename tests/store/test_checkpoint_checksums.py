@@ -237,13 +237,16 @@ def test_an_s3_file_save_checksums_the_uploads_own_reads(
 
     monkeypatch.setattr(checkpoint_files, "_hash_whole", no_second_pass)
     cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
-    data = os.urandom(2 * CHUNK + 5)  # a multipart upload: three parts
-    (cp.path / "m.pt").write_bytes(data)
-    cp.save_sync(cp.path / "m.pt")
-    _, _, doc = _commit(cp, 0)
-    (entry,) = doc["shards"][0]["objects"]
-    assert entry["crc32c"] == f"{checksums.crc32c(data):08x}"
-    assert Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync() is not None
+    # A multipart upload (three parts), a single PUT, and an empty file.
+    payloads = [os.urandom(2 * CHUNK + 5), b"small weights", b""]
+    for step, data in enumerate(payloads):
+        (cp.path / "m.pt").write_bytes(data)
+        cp.save_sync(cp.path / "m.pt")
+        _, _, doc = _commit(cp, step)
+        (entry,) = doc["shards"][0]["objects"]
+        assert entry["crc32c"] == f"{checksums.crc32c(data):08x}"
+        loaded = Checkpoint(cp.uri, local_dir=tmp_path / f"fresh-{step}").load_sync()
+        assert isinstance(loaded, Path) and loaded.read_bytes() == data
 
 
 @pytest.mark.s3
