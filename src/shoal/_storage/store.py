@@ -157,9 +157,11 @@ class Store(ABC):
             self._put_file(src, key)
 
     def put_fileobj(self, f: BinaryIO, uri: str) -> None:
-        """Upload what the binary file ``f`` (at offset 0) holds, up to its end,
-        atomically, reading it once, in order, ``read(n)`` by ``read(n)`` (so a wrapper of
-        ``f`` sees every byte sent: what a checkpoint checksums as it uploads)."""
+        """Upload the open binary file ``f``, from offset 0 to its end, atomically.
+
+        The store reads it once, in order, with ``read(n)`` calls (seeking only to learn its
+        size), so a wrapper of ``f`` sees every byte sent: what a checkpoint checksums as it
+        uploads (``checkpoint_hashing.CrcReader``)."""
         key = self._key(uri)
         with self._translate("put", uri):
             self._put_fileobj(f, key)
