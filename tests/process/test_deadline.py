@@ -53,11 +53,26 @@ def test_a_gang_past_its_deadline_is_stopped_by_the_controller(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The local gang does not bound its own attempts: the controller's backstop stops it.
     monkeypatch.setattr("shoal._driver.deadline.BACKSTOP", 0.5)
-    t0 = time.monotonic()
-    run = shoal.run(p.gang_hangs, str(tmp_path))
-    with pytest.raises(TaskTimeout, match=r"ran past its deadline of 1s.*3 retries were not"):
+    t0, until = time.monotonic(), time.time() + 8.0
+    run = shoal.run(p.gang_hangs, str(tmp_path), until)
+    with pytest.raises(TaskTimeout, match=r"ran past its deadline of 4s.*3 retries were not"):
         run.wait()
-    assert time.monotonic() - t0 < 3.0
+    took = time.monotonic() - t0
+    assert 4.0 <= took < 7.5, took  # the deadline and the backstop, not the ranks' hang
     assert len(list(tmp_path.glob("rank*-started"))) == 2
-    time.sleep(max(0.0, t0 + 4.5 - time.monotonic()))
+    time.sleep(max(0.0, until + 0.5 - time.time()))
     assert not list(tmp_path.glob("rank*-woke")), "a rank outlived the deadline"
+
+
+def test_a_gang_past_its_deadline_while_its_nodes_import_ends_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cancelled while the node's zygote still imports torch (~1-3 s): the launchers are ended
+    # then, not once their imports are done, and no rank starts.
+    monkeypatch.setattr("shoal._driver.deadline.BACKSTOP", 0.2)
+    t0 = time.monotonic()
+    run = shoal.run(p.gang_past_deadline_at_start, str(tmp_path))
+    with pytest.raises(TaskTimeout, match=r"ran past its deadline of 0.3s"):
+        run.wait()
+    assert time.monotonic() - t0 < 1.2
+    time.sleep(3.0)  # time enough for the imports to have ended, had the launchers lived
+    assert not list(tmp_path.glob("rank*-started"))

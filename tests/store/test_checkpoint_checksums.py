@@ -408,3 +408,78 @@ def test_an_s3_download_failing_halfway_raises_and_returns_nothing(
     with pytest.raises(StoreError, match="Connection reset by peer"):
         Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "again").load_sync() == data
+
+
+def test_a_crc_reader_checksums_only_reads_that_cover_the_file_in_order(tmp_path: Path) -> None:
+    from shoal._storage.checkpoint_hashing import CrcReader
+
+    data = os.urandom(3 * MiB + 7)
+    (tmp_path / "f").write_bytes(data)
+    whole = (len(data), f"{checksums.crc32c(data):08x}")
+    with open(tmp_path / "f", "rb") as f:
+        reader = CrcReader(f)  # in order, with a re-read (a retried part) in the middle
+        reader.read(MiB)
+        reader.seek(10)
+        reader.read(MiB)
+        while reader.read(MiB):
+            pass
+        assert reader.result(len(data)) == whole
+        assert reader.result(len(data) + 1) is None  # not what the caller expected
+        f.seek(0)
+        skipping = CrcReader(f)
+        skipping.read(MiB)
+        skipping.seek(2 * MiB)  # a MiB not read yet
+        while skipping.read(MiB):
+            pass
+        assert skipping.result(len(data)) is None
+        skipping.seek(MiB)  # read at last: the CRC runs on through the bytes read again
+        while skipping.read(MiB):
+            pass
+        assert skipping.result(len(data)) == whole
+
+
+@pytest.mark.s3
+def test_an_s3_file_save_checksums_the_uploads_own_reads(
+    s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No second read of the file: the CRC comes from the bytes the upload read and sent."""
+    from shoal._storage import checkpoint_files
+
+    def no_second_pass(fd: int, size: int) -> tuple[int, str]:
+        raise AssertionError("the file was read again to checksum it")
+
+    monkeypatch.setattr(checkpoint_files, "_hash_whole", no_second_pass)
+    cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
+    # A multipart upload (three parts), a single PUT, and an empty file.
+    payloads = [os.urandom(2 * CHUNK + 5), b"small weights", b""]
+    for step, data in enumerate(payloads):
+        (cp.path / "m.pt").write_bytes(data)
+        cp.save_sync(cp.path / "m.pt")
+        _, _, doc = _commit(cp, step)
+        (entry,) = doc["shards"][0]["objects"]
+        assert entry["crc32c"] == f"{checksums.crc32c(data):08x}"
+        loaded = Checkpoint(cp.uri, local_dir=tmp_path / f"fresh-{step}").load_sync()
+        assert isinstance(loaded, Path) and loaded.read_bytes() == data
+
+
+@pytest.mark.s3
+def test_an_s3_file_save_whose_reads_the_reader_missed_checksums_the_file_itself(
+    s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that does not read the file once, in order, through the reader: the CRC comes
+    from a pass of its own, still right."""
+    from shoal._storage.objstore import ObjectStore
+
+    real = ObjectStore._put_fileobj
+
+    def past_the_reader(self: ObjectStore, f: Any, key: str) -> None:
+        real(self, f._f, key)  # the upload reads the file under the reader, not through it
+
+    monkeypatch.setattr(ObjectStore, "_put_fileobj", past_the_reader)
+    cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
+    data = os.urandom(CHUNK + 3)
+    (cp.path / "m.pt").write_bytes(data)
+    cp.save_sync(cp.path / "m.pt")
+    _, _, doc = _commit(cp, 0)
+    (entry,) = doc["shards"][0]["objects"]
+    assert entry["crc32c"] == f"{checksums.crc32c(data):08x}"

@@ -62,3 +62,44 @@ def test_a_corrupt_state_dict_shard_is_caught_on_load(store_root: str, tmp_path:
     with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
         Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
     assert not target["w"].any()  # nothing was loaded from it
+
+
+def test_a_corrupt_state_dict_metadata_object_is_caught_on_load(
+    store_root: str, tmp_path: Path
+) -> None:
+    """DCP's small ``.metadata`` (fetched whole, not in ranges) is verified too."""
+    cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
+    cp.save_state_dict(_state()).result()
+    store = store_for(cp.uri)
+    (victim,) = [u for u in store.list(cp.uri) if u.endswith("/.metadata")]
+    data = bytearray(store.get_bytes(victim))
+    data[-1] ^= 0x01
+    local = store.local_path(victim)
+    if local is not None:
+        local.write_bytes(data)
+    else:
+        store.put_bytes(victim, bytes(data))
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    with pytest.raises(StoreError, match=r"\.metadata is corrupt"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
+
+
+def test_a_state_dict_load_lists_the_store_once(
+    store_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each listing is a round trip to a remote store: the load finds its version once."""
+    cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
+    cp.save_state_dict(_state()).result()
+    store = store_for(cp.uri)
+    listed: list[str] = []
+    real = store.list
+
+    def spy(uri: str) -> list[str]:
+        listed.append(uri)
+        return real(uri)
+
+    monkeypatch.setattr(store, "list", spy)
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
+    assert listed == [cp.uri]
+    assert target["n"] == 3

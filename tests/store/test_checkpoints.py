@@ -161,6 +161,39 @@ def test_construction_errors_say_what_to_do(tmp_path: Path) -> None:
 # --- sharded saves ---------------------------------------------------------------------------
 
 
+def test_one_rank_commits_its_sharded_save_without_a_manifest(
+    store_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """world_size 1 (a state dict saved by one process): nobody to wait for, so no manifest
+    is written, listed, read back and deleted; the version is still a sharded one."""
+    store = store_for(store_root)
+    touched: list[str] = []
+    for name in ("put_bytes", "get_bytes", "list", "delete"):
+        real = getattr(store, name)
+
+        def spy(uri: Any, *args: Any, real: Any = real) -> Any:
+            touched.append(str(uri))
+            return real(uri, *args)
+
+        monkeypatch.setattr(store, name, spy)
+    cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
+    (cp.path / "dcp").mkdir()
+    (cp.path / "dcp" / "__0_0.distcp").write_bytes(b"rank zero")
+    assert cp.save_shard_sync(cp.path / "dcp", step=3) is True
+    assert cp.save_shard_sync(b"next", step=4) is True
+    assert not [u for u in touched if ".shards" in u]
+    assert cp.steps() == [3, 4]
+    shard = cp.load_shard_sync(step=3)
+    assert isinstance(shard, Path) and (shard / "__0_0.distcp").read_bytes() == b"rank zero"
+    assert cp.load_shard_sync() == b"next"
+    with pytest.raises(SpecError, match="sharded"):
+        cp.load_sync()
+    # A second writer of a step already committed fails, as a whole save's would.
+    late = Checkpoint(cp.uri, local_dir=tmp_path / "late")
+    with pytest.raises(SpecError, match="greater than the latest committed step 4"):
+        late.save_shard_sync(b"late", step=4)
+
+
 def test_three_ranks_commit_one_sharded_version(store_root: str, tmp_path: Path) -> None:
     uri = _uri(store_root)
     ranks = [

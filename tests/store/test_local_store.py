@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,32 @@ def test_large_file_round_trip(store: Store, tmp_path: Path) -> None:
     assert _sha(dest.read_bytes()) == _sha(src.read_bytes())
     # The download went through a temporary file that is gone now.
     assert [p.name for p in dest.parent.iterdir()] == ["big.bin"]
+
+
+def test_put_fileobj_uploads_the_whole_file_read_in_order(store: Store, tmp_path: Path) -> None:
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(2 * 8 * 1024 * 1024 + 1000))  # on s3://, a multipart upload
+    offsets: list[int] = []
+
+    class Spy:  # what the store's reads see, as a checkpoint's checksumming reader would
+        def __init__(self, f: Any) -> None:
+            self.f = f
+
+        def read(self, size: int = -1) -> bytes:
+            offsets.append(self.f.tell())
+            return bytes(self.f.read(size))
+
+        def seek(self, offset: int, whence: int = 0) -> int:
+            return int(self.f.seek(offset, whence))
+
+        def tell(self) -> int:
+            return int(self.f.tell())
+
+    uri = join(store.root, "objs", "big.bin")
+    with open(src, "rb") as f:
+        store.put_fileobj(Spy(f), uri)  # type: ignore[arg-type]
+    assert store.get_bytes(uri) == src.read_bytes()
+    assert offsets == sorted(offsets) and offsets[0] == 0  # once, in order
 
 
 def test_put_file_of_missing_local_file(store: Store, tmp_path: Path) -> None:

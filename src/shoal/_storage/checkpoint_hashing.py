@@ -14,14 +14,14 @@ import hashlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO
 
 from shoal._storage import checksums
 from shoal._storage.checkpoint_writer import deprioritized
 
-__all__ = ["CHUNK", "CRC32C", "PARALLEL_MIN", "PIECES", "SHA256", "Digest", "Hashing",
-           "Spans", "hash_file", "hash_memory", "hash_pool", "hash_range", "hash_view",
-           "new_hashing", "read_into"]
+__all__ = ["CHUNK", "CRC32C", "PARALLEL_MIN", "PIECES", "SHA256", "CrcReader", "Digest",
+           "Hashing", "Spans", "hash_file", "hash_memory", "hash_pool", "hash_range",
+           "hash_view", "new_hashing", "read_into"]
 
 CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size checksummed by one task
 CRC32C = "crc32c"  # what new commits record: the object's CRC32C, 8 hex digits
@@ -275,3 +275,46 @@ def new_hashing(size: int) -> Hashing:
     back from training (see ``checkpoint_writer``), so that no normal-priority thread works for
     it."""
     return Hashing(CRC32C, CHUNK, inline=size < PARALLEL_MIN or deprioritized())
+
+
+class CrcReader:
+    """A binary file opened for reading, as an upload reads it, that CRC32Cs what it hands out.
+
+    An upload from an open file reads it once, in order, to send it (obstore: a piece of
+    ``chunk_size`` at a time): checksumming each piece as it passes costs no second read of
+    the file and checksums exactly the bytes sent. The CRC runs on from the first byte not yet
+    checksummed, through any read that reaches it; ``result()`` is None unless those reads
+    covered the whole file (a reader that skipped bytes, a file that changed size), and the
+    caller then checksums the file in a pass of its own.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self._crc = checksums.Crc32c()
+        self._done = 0  # the CRC is of bytes [0, _done), read in order
+
+    def read(self, size: int = -1) -> bytes:
+        start = self._f.tell()
+        data = self._f.read(size)
+        if start <= self._done < start + len(data):
+            _digest_chunk(self._crc, memoryview(data)[self._done - start :])
+            self._done = start + len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def result(self, size: int) -> tuple[int, str] | None:
+        """(size, hex CRC32C) when the reads covered exactly the ``size`` bytes expected."""
+        if self._done != size:
+            return None
+        return size, f"{self._crc.value:08x}"

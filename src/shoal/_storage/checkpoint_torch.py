@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from shoal._storage.checkpoint_writer import Writer, WriterSettings
 
 if TYPE_CHECKING:
+    from shoal._storage.checkpoint_layout import Version
     from shoal._storage.checkpoints import Checkpoint
 
 _groups: dict[int, Any] = {}
@@ -107,32 +108,31 @@ def load_into(cp: Checkpoint, state: Any, step: int | None) -> int | None:
     from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.state_dict_loader import load
 
-    chosen = cp.latest() if step is None else step
-    if chosen is None:
+    version = cp._find(step, sharded=True)  # one listing of the store, and the commit
+    if version is None:
         return None
     flat = Path(tempfile.mkdtemp(prefix="shoal-dcp-load-", dir=cp.path))
     try:
         # DCP's metadata names the files relative to one folder: gather every shard's there,
         # as links to the store's own files (file://, verified in place) or to verified copies.
-        in_store = cp._shards_in_store(chosen)
+        in_store = cp._shards_in_store(version)
         if in_store is not None:
             for rel, file in in_store:
                 (flat / rel).parent.mkdir(parents=True, exist_ok=True)
                 os.symlink(file, flat / rel)
         else:
-            _link_downloads(cp, chosen, flat)
+            _link_downloads(cp, version, flat)
         load(
             state, storage_reader=FileSystemReader(str(flat)), process_group=_checkpoint_group()
         )
     finally:
         shutil.rmtree(flat, ignore_errors=True)
-    return chosen
+    return version.step
 
 
-def _link_downloads(cp: Checkpoint, step: int, flat: Path) -> None:
-    """Download every shard of ``step`` (verified), and link their files into ``flat``."""
-    folder = cp.load_all_shards_sync(step=step)
-    assert folder is not None  # step is committed: the caller found it
+def _link_downloads(cp: Checkpoint, version: Version, flat: Path) -> None:
+    """Download every shard of ``version`` (verified), and link their files into ``flat``."""
+    folder = cp._all_shards(version)
     for shard in sorted(Path(folder).glob("shard-*")):
         for f in shard.rglob("*"):
             if f.is_file():

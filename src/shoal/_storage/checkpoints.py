@@ -15,7 +15,9 @@ hashing bytes is ``checkpoint_files.py``.
   manifests; the rank that sees all ``world_size`` seals every shard and commits
   (``put_if_absent``, so ranks racing there never both win). ``gang_id`` (attempt and restart
   of the gang) keeps a restarted gang from committing its shards mixed with those a dead start
-  left behind.
+  left behind. A sharded save of one rank (``world_size`` 1: a state dict saved by one
+  process) has nobody to wait for: it seals and commits its shard as a whole save does,
+  without a manifest.
 - Asynchronous saves snapshot the data (see ``checkpoint_files.stage``) and write it in one
   background thread per checkpoint, which stands back from training until someone waits for
   it (``checkpoint_writer``); the next save waits for the one in flight.
@@ -202,15 +204,23 @@ class Checkpoint:
         return step
 
     def _save(
-        self, step: int, payload: Payload, listing: Listing, staging: Path | None = None
+        self,
+        step: int,
+        payload: Payload,
+        listing: Listing,
+        staging: Path | None = None,
+        *,
+        sharded: bool = False,
     ) -> int:
-        save_id = secrets.token_hex(6)
+        """Write and commit a version of one shard: a whole save, or (``sharded``) the one
+        shard of a sharded save with ``world_size`` 1."""
+        save_id = f"r{self.rank:05d}-{secrets.token_hex(6)}" if sharded else secrets.token_hex(6)
         written: list[str] = []
         keep_objects = False  # True once the commit may have landed
         try:
             vuri = self._versions.uri_of(vname(step))
             shard = Shard(
-                0,
+                self.rank if sharded else 0,
                 payload.kind,
                 save_id,
                 tuple(upload(self._store, vuri, save_id, payload, written)),
@@ -218,7 +228,8 @@ class Checkpoint:
             written.append(self._versions.seal_uri(step, save_id))
             if not self._versions.seal(step, [save_id]):
                 raise self._late(step)
-            version = Version(step, payload.kind, 1, (shard,), self._written_by)
+            kind = "sharded" if sharded else payload.kind
+            version = Version(step, kind, 1, (shard,), self._written_by)
             try:
                 won = self._versions.commit(version)
             except StoreError:
@@ -299,7 +310,8 @@ class Checkpoint:
         """Write this rank's shard of ``step``; True if this call committed the version.
 
         The version commits when all ``world_size`` shards have landed, written by whichever
-        rank lands last.
+        rank lands last. With ``world_size`` 1 this rank commits at once, and, as a whole save,
+        fails with a ``SpecError`` if another writer committed ``step`` first.
         """
         with self._lock:
             self._wait_locked()
@@ -337,6 +349,11 @@ class Checkpoint:
     def _save_shard(
         self, step: int, payload: Payload, listing: Listing, staging: Path | None = None
     ) -> bool:
+        if self.world_size == 1:
+            # The only rank commits its own shard: no manifest to write, list, read back and
+            # delete (four requests to a remote store), as a whole save.
+            self._save(step, payload, listing, staging, sharded=True)
+            return True
         save_id = f"r{self.rank:05d}-{secrets.token_hex(6)}"
         written: list[str] = []
         landed = False  # once the manifest may exist, another rank may commit these objects
@@ -521,8 +538,9 @@ class Checkpoint:
         """Every shard in one local folder, as ``shard-<rank>/<its files>`` (a bytes shard is
         ``shard-<rank>/data``)."""
         version = self._find(step, sharded=True)
-        if version is None:
-            return None
+        return None if version is None else self._all_shards(version)
+
+    def _all_shards(self, version: Version) -> Path:
         folder = self._cache(version)
         vuri = self._versions.uri_of(vname(version.step))
         for shard in version.shards:
@@ -531,12 +549,9 @@ class Checkpoint:
             )
         return folder
 
-    def _shards_in_store(self, step: int) -> list[tuple[str, Path]] | None:
-        """Every shard's files of sharded ``step`` where a file:// store holds them, verified
+    def _shards_in_store(self, version: Version) -> list[tuple[str, Path]] | None:
+        """Every shard's files of a sharded version where a file:// store holds them, verified
         there, as (path in the shard, file); None on another store."""
-        version = self._find(step, sharded=True)
-        if version is None:
-            return None
         vuri = self._versions.uri_of(vname(version.step))
         found: list[tuple[str, Path]] = []
         for shard in version.shards:

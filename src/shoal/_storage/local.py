@@ -110,6 +110,12 @@ class LocalStore(Store):
             shutil.copyfileobj(r, w, _COPY_CHUNK)
         fsync_dir(path.parent)
 
+    def _put_fileobj(self, f: BinaryIO, key: str) -> None:
+        path = self._file(key)
+        with atomic_local_file(path, fsync=True) as w:
+            shutil.copyfileobj(f, w, _COPY_CHUNK)
+        fsync_dir(path.parent)
+
     def _get_file(self, key: str, dest: Path) -> None:
         # A copy, never a hardlink: a user editing the download in place would edit the store.
         # No fsync: a download is a cache that can be fetched again.

@@ -243,13 +243,18 @@ class ObjectStore(Store):
         return min(max(CHUNK, -(-size // self.parallelism)), _MAX_RANGE)
 
     def _put_file(self, src: Path, key: str) -> None:
-        import obstore
-
         # obstore reads the open file part by part (uploading 200 MB grew RSS by ~40 MB,
         # measured) and uses a single PUT below CHUNK. An open file beat a Path here, 1.7 s
         # against 3.8 s for that upload to the loopback server.
         with open(src, "rb") as f:
-            obstore.put(self._store, key, f, chunk_size=CHUNK, max_concurrency=self.parallelism)
+            self._put_fileobj(f, key)
+
+    def _put_fileobj(self, f: BinaryIO, key: str) -> None:
+        import obstore
+
+        # obstore seeks to the end and back for the size, then reads chunk_size at a time, in
+        # order, and uploads the parts max_concurrency at once (a single PUT below one part).
+        obstore.put(self._store, key, f, chunk_size=CHUNK, max_concurrency=self.parallelism)
 
     def _get_file(self, key: str, dest: Path) -> None:
         import obstore

@@ -172,6 +172,16 @@ class Store(ABC):
         with self._translate("put", uri):
             self._put_file(src, key)
 
+    def put_fileobj(self, f: BinaryIO, uri: str) -> None:
+        """Upload the open binary file ``f``, from offset 0 to its end, atomically.
+
+        The store reads it once, in order, with ``read(n)`` calls (seeking only to learn its
+        size), so a wrapper of ``f`` sees every byte sent: what a checkpoint checksums as it
+        uploads (``checkpoint_hashing.CrcReader``)."""
+        key = self._key(uri)
+        with self._translate("put", uri):
+            self._put_fileobj(f, key)
+
     def get_file(self, uri: str, local: str | Path) -> None:
         """Download to ``local`` atomically (temporary file next to it, then rename)."""
         key = self._key(uri)
@@ -283,6 +293,9 @@ class Store(ABC):
 
     @abstractmethod
     def _put_file(self, src: Path, key: str) -> None: ...
+
+    @abstractmethod
+    def _put_fileobj(self, f: BinaryIO, key: str) -> None: ...
 
     @abstractmethod
     def _get_file(self, key: str, dest: Path) -> None: ...

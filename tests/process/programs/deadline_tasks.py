@@ -34,10 +34,18 @@ gang_env = ClusteredTaskEnvironment(name="deadlinegang", replicas=1, nproc_per_n
                                     resources=flyte.Resources(cpu=1, memory="1Gi"))
 
 
-@gang_env.task(retries=3, timeout=flyte.Timeout(deadline=1.0))
-def gang_hangs(marker_dir: str) -> int:
+@gang_env.task(retries=3, timeout=flyte.Timeout(deadline=4.0))
+def gang_hangs(marker_dir: str, until: float) -> int:
+    # The deadline leaves the node's zygote time for its imports: the ranks start, then hang
+    # until the wall-clock time ``until``, well past the deadline.
     rank = flyte.ctx().rank
     Path(marker_dir, f"rank{rank}-started").write_text("1")
-    time.sleep(3)
+    time.sleep(max(0.0, until - time.time()))
     Path(marker_dir, f"rank{rank}-woke").write_text("1")  # only if it was not stopped
+    return 1
+
+
+@gang_env.task(timeout=flyte.Timeout(deadline=0.3))
+def gang_past_deadline_at_start(marker_dir: str) -> int:
+    Path(marker_dir, f"rank{flyte.ctx().rank}-started").write_text("1")
     return 1

@@ -344,7 +344,13 @@ class GangRunner:
                 theirs.close()
             gang.links.append(await NodeLink.open(proc, ours))
         # Every node imports in its zygote first; told to start together, the gang's ranks do.
-        await asyncio.gather(*(link.ready() for link in gang.links))
+        try:
+            await asyncio.gather(*(link.ready() for link in gang.links))
+        except asyncio.CancelledError:
+            # Cancelled (a deadline, Ctrl-C) while the zygotes import: no rank runs yet, and a
+            # launcher reads its socket only once its zygote is done, so end them now.
+            await asyncio.gather(*(procs.kill_tree(link.proc.pid) for link in gang.links))
+            raise
         self._restart_in_place(gang, port)
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
