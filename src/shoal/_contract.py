@@ -59,6 +59,12 @@ MACHINE_CAPACITY = "SHOAL_MACHINE_CAPACITY"
 # S3-compatible endpoint override (a MinIO or loopback server); credentials use the standard
 # AWS_* variables, which Shoal passes through untouched.
 S3_ENDPOINT = "SHOAL_S3_ENDPOINT"
+# Objects of at least this many MiB (s3://, gs://) download as concurrent ranged GETs, one per
+# connection (8-64 MiB each): what S3 and GCS need for more than one connection's throughput.
+# "off": one GET whatever the size, for a server that reads the whole object for every range
+# request (moto does, so on it one GET is faster). Read when a store is opened.
+RANGED_GET_MIN_MIB = "SHOAL_RANGED_GET_MIN_MIB"
+DEFAULT_RANGED_GET_MIN_MIB = 16
 
 # --- who this process is -----------------------------------------------------------------
 RUN = "SHOAL_RUN"
@@ -254,6 +260,21 @@ def checkpoint_writer_deadline(environ: Mapping[str, str] | None = None) -> floa
     if not value > 0 or value == float("inf"):
         raise ValueError(f"{raw!r} is not a number of seconds > 0")
     return value
+
+
+def ranged_get_min(environ: Mapping[str, str] | None = None) -> int | None:
+    """The size in bytes from which an object-store download is ranged GETs
+    (``$SHOAL_RANGED_GET_MIN_MIB``, default 16 MiB), None for "off". A value that is neither
+    "off" nor an integer >= 1 raises ValueError."""
+    raw = (os.environ if environ is None else environ).get(RANGED_GET_MIN_MIB, "").strip()
+    if not raw:
+        return DEFAULT_RANGED_GET_MIN_MIB * 1024 * 1024
+    if raw.lower() == "off":
+        return None
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"{raw!r} is below 1")
+    return value * 1024 * 1024
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:

@@ -56,6 +56,25 @@ def test_crc32c_combines_pieces_into_the_whole_objects_crc() -> None:
         assert combined == checksums.crc32c(data)
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_spans_landing_in_any_order_combine_into_the_whole_crc(inline: bool) -> None:
+    """What a ranged download's parts checksum into, whatever order they land in; a gap
+    stops the count there, so a missing span shows as a short object."""
+    from shoal._storage.checkpoint_hashing import Spans
+
+    data = os.urandom(5 * MiB + 3)
+    cuts = [(0, MiB), (MiB, 3 * MiB), (3 * MiB, 3 * MiB + 1), (3 * MiB + 1, len(data))]
+    for order in (cuts, cuts[::-1], [cuts[2], cuts[0], cuts[3], cuts[1]]):
+        spans = Spans(memoryview(data), inline=inline)
+        for start, end in order:
+            spans.landed(start, end)
+        assert spans.result() == (len(data), f"{checksums.crc32c(data):08x}")
+    spans = Spans(memoryview(data), inline=inline)
+    for start, end in (cuts[0], cuts[2], cuts[3]):
+        spans.landed(start, end)
+    assert spans.result() == (MiB, f"{checksums.crc32c(data[:MiB]):08x}")
+
+
 def test_a_commit_records_each_objects_crc32c(store_root: str, tmp_path: Path) -> None:
     cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
     big = os.urandom(2 * CHUNK + 5)  # three pieces, checksummed apart and combined
@@ -195,6 +214,200 @@ def test_an_s3_object_longer_than_its_commit_is_caught(s3_root: str, tmp_path: P
     store.put_bytes(_object(cp, 0, "data"), data + b"!")
     with pytest.raises(StoreError, match=f"records {len(data)} bytes .* holds {len(data) + 1}"):
         Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync()
+
+
+# --- loads read straight into the bytes they return ----------------------------------------
+
+
+@pytest.fixture
+def no_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of every LoadedBytes made by copying (``LoadedBytes(data)``): a load that
+    fills its result in place makes none."""
+    from shoal._storage.loaded_bytes import LoadedBytes
+
+    copies: list[int] = []
+    real = bytes.__new__
+
+    def new(cls: type, *args: Any) -> Any:
+        copies.append(len(args[0]) if args else 0)
+        return real(cls, *args)
+
+    monkeypatch.setattr(LoadedBytes, "__new__", new)
+    return copies
+
+
+@pytest.mark.parametrize("size", [5, 2 * MiB + 1, 2 * CHUNK + 3])
+def test_a_bytes_load_is_read_into_the_bytes_it_returns(
+    store_root: str, tmp_path: Path, size: int, no_copies: list[int]
+) -> None:
+    """Small (checksummed inline), pooled, and (on s3://) ranged: verified, no second copy."""
+    from shoal._storage.loaded_bytes import LoadedBytes
+
+    cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
+    data = os.urandom(size)
+    cp.save_sync(data)
+    got = Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync()
+    assert type(got) is LoadedBytes and got == data and hash(got) == hash(data)
+    assert got.read_bytes() == data
+    assert no_copies == []
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("size", [5, 2 * CHUNK + 3])
+def test_an_s3_load_with_ranged_gets_off_is_one_get_into_the_result(
+    s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int,
+    no_copies: list[int],
+) -> None:
+    import obstore
+
+    cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
+    data = os.urandom(size)
+    cp.save_sync(data)
+    store = store_for(cp.uri)
+    monkeypatch.setattr(store, "ranged_get_min", None)  # SHOAL_RANGED_GET_MIN_MIB=off
+    asked: list[Any] = []
+    real = obstore.get
+
+    def spy(store: Any, key: str, *, options: Any = None) -> Any:
+        if key.endswith("/data"):
+            asked.append(options)
+        return real(store, key, options=options)
+
+    monkeypatch.setattr(obstore, "get", spy)
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync() == data
+    assert asked == [None] and no_copies == []
+    # Corruption and a wrong size are still caught, with the same errors as ranged loads.
+    _flip(store, _object(cp, 0, "data"), size - 1)
+    with pytest.raises(StoreError, match=r"is corrupt: .* crc32c .* load\(step=\.\.\.\)"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "flipped").load_sync()
+    store.put_bytes(_object(cp, 0, "data"), data + b"!")
+    with pytest.raises(StoreError, match=f"records {size} bytes .* holds {size + 1}"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "longer").load_sync()
+
+
+def test_a_read_failing_halfway_raises_and_returns_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shoal._storage import checkpoint_hashing
+
+    cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
+    data = os.urandom(3 * CHUNK)
+    cp.save_sync(data)
+    real = os.preadv
+
+    def failing(fd: int, buffers: Any, offset: int, *flags: int) -> int:
+        if offset >= CHUNK:
+            raise OSError(5, "Input/output error")
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(checkpoint_hashing.os, "preadv", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        cp.load_sync()
+    monkeypatch.setattr(checkpoint_hashing.os, "preadv", real)
+    assert cp.load_sync() == data
+
+
+def test_a_file_that_changes_size_while_read_is_read_again_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A piece comes back short (the file shrank under the read): the load reads the file
+    whole as it is then, and returns it only if it matches its commit."""
+    from shoal._storage import checkpoint_hashing
+
+    cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
+    data = os.urandom(2 * CHUNK + 9)
+    cp.save_sync(data)
+    real = os.preadv
+    shorted: list[int] = []
+
+    def short_once(fd: int, buffers: Any, offset: int, *flags: int) -> int:
+        if offset >= 2 * CHUNK and not shorted:
+            shorted.append(offset)
+            return 0  # as if the file ended here
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(checkpoint_hashing.os, "preadv", short_once)
+    assert cp.load_sync() == data and shorted
+
+
+def test_a_bad_ranged_get_setting_is_a_spec_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal import _contract as contract
+    from shoal._storage.objstore import ObjectStore
+    from shoal.errors import SpecError
+
+    for good, expected in (("off", None), (" 64 ", 64 * MiB), ("", 16 * MiB)):
+        monkeypatch.setenv(contract.RANGED_GET_MIN_MIB, good)
+        assert ObjectStore("s3://bucket").ranged_get_min == expected
+    for bad in ("0", "-3", "16MiB", "none"):
+        monkeypatch.setenv(contract.RANGED_GET_MIN_MIB, bad)
+        with pytest.raises(SpecError, match="SHOAL_RANGED_GET_MIN_MIB") as err:
+            ObjectStore("s3://bucket")
+        assert repr(bad) in str(err.value) and "'off'" in str(err.value)
+
+
+@pytest.mark.parametrize("cache", ["in the page cache", "on disk"])
+@pytest.mark.parametrize("commit", ["crc32c", "sha256"])
+def test_file_loads_read_in_pieces_verify_every_commit_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: str, commit: str,
+    no_copies: list[int],
+) -> None:
+    """Both ways of reading a file into the result (pieces in parallel from the page cache, in
+    order from the disk), for CRC32C commits and both sha256 kinds, flip caught."""
+    from shoal._storage import checkpoint_hashing
+
+    seen: list[bool] = []
+    real = checkpoint_hashing._cached
+
+    def cached(fd: int, first: memoryview) -> bool:
+        seen.append(cache == "in the page cache" and real(fd, first))
+        return seen[-1]
+
+    monkeypatch.setattr(checkpoint_hashing, "_cached", cached)
+    cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
+    big, small = os.urandom(3 * CHUNK + 11), os.urandom(CHUNK - 5)
+    cp.save_sync(big)
+    cp.save_sync(small)
+    if commit == "sha256":
+        for step, data in ((0, big), (1, small)):
+            store, uri, doc = _commit(cp, step)
+            _as_sha256(doc, {"data": data})
+            store.put_bytes(uri, json.dumps(doc).encode())
+    for step, data in ((0, big), (1, small)):
+        assert Checkpoint(cp.uri, local_dir=tmp_path / f"l{step}").load_sync(step=step) == data
+    assert no_copies == [] and seen == [cache == "in the page cache"]  # one probe: big's
+    _flip(store_for(cp.uri), _object(cp, 0, "data"), 2 * CHUNK + 1)
+    algorithm = "crc32c" if commit == "crc32c" else "sha256-pieces"
+    with pytest.raises(StoreError, match=f"is corrupt: .* {algorithm}"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "flipped").load_sync(step=0)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("ranged", [True, False])
+def test_an_s3_download_failing_halfway_raises_and_returns_nothing(
+    s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranged: bool
+) -> None:
+    from shoal._storage import objstore
+
+    cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
+    data = os.urandom(3 * CHUNK)
+    cp.save_sync(data)
+    store = store_for(cp.uri)
+    if not ranged:
+        monkeypatch.setattr(store, "ranged_get_min", None)
+    real = objstore._stream_into
+    calls: list[int] = []
+
+    def cut(answer: Any, dest: memoryview, *args: Any) -> int:
+        calls.append(len(dest))
+        if len(calls) == 1:
+            dest[: len(dest) // 2] = b"\0" * (len(dest) // 2)
+            raise OSError(104, "Connection reset by peer")  # as the local side of a GET
+        return real(answer, dest, *args)
+
+    monkeypatch.setattr(objstore, "_stream_into", cut)
+    with pytest.raises(StoreError, match="Connection reset by peer"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "fresh").load_sync()
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "again").load_sync() == data
 
 
 def test_a_crc_reader_checksums_only_reads_that_cover_the_file_in_order(tmp_path: Path) -> None:

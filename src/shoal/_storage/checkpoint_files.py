@@ -9,7 +9,9 @@ the copy is checksummed by reading it back from the temporary file, from the pag
 is checksummed is what the store holds. On other stores a file is checksummed by the
 upload's own reads as they pass (``CrcReader``: one read of the file, and what is checksummed
 is what was sent), bytes in memory beside the store's upload of them; downloads are
-checksummed as they land.
+checksummed as they land. A bytes load reads the object (file pieces, or a GET's body)
+straight into the `LoadedBytes` it returns (``loaded_bytes.filled``): one copy, as a plain
+read makes.
 
 The checksum is CRC32C (checksums.py: hardware-accelerated, ~8x sha256 here), of the whole
 object (``"crc32c"`` in the commit). Each piece (``checkpoint_hashing``: ``CHUNK`` bytes) is
@@ -34,6 +36,7 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +48,15 @@ from shoal._storage.checkpoint_hashing import (
     SHA256,
     CrcReader,
     Hashing,
+    Spans,
     hash_file,
     hash_memory,
     hash_range,
     hash_view,
     new_hashing,
+    read_into,
 )
+from shoal._storage.loaded_bytes import LoadedBytes, filled
 from shoal._storage.local import fsync_dir
 from shoal._storage.store import Store, join, temp_path, walk_local
 from shoal.errors import NotFoundError, SpecError, StoreError
@@ -441,18 +447,18 @@ def _check(uri: str, entry: Entry, hashing: Hashing, step: int, *sizes: int) -> 
         _verify(uri, entry, seen, digest, step)
 
 
-def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> bytes:
-    """The whole file behind ``fd``, verified against ``entry``.
+class _Resized(Exception):
+    """The object is not the size its commit records (or changed size while it was read): the
+    in-place read stops, and the plain one names what the store holds."""
 
-    The pool hashes the file through the same descriptor (the same inode, through the same
-    page cache) while this thread reads it: about max(read, hash) rather than their sum. A
-    ``bytes`` cannot be hashed piece by piece as it fills, and reading into a ``bytearray``
-    would cost a second copy to return ``bytes``.
-    """
+
+def _read_whole(fd: int, uri: str, entry: Entry, step: int) -> bytes:
+    """The whole file behind ``fd`` as it is, verified against ``entry``: the path that names
+    the size and checksum of an object that is not what its commit records."""
     hashing = _expected(entry)
     try:
         hash_file(fd, os.fstat(fd).st_size, hashing)
-        with open(fd, "rb", closefd=False) as f:
+        with open(fd, "rb", closefd=False) as f:  # from offset 0: every other read is pread
             data = f.read()
         hashing.steal(memoryview(data))
     finally:
@@ -461,10 +467,65 @@ def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> bytes:
     return data
 
 
+def _fill_from_file(fd: int, uri: str, entry: Entry, step: int, view: memoryview) -> None:
+    """Read the file behind ``fd`` into ``view`` (``entry.size`` bytes), verified."""
+    hashing = _expected(entry)
+    try:
+        read_into(fd, view, hashing)
+    finally:
+        hashing.settle()  # the pool writes into view and reads fd: done before either goes
+    size, digest = hashing.result()
+    if size != entry.size or os.pread(fd, 1, size):
+        raise _Resized
+    _verify(uri, entry, size, digest, step)
+
+
+def _read_verified(fd: int, uri: str, entry: Entry, step: int) -> LoadedBytes:
+    """The whole file behind ``fd``, verified against ``entry``, read straight into the
+    `LoadedBytes` returned (``loaded_bytes.filled``), each piece checksummed as it lands."""
+    if os.fstat(fd).st_size == entry.size:
+        try:
+            return filled(entry.size, partial(_fill_from_file, fd, uri, entry, step))
+        except _Resized:
+            pass  # changed size while read: read it whole as it is now
+    return LoadedBytes(_read_whole(fd, uri, entry, step))  # raises unless it is right now
+
+
+def _fill_from_store(store: Store, uri: str, entry: Entry, step: int, view: memoryview) -> None:
+    """The store writes the object into ``view``; CRC32C checksums each span as it lands,
+    sha256 (older commits) once all is in."""
+    if entry.hash == CRC32C:
+        spans = Spans(view, inline=entry.size < PARALLEL_MIN)
+        try:
+            got = store.get_into(uri, view, spans.landed)
+        finally:
+            spans.settle()  # the pool reads view: done before it goes
+        if got != entry.size:
+            raise _Resized
+        size, digest = spans.result()
+        _verify(uri, entry, size, digest, step)
+        return
+    if store.get_into(uri, view) != entry.size:
+        raise _Resized
+    hashing = _expected(entry)
+    try:
+        hash_memory(view, hashing)
+    finally:
+        hashing.settle()
+    _check(uri, entry, hashing, step)
+
+
 def _get_verified(
     store: Store, uri: str, entry: Entry, dest: Path | None, step: int
-) -> bytes | None:
-    """A remote object fetched into memory (parallel ranged GETs when large), verified."""
+) -> LoadedBytes | None:
+    """A remote object fetched into memory (parallel ranged GETs when large), verified: as the
+    `LoadedBytes` returned (``dest`` None: the store writes straight into it), else at
+    ``dest``."""
+    if dest is None:
+        try:
+            return filled(entry.size, partial(_fill_from_store, store, uri, entry, step))
+        except _Resized:
+            pass  # not the size the commit records: the parts below name what it is
     parts = [memoryview(p).cast("B") for p in store.get_parts(uri, entry.size)]
     hashing = _expected(entry)
     data = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
@@ -474,7 +535,7 @@ def _get_verified(
         hash_memory(part, hashing)
     _check(uri, entry, hashing, step, len(data))
     if dest is None:
-        return data
+        return LoadedBytes(data)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)
     return None
@@ -490,7 +551,9 @@ def _open_listed(local: Path, uri: str, step: int) -> int:
         ) from e
 
 
-def fetch(store: Store, uri: str, entry: Entry, dest: Path | None, step: int) -> bytes | None:
+def fetch(
+    store: Store, uri: str, entry: Entry, dest: Path | None, step: int
+) -> LoadedBytes | None:
     """Download one object, verified: its bytes (``dest`` None), else written at ``dest``.
 
     ``dest`` lies in a private folder the caller renames into place once every object of the

@@ -20,8 +20,8 @@ from shoal._storage import checksums
 from shoal._storage.checkpoint_writer import deprioritized
 
 __all__ = ["CHUNK", "CRC32C", "PARALLEL_MIN", "PIECES", "SHA256", "CrcReader", "Digest",
-           "Hashing", "hash_file", "hash_memory", "hash_pool", "hash_range", "hash_view",
-           "new_hashing"]
+           "Hashing", "Spans", "hash_file", "hash_memory", "hash_pool", "hash_range",
+           "hash_view", "new_hashing", "read_into"]
 
 CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size checksummed by one task
 CRC32C = "crc32c"  # what new commits record: the object's CRC32C, 8 hex digits
@@ -149,6 +149,46 @@ class Hashing:
         return size, (digests[0] if digests else hashlib.sha256().digest()).hex()
 
 
+class Spans:
+    """The CRC32C of a buffer written in spans that land in any order, from any thread (a
+    download's ranged GETs, each streamed into its place): each span is checksummed in the
+    pool as soon as it has landed, beside the writes still going on, and ``result()``
+    combines them in order of their offsets. Call ``settle()`` before freeing the buffer."""
+
+    def __init__(self, view: memoryview, *, inline: bool = False) -> None:
+        self.view = view
+        self.inline = inline
+        self._lock = threading.Lock()
+        self._parts: list[tuple[int, Future[Digest] | Digest]] = []
+
+    def landed(self, start: int, end: int) -> None:
+        piece = self.view[start:end]
+        part = hash_view(piece, CRC32C) if self.inline else hash_pool().submit(
+            hash_view, piece, CRC32C)
+        with self._lock:
+            self._parts.append((start, part))
+
+    def settle(self) -> None:
+        with self._lock:
+            parts = list(self._parts)
+        for _, part in parts:
+            if isinstance(part, Future):
+                part.exception()
+
+    def result(self) -> tuple[int, str]:
+        """(bytes landed without a gap from offset 0, their hex CRC32C)."""
+        self.settle()
+        crc = size = 0
+        for start, part in sorted(self._parts, key=lambda p: p[0]):
+            if start != size:
+                break  # a gap (or an overlap): what follows is not contiguous
+            value, n = part.result() if isinstance(part, Future) else part
+            assert isinstance(value, int)
+            crc = checksums.combine(crc, value, n)
+            size += n
+        return size, f"{crc:08x}"
+
+
 def hash_memory(view: memoryview, hashing: Hashing) -> None:
     step = hashing.piece_size or max(len(view), 1)  # piece size 0: one part, the whole
     for start in range(0, max(len(view), 1), step):
@@ -162,6 +202,71 @@ def hash_file(fd: int, size: int, hashing: Hashing) -> None:
     for start in starts:
         length = None if start == starts[-1] else hashing.piece_size
         hashing.add(hash_range, fd, start, length, span=(start, length))
+
+
+def _read_piece(fd: int, view: memoryview, offset: int, algorithm: str | None) -> Digest:
+    """Read ``len(view)`` bytes of ``fd`` from ``offset`` into ``view`` (fewer at the end of
+    the file), then checksum them with ``algorithm`` while they are in the CPU cache (None:
+    only the count)."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return hash_view(view[:done], algorithm) if algorithm else (0, done)
+
+
+def _cached(fd: int, first: memoryview) -> bool:
+    """Read the start of ``fd`` into ``first`` if the page cache holds all of it, without
+    waiting for the disk (``RWF_NOWAIT``); whether it did. False where the system cannot say."""
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:
+        return False
+    try:
+        return os.preadv(fd, [first], 0, nowait) == len(first)
+    except OSError:  # EAGAIN: not cached; EOPNOTSUPP and the like: this filesystem cannot say
+        return False
+
+
+def read_into(fd: int, view: memoryview, hashing: Hashing) -> None:
+    """Read ``fd`` from offset 0 into ``view`` (up to its length), checksumming what lands.
+
+    From the page cache (its first piece is there) the pieces are read in the pool, several
+    at once, each checksummed by the thread that read it: there one thread's copy, page
+    faults included, is the bottleneck (256 MiB: 1.45x a plain ``read()`` with 2 threads,
+    0.85x with one, 2 CPUs). From the disk they are read in order by this thread, which keeps
+    the kernel's readahead streaming (parallel readers there: 0.75-0.9x), and the pool
+    checksums each piece while the next is read. A whole-object sha256 (older commits) cannot
+    be cut: it runs once every piece is in. Afterwards ``hashing`` has checksummed what was
+    read: a file shorter than ``view`` shows as a smaller size. Call ``hashing.settle()``
+    before closing ``fd`` or freeing ``view``.
+    """
+    step = hashing.piece_size or CHUNK
+    pieces = [view[start : start + step] for start in range(0, len(view), step)]
+    whole = hashing.algorithm == SHA256
+    done = 0
+    if len(pieces) > 1 and not hashing.inline and _cached(fd, pieces[0]):
+        if not whole:
+            hashing.add(hash_view, pieces[0])
+            for i, piece in enumerate(pieces[1:], 1):
+                hashing.add(_read_piece, fd, piece, i * step)
+            return
+        reads = [hash_pool().submit(_read_piece, fd, piece, i * step, None)
+                 for i, piece in enumerate(pieces[1:], 1)]
+        for future in reads:  # every read settles before a failure is raised
+            future.exception()
+        done = len(pieces[0]) + sum(future.result()[1] for future in reads)
+    else:
+        for i, piece in enumerate(pieces):
+            n = _read_piece(fd, piece, i * step, None)[1]
+            if not whole:
+                hashing.add(hash_view, piece[:n])
+            done += n
+            if n < len(piece):
+                break
+    if whole:
+        hash_memory(view[:done], hashing)
 
 
 def new_hashing(size: int) -> Hashing:

@@ -60,6 +60,7 @@ from shoal._storage.checkpoint_layout import (
     vname,
 )
 from shoal._storage.checkpoint_writer import Writer, WriterSettings
+from shoal._storage.loaded_bytes import LoadedBytes
 from shoal._storage.store import TMP_PREFIX, join, store_for
 from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
 
@@ -82,26 +83,6 @@ def _step_error(step: int, latest: int, note: str = "") -> SpecError:
         fix=f"pass step={latest + 1} or more, or step=None for the next one ({latest + 1})",
     )
 
-
-class LoadedBytes(bytes):
-    """The bytes of a bytes save, as `Checkpoint.load` returns them. Flyte 2's ``load()``
-    returns the local path of a file holding them, so code written for it calls
-    ``read_bytes()`` or ``read_text()`` on the result: both work here, on the bytes."""
-
-    def read_bytes(self) -> bytes:
-        return bytes(self)
-
-    def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return self.decode(encoding, errors)
-
-    def exists(self) -> bool:
-        return True
-
-    def is_file(self) -> bool:
-        return True
-
-    def is_dir(self) -> bool:
-        return False
 
 class Checkpoint:
     """The versions of one checkpoint at ``uri`` (a store folder), seen from one rank.
@@ -585,8 +566,8 @@ class Checkpoint:
         if shard.kind == "bytes":
             entry = shard.entries[0]
             data = fetch(self._store, join(vuri, entry.key), entry, None, version.step)
-            assert data is not None
-            return LoadedBytes(data)
+            assert isinstance(data, LoadedBytes)
+            return data
         materialize(self._store, vuri, shard.entries, folder, version.step)
         return folder / shard.entries[0].path if shard.kind == "file" else folder
 

@@ -147,6 +147,22 @@ class Store(ABC):
         with self._translate("get", uri):
             return self._get_parts(key, size)
 
+    def get_into(
+        self, uri: str, dest: memoryview, landed: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Write the object at ``uri`` into ``dest`` if it is exactly ``len(dest)`` bytes, and
+        return its size: anything else means it is not that size, and ``dest`` holds no
+        meaning. ``dest`` is the caller's buffer (``loaded_bytes.filled``): a remote store
+        streams the body, or concurrent ranged GETs, straight into it, with no joined copy.
+
+        ``landed(start, end)`` is called, from any thread and in any order, as each span of
+        ``dest`` is written (spans of several MiB, disjoint), so the caller can checksum them
+        while the rest comes.
+        """
+        key = self._key(uri)
+        with self._translate("get", uri):
+            return self._get_into(key, dest, landed)
+
     def put_file(self, local: str | Path, uri: str) -> None:
         """Upload a local file atomically, streaming it (never read whole into memory)."""
         key = self._key(uri)
@@ -264,6 +280,16 @@ class Store(ABC):
 
     def _get_parts(self, key: str, size: int) -> builtins.list[Buffer]:
         return [self._get_bytes(key)]
+
+    def _get_into(
+        self, key: str, dest: memoryview, landed: Callable[[int, int], None] | None
+    ) -> int:
+        data = self._get_bytes(key)
+        if len(data) == len(dest):
+            dest[:] = data
+            if landed is not None:
+                landed(0, len(data))
+        return len(data)
 
     @abstractmethod
     def _put_file(self, src: Path, key: str) -> None: ...
