@@ -64,7 +64,10 @@ def test_fsdp2_sharded_save_and_load(tmp_path: Path) -> None:
     second = tmp_path / "second"
     second.mkdir()
     killed = shoal.run(durable.train, 12, 4, 9, str(second), "fsdp").outputs()[0]
-    assert _starts(second, 1)["loaded"] in (7, 11)
+    # Saves begin after steps 3 and 7; rank 1 dies after step 9. The save of step 7 is
+    # asynchronous and may still be in flight two short steps later (its writer runs below
+    # training's priority): then step 3 is the last committed one.
+    assert _starts(second, 1)["loaded"] in (3, 7)
     assert killed == clean
 
 
