@@ -220,7 +220,7 @@ class Node:
         self.signal_all(signal.SIGTERM, spare)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and self._left(spare):
-            time.sleep(0.05)
+            time.sleep(0.01)  # a failed gang's restart waits for this
         self.signal_all(signal.SIGKILL, spare)
         deadline = time.monotonic() + 10  # the kernel ends SIGKILLed processes promptly
         while self._left(spare) and time.monotonic() < deadline:

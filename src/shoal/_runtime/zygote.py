@@ -35,10 +35,13 @@ from typing import Any
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
 # groups, torch._dynamo (which DDP() imports: ~0.5 s of CPU per rank), the checkpoint code
-# (torch.distributed.checkpoint, for state-dict saves and loads) and Shoal's rank runtime.
-# None of them starts a thread at import (checked after importing, in `preimport`).
+# (torch.distributed.checkpoint, for state-dict saves and loads), Shoal's rank runtime and
+# what a task file's own imports of Shoal load (`shoal.clustered`; `packaging`, which reads
+# an Image's pip requirements; the checkpoints' CRC32C). None of them starts a thread at
+# import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
-              "shoal._runtime.rank")
+              "shoal._runtime.rank", "shoal.clustered", "packaging.requirements",
+              "shoal._storage.checksums")
 
 
 def os_threads() -> int:
