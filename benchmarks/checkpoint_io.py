@@ -841,7 +841,7 @@ def state_table(res: dict[str, tuple[int, dict[str, Any]]]) -> tuple[list[str], 
                  "load state dict one get", "raw load", True),
                 ("load_state_dict(), ranged GETs vs the same ranged GETs raw + torch.load",
                  "load state dict", "raw load ranged", True)):
-            if mine not in t:  # file://, or a results file from before the row existed
+            if mine not in t or base not in t:  # file://, or results from before the row
                 continue
             ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
             mark = verdict(ratio >= GOAL_THROUGHPUT) if goal else "(reference)"
