@@ -4,7 +4,9 @@ corrupted shard is still caught."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,17 @@ pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:Us
 def _state() -> dict[str, object]:
     gen = torch.Generator().manual_seed(0)
     return {"w": torch.randn(3 * 1024 * 1024, generator=gen), "b": torch.arange(7.0), "n": 3}
+
+
+def _flip(store: Any, uri: str, where: Callable[[int], int], bit: int) -> None:
+    """Flip ``bit`` of the byte at ``where(size)`` of the stored object ``uri``, in place."""
+    data = bytearray(store.get_bytes(uri))
+    data[where(len(data))] ^= bit
+    local = store.local_path(uri)
+    if local is not None:
+        local.write_bytes(data)
+    else:
+        store.put_bytes(uri, bytes(data))
 
 
 def test_a_state_dict_round_trips_and_its_staging_is_moved_not_copied(
@@ -51,13 +64,7 @@ def test_a_corrupt_state_dict_shard_is_caught_on_load(store_root: str, tmp_path:
     cp.save_state_dict(_state()).result()
     store = store_for(cp.uri)
     (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
-    data = bytearray(store.get_bytes(victim))
-    data[len(data) // 2] ^= 0x10
-    local = store.local_path(victim)
-    if local is not None:
-        local.write_bytes(data)
-    else:
-        store.put_bytes(victim, bytes(data))
+    _flip(store, victim, lambda n: n // 2, 0x10)
     target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
     with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
         Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
@@ -72,13 +79,7 @@ def test_a_corrupt_state_dict_metadata_object_is_caught_on_load(
     cp.save_state_dict(_state()).result()
     store = store_for(cp.uri)
     (victim,) = [u for u in store.list(cp.uri) if u.endswith("/.metadata")]
-    data = bytearray(store.get_bytes(victim))
-    data[-1] ^= 0x01
-    local = store.local_path(victim)
-    if local is not None:
-        local.write_bytes(data)
-    else:
-        store.put_bytes(victim, bytes(data))
+    _flip(store, victim, lambda n: n - 1, 0x01)
     target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
     with pytest.raises(StoreError, match=r"\.metadata is corrupt"):
         Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
