@@ -632,11 +632,12 @@ def child_state(size: int, rounds: int, where: Path, scheme: str) -> dict[str, A
         from shoal._storage.store import store_for
 
         store = store_for(cp_uri)
-        store.ranged_get_min = 1 << 62  # type: ignore[attr-defined]
+        assert isinstance(store, ObjectStore)
+        ranged, store.ranged_get_min = store.ranged_get_min, None  # SHOAL_RANGED_GET_MIN_MIB=off
         try:
             return Checkpoint(cp_uri, local_dir=local).load_state_dict(into_one)
         finally:
-            del store.ranged_get_min  # type: ignore[attr-defined]
+            store.ranged_get_min = ranged
 
     try:
         # Round -1 is a warm-up, dropped (DCP's imports, the checkpoint process group). Each

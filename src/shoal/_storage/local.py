@@ -103,15 +103,13 @@ class LocalStore(Store):
         return self._file(key).read_bytes()
 
     def _put_file(self, src: Path, key: str) -> None:
-        path = self._file(key)
-        # A plain read/write loop rather than shutil.copyfile: it also takes pipes, and the
-        # buffer bounds memory whatever the file's size.
-        with open(src, "rb") as r, atomic_local_file(path, fsync=True) as w:
-            shutil.copyfileobj(r, w, _COPY_CHUNK)
-        fsync_dir(path.parent)
+        with open(src, "rb") as r:
+            self._put_fileobj(r, key)
 
     def _put_fileobj(self, f: BinaryIO, key: str) -> None:
         path = self._file(key)
+        # A plain read/write loop rather than shutil.copyfile: it also takes pipes, and the
+        # buffer bounds memory whatever the file's size.
         with atomic_local_file(path, fsync=True) as w:
             shutil.copyfileobj(f, w, _COPY_CHUNK)
         fsync_dir(path.parent)

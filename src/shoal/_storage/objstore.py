@@ -38,7 +38,7 @@ from shoal._storage.store import Store, Upload, atomic_local_file, split_scheme
 from shoal.errors import ObjectNotFound, ShoalError, SpecError, StoreError
 
 if TYPE_CHECKING:
-    from obstore import GetOptions
+    from obstore import GetOptions, GetResult
     from obstore.store import ClientConfig
     from typing_extensions import Buffer
 
@@ -117,7 +117,7 @@ class ObjectStore(Store):
     # for more than one connection's throughput. A server that reads the whole object for each
     # range (moto: ~95 ms per 8 MiB range of a 128 MiB object, against ~150 ms for the whole)
     # is faster with one GET: turn it off for such a server.
-    ranged_get_min: int | None = contract.DEFAULT_RANGED_GET_MIN_MIB * 1024 * 1024
+    ranged_get_min: int | None
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
@@ -191,10 +191,7 @@ class ObjectStore(Store):
         whole, etag = first.meta["size"], first.meta["e_tag"]
 
         def fetch(start: int) -> Buffer:
-            options: GetOptions = {"range": (start, min(start + part, whole))}
-            if etag:
-                options["if_match"] = etag
-            return obstore.get(self._store, key, options=options).bytes()
+            return self._get_range(key, start, min(start + part, whole), etag).bytes()
 
         starts = range(part, whole, part)
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallelism, len(starts)))) as pool:
@@ -220,18 +217,23 @@ class ObjectStore(Store):
 
         def fetch(start: int) -> bool:
             end = min(start + part, size)
-            answer = first
-            if start:
-                options: GetOptions = {"range": (start, end)}
-                if etag:
-                    options["if_match"] = etag
-                answer = obstore.get(self._store, key, options=options)
+            answer = self._get_range(key, start, end, etag) if start else first
             return _stream_into(answer, dest[start:end], landed, start) == end - start
 
         starts = range(0, size, part)
         with ThreadPoolExecutor(max_workers=min(self.parallelism, len(starts))) as pool:
             complete = [f.result() for f in [pool.submit(fetch, s) for s in starts]]
         return size if all(complete) else -1  # a range came back short or long
+
+    def _get_range(self, key: str, start: int, end: int, etag: str | None) -> GetResult:
+        """The answer to a GET of bytes [start, end), pinned to ``etag`` where the store gave
+        one: a replaced object fails instead of mixing its bytes with the old one's."""
+        import obstore
+
+        options: GetOptions = {"range": (start, end)}
+        if etag:
+            options["if_match"] = etag
+        return obstore.get(self._store, key, options=options)
 
     def _ranged(self, size: int) -> bool:
         return self.ranged_get_min is not None and size >= self.ranged_get_min
@@ -271,11 +273,8 @@ class ObjectStore(Store):
             part = self._range_size(size)
 
             def fetch(start: int) -> None:
-                end = min(start + part, size)
-                data = obstore.get(
-                    self._store, key, options={"range": (start, end), "if_match": etag}
-                ).bytes()
-                os.pwrite(fd, data, start)
+                os.pwrite(fd, self._get_range(key, start, min(start + part, size), etag).bytes(),
+                          start)
 
             with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
                 for future in [pool.submit(fetch, s) for s in range(0, size, part)]:
