@@ -5,7 +5,7 @@ that feeds it goes on; CRC32C pieces combine, in order, into the whole object's 
 may be cut anywhere. The thread of an asynchronous save's writer standing back from training
 (`checkpoint_writer.deprioritized`) checksums its pieces itself: a pool thread at training's
 priority would undo the point of lowering it. How objects are copied and verified with these
-is `checkpoint_files`.
+is `checkpoint_files` (writes) and `checkpoint_reads` (loads).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ version's commit with ``put_if_absent``; readers trust only commits, so a save k
 by a full disk before its commit is never loaded and the previous version stays intact. A load
 hashes what it downloads and names the object that does not match its commit. The layout, the
 commit format and the rules for removing leftovers are in ``checkpoint_layout.py``; moving and
-hashing bytes is ``checkpoint_files.py``.
+hashing bytes is ``checkpoint_files.py`` (writes) and ``checkpoint_reads.py`` (verified loads).
 
 - Every save writes under a fresh save id, so two writers of the same step (a zombie attempt and
   its retry) never overwrite each other's objects: one commit wins, the other save fails with a
@@ -43,14 +43,11 @@ from typing import Any, NoReturn
 
 from shoal._storage.checkpoint_files import (
     Payload,
-    fetch,
-    materialize,
     movable,
     no_space_code,
     payload_of,
     stage,
     upload,
-    verified_in_place,
 )
 from shoal._storage.checkpoint_layout import (
     Listing,
@@ -59,6 +56,7 @@ from shoal._storage.checkpoint_layout import (
     Versions,
     vname,
 )
+from shoal._storage.checkpoint_reads import fetch, materialize, verified_in_place
 from shoal._storage.checkpoint_writer import Writer, WriterSettings
 from shoal._storage.loaded_bytes import LoadedBytes
 from shoal._storage.store import TMP_PREFIX, join, store_for
