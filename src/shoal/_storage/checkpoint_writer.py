@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shoal import _contract as contract
-from shoal.errors import SpecError
+from shoal._storage.settings import checked
 
 __all__ = ["Writer", "WriterSettings", "deprioritized"]
 
@@ -81,23 +81,16 @@ class WriterSettings:
 
     @classmethod
     def from_env(cls) -> WriterSettings:
-        nice = _setting(contract.checkpoint_writer_nice, contract.CHECKPOINT_WRITER_NICE,
-                        "must be an integer from 0 to 19",
-                        f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_NICE}), or set "
-                        "0 to write asynchronous saves at training's priority")
-        deadline = _setting(contract.checkpoint_writer_deadline,
-                            contract.CHECKPOINT_WRITER_DEADLINE, "must be a number of seconds > 0",
-                            f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_DEADLINE:g} s)")
+        nice = checked(
+            contract.checkpoint_writer_nice, contract.CHECKPOINT_WRITER_NICE,
+            "must be an integer from 0 to 19",
+            f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_NICE}), or set 0 to write "
+            "asynchronous saves at training's priority")
+        deadline = checked(
+            contract.checkpoint_writer_deadline, contract.CHECKPOINT_WRITER_DEADLINE,
+            "must be a number of seconds > 0",
+            f"unset it (default {contract.DEFAULT_CHECKPOINT_WRITER_DEADLINE:g} s)")
         return cls(nice, deadline)
-
-
-def _setting(read: Callable[[], T], name: str, rule: str, fix: str) -> T:
-    """``read()`` of the variable ``name``; a bad value is a SpecError naming it."""
-    try:
-        return read()
-    except ValueError as e:
-        raise SpecError(field=name, value=os.environ.get(name), rule=f"{rule} ({e})",
-                        fix=fix) from None
 
 
 class _Job:

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from shoal import _contract as contract
+from shoal._storage.settings import checked
 from shoal._storage.store import Store, Upload, atomic_local_file, split_scheme
-from shoal.errors import ObjectNotFound, ShoalError, SpecError, StoreError
+from shoal.errors import ObjectNotFound, ShoalError, StoreError
 
 if TYPE_CHECKING:
     from obstore import GetOptions, GetResult
@@ -123,16 +124,11 @@ class ObjectStore(Store):
         super().__init__(root)
         from obstore.store import GCSStore, S3Store
 
-        try:
-            self.ranged_get_min = contract.ranged_get_min()
-        except ValueError as e:
-            raise SpecError(
-                field=contract.RANGED_GET_MIN_MIB,
-                value=os.environ.get(contract.RANGED_GET_MIN_MIB),
-                rule=f"must be a size in MiB (an integer >= 1) or 'off' ({e})",
-                fix=f"unset it for the default ({contract.DEFAULT_RANGED_GET_MIN_MIB}), or set "
-                "e.g. 64, or 'off' for one GET per object",
-            ) from e
+        self.ranged_get_min = checked(
+            contract.ranged_get_min, contract.RANGED_GET_MIN_MIB,
+            "must be a size in MiB (an integer >= 1) or 'off'",
+            f"unset it for the default ({contract.DEFAULT_RANGED_GET_MIN_MIB}), or set e.g. 64, "
+            "or 'off' for one GET per object")
 
         scheme, _ = split_scheme(self.root)
         with self._translate("open", self.root):
