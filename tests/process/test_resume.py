@@ -33,6 +33,19 @@ def test_resume_after_the_driver_was_killed(tmp_path: Path, shoal_home: Path) ->
     assert records.get_action(resumed.name, "a0.2").state == "succeeded"
 
 
+def test_a_resumed_gang_never_commits_beside_a_shard_of_the_run_it_continues(
+        tmp_path: Path, shoal_home: Path) -> None:
+    # The resumed run shares the failed run's checkpoint and starts its gang at attempt 0,
+    # restart 0, as the failed run's did: its shards must not pair with the failed run's.
+    failed = shoal_cli("run", str(PROGRAM), "half_saved", "--marker_dir", str(tmp_path))
+    assert failed.returncode != 0 and "half of step 0 saved" in failed.stderr, failed.stderr
+    name = Records(shoal_home / "shoal.db").list_runs(limit=1)[0].name
+    p = shoal_cli("run", "--resume", name)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == ('"latest None, rank 1 committed False, '
+                                "shards b'resumed 0' b'resumed 1'\""), p.stdout
+
+
 def test_resume_refuses_a_live_run_and_extra_arguments(tmp_path: Path,
                                                       shoal_home: Path) -> None:
     p = shoal_cli("run", "--resume", "r-none")

@@ -84,10 +84,12 @@ def test_a_commit_records_the_start_that_wrote_it(store_root: str, tmp_path: Pat
     Checkpoint(uri, local_dir=tmp_path / "a", gang_id="2.1").save_sync(b"x", step=4)
     Checkpoint(uri, local_dir=tmp_path / "b", gang_id="3").save_sync(b"y", step=5)
     Checkpoint(uri, local_dir=tmp_path / "c").save_sync(b"z", step=6)
+    Checkpoint(uri, local_dir=tmp_path / "d", gang_id="r-1a2b:0.2").save_sync(b"w", step=7)
     store = open_store(store_root)
     written = [json.loads(store.get_bytes(f"{uri}/v{step:012d}.commit.json")).get("written_by")
-               for step in (4, 5, 6)]
-    assert written == [{"attempt": 2, "restart": 1}, {"attempt": 3}, None]
+               for step in (4, 5, 6, 7)]
+    assert written == [{"attempt": 2, "restart": 1}, {"attempt": 3}, None,
+                       {"run": "r-1a2b", "attempt": 0, "restart": 2}]
 
 
 def test_file_and_dir_round_trip(store_root: str, tmp_path: Path) -> None:
@@ -243,6 +245,22 @@ def test_three_ranks_commit_one_sharded_version(store_root: str, tmp_path: Path)
     ), keys
     with pytest.raises(SpecError, match="latest committed step 0"):
         ranks[1].save_shard_sync(b"late", step=0)
+
+
+def test_a_resumed_run_never_mixes_shards_with_the_run_it_continues(tmp_path: Path) -> None:
+    # A resumed run shares the dead run's checkpoint and starts its gang at attempt 0, restart
+    # 0 again: the run in the gang id keeps rank 1's new shard from committing beside the
+    # shard rank 0 of the dead run landed (which made rank 0 of the resumed gang, between its
+    # load and its latest(), see a step it had not loaded).
+    uri = _uri(tmp_path.as_uri())
+    dead = Checkpoint(uri, local_dir=tmp_path, rank=0, world_size=2, gang_id="r-dead:0.0")
+    assert dead.save_shard_sync(b"dead 0", step=3) is False
+    resumed = [Checkpoint(uri, local_dir=tmp_path, rank=r, world_size=2,
+                          gang_id="r-resumed:0.0") for r in range(2)]
+    assert resumed[1].save_shard_sync(b"new 1", step=3) is False
+    assert resumed[0].latest() is None
+    assert resumed[0].save_shard_sync(b"new 0", step=3) is True
+    assert [resumed[0].load_shard_sync(rank=r) for r in range(2)] == [b"new 0", b"new 1"]
 
 
 def test_a_restarted_gang_never_mixes_shards_with_a_dead_start(tmp_path: Path) -> None:

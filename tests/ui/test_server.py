@@ -280,6 +280,9 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
     versions.commit(Version(step=5, kind="bytes", world_size=4, shards=()))
     versions.commit(Version(step=10, kind="bytes", world_size=4, shards=(),
                             written_by={"attempt": 0, "restart": 1}))
+    # step 15 by the gang of another run sharing the checkpoint (one this run resumed)
+    versions.commit(Version(step=15, kind="bytes", world_size=4, shards=(),
+                            written_by={"run": "r-earlier", "attempt": 0, "restart": 0}))
 
     client.get(f"/?token={TOKEN}")
     doc = client.get(f"/api/runs/{run.name}/gangs/a0").json()
@@ -298,7 +301,8 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
     assert [(c["step"], c["version"], c["written_by"], c["inferred"])
             for c in doc["checkpoints"]] == [
         (5, "v000000000005", {"attempt": 0, "restart": 2}, True),
-        (10, "v000000000010", {"attempt": 0, "restart": 1}, False)]
+        (10, "v000000000010", {"attempt": 0, "restart": 1}, False),
+        (15, "v000000000015", {"run": "r-earlier", "attempt": 0, "restart": 0}, False)]
     assert client.get(f"/api/runs/{run.name}/gangs/a7").status_code == 404
 
 

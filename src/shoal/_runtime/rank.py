@@ -50,7 +50,7 @@ def _checkpoint(node: NodeEnv, rank: int) -> Any:
     local = contract.checkpoint_local_dir(node.checkpoint_uri) / f"node{node.node_rank}"
     return Checkpoint(node.checkpoint_uri, local_dir=local,
                       rank=rank, world_size=node.nnodes * node.nproc_per_node,
-                      gang_id=f"{node.attempt}.{node.restart_attempt}")
+                      gang_id=f"{node.run}:{node.attempt}.{node.restart_attempt}")
 
 
 def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:

@@ -77,7 +77,7 @@ def _checkpoint(order: m.Run) -> Any:
     from shoal._storage.checkpoints import Checkpoint
 
     return Checkpoint(order.checkpoint_uri, local_dir=checkpoint_local_dir(order.checkpoint_uri),
-                      gang_id=str(order.attempt))
+                      gang_id=f"{order.run}:{order.attempt}")
 
 
 class Worker:

@@ -96,9 +96,10 @@ class Version:
     kind: str  # "bytes" | "file" | "dir" | "sharded"
     world_size: int
     shards: tuple[Shard, ...]
-    # The call attempt and gang restart that committed it ({"attempt": 0, "restart": 1}), for
-    # people reading the history (the UI's gang page); loading never looks at it.
-    written_by: dict[str, int] | None = None
+    # The run, call attempt and gang restart that committed it ({"run": "r-...", "attempt": 0,
+    # "restart": 1}), for people reading the history (the UI's gang page); loading never
+    # looks at it.
+    written_by: dict[str, Any] | None = None
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {

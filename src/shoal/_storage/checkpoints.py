@@ -13,9 +13,9 @@ hashing bytes is ``checkpoint_files.py`` (writes) and ``checkpoint_reads.py`` (v
   ``SpecError`` and removes its own objects.
 - Sharded saves: each rank writes its objects, then its manifest, then lists its gang's
   manifests; the rank that sees all ``world_size`` seals every shard and commits
-  (``put_if_absent``, so ranks racing there never both win). ``gang_id`` (attempt and restart
-  of the gang) keeps a restarted gang from committing its shards mixed with those a dead start
-  left behind. A sharded save of one rank (``world_size`` 1: a state dict saved by one
+  (``put_if_absent``, so ranks racing there never both win). ``gang_id`` (the run, and the
+  attempt and restart of the gang) keeps a restarted gang, or the gang of a resumed run, from
+  committing its shards mixed with those a dead start left behind. A sharded save of one rank (``world_size`` 1: a state dict saved by one
   process) has nobody to wait for: it seals and commits its shard as a whole save does,
   without a manifest.
 - Asynchronous saves snapshot the data (see ``checkpoint_files.stage``) and write it in one
@@ -88,8 +88,9 @@ class Checkpoint:
     ``local_dir`` holds local state: ``work/rank-<rank>`` (``path``), ``staging/`` (snapshots of
     asynchronous saves, hardlinks when on the filesystem of what is saved) and ``loaded/``
     (verified downloads, one folder per version; the ranks of a node may share it).
-    ``keep`` bounds the committed versions kept; ``gang_id`` names one start of a gang (attempt
-    and restart) so a sharded save never mixes shards of two starts.
+    ``keep`` bounds the committed versions kept; ``gang_id`` names one start of a gang
+    (``<run>:<attempt>.<restart>``; a resumed run shares the checkpoint of the run it continues,
+    and starts at attempt 0 again) so a sharded save never mixes shards of two starts.
     """
 
     def __init__(
@@ -615,12 +616,15 @@ class Checkpoint:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def _start_of(gang_id: str | None) -> dict[str, int] | None:
-    """``"2.1"`` (attempt 2, gang restart 1; what engines pass) or ``"2"`` as a dict."""
-    parts = (gang_id or "").split(".")
+def _start_of(gang_id: str | None) -> dict[str, Any] | None:
+    """``"r-abc:2.1"`` (run r-abc, attempt 2, gang restart 1; what engines pass), ``"2.1"`` or
+    ``"2"`` as a dict."""
+    run, _, start_id = (gang_id or "").rpartition(":")
+    parts = start_id.split(".")
     if not all(p.isdigit() for p in parts) or len(parts) > 2:
         return None
-    start = {"attempt": int(parts[0])}
+    start: dict[str, Any] = {"run": run} if run else {}
+    start["attempt"] = int(parts[0])
     if len(parts) == 2:
         start["restart"] = int(parts[1])
     return start

@@ -1,4 +1,5 @@
-"""A driver whose second step waits on a file: the test kills the driver there, then resumes."""
+"""A driver whose second step waits on a file: the test kills the driver there, then resumes.
+And a gang whose run fails with half a sharded step saved, for its resumed run to finish."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from pathlib import Path
 
 import shoal
+from shoal.clustered import ClusteredTaskEnvironment
 
 steps = shoal.TaskEnvironment(name="steps")
 boss = shoal.TaskEnvironment(name="resumer", depends_on=[steps])
@@ -30,3 +32,38 @@ def second(x: int, marker_dir: str) -> int:
 async def pipeline(marker_dir: str) -> int:
     a = await first.aio(marker_dir)
     return await second.aio(a, marker_dir)
+
+
+half = ClusteredTaskEnvironment(name="halfsaved", replicas=2, nproc_per_node=1,
+                                resources=shoal.Resources(cpu=1, memory="300Mi"))
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+@half.task
+def half_saved(marker_dir: str) -> str:
+    """The first run: rank 0 lands its shard of step 0, rank 1 never does, the run fails. Its
+    resumed run: rank 1 lands its shard first, then rank 0 looks; it must find no step."""
+    ctx, folder = shoal.ctx(), Path(marker_dir)
+    cp = ctx.checkpoint
+    if not (folder / "first-run-over").exists():
+        if ctx.rank == 0:
+            cp.save_shard_sync(b"dead run 0", step=0)
+            (folder / "first-run-over").write_text("1")
+        else:
+            _wait_for(folder / "first-run-over")
+        raise RuntimeError("the first run fails with half of step 0 saved")
+    if ctx.rank == 1:
+        committed = cp.save_shard_sync(b"resumed 1", step=0)
+        (folder / "rank1-saved").write_text(str(committed))
+        return ""
+    _wait_for(folder / "rank1-saved")
+    seen = cp.latest()
+    cp.save_shard_sync(b"resumed 0", step=0)
+    return f"latest {seen}, rank 1 committed {(folder / 'rank1-saved').read_text()}, " \
+           f"shards {cp.load_shard_sync(rank=0)!r} {cp.load_shard_sync(rank=1)!r}"

@@ -120,7 +120,9 @@ function gangPanel(a, g) {
 function writtenBy(c) {
   const w = c.written_by;
   if (!w) return "?";
-  const text = `attempt ${w.attempt}` + (w.restart == null ? "" : ` restart ${w.restart}`);
+  // A resumed run shares the checkpoint of the run it continues: name the other run.
+  const run = w.run && w.run !== RUN ? `run ${w.run}, ` : "";
+  const text = `${run}attempt ${w.attempt}` + (w.restart == null ? "" : ` restart ${w.restart}`);
   return c.inferred ? `${text} (inferred)` : text;
 }
 
