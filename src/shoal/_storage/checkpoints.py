@@ -15,9 +15,9 @@ hashing bytes is ``checkpoint_files.py`` (writes) and ``checkpoint_reads.py`` (v
   manifests; the rank that sees all ``world_size`` seals every shard and commits
   (``put_if_absent``, so ranks racing there never both win). ``gang_id`` (the run, and the
   attempt and restart of the gang) keeps a restarted gang, or the gang of a resumed run, from
-  committing its shards mixed with those a dead start left behind. A sharded save of one rank (``world_size`` 1: a state dict saved by one
-  process) has nobody to wait for: it seals and commits its shard as a whole save does,
-  without a manifest.
+  committing its shards mixed with those a dead start left behind. A sharded save of one
+  rank (``world_size`` 1: a state dict saved by one process) has nobody to wait for: it seals
+  and commits its shard as a whole save does, without a manifest.
 - Asynchronous saves snapshot the data (see ``checkpoint_files.stage``) and write it in one
   background thread per checkpoint, which stands back from training until someone waits for
   it (``checkpoint_writer``); the next save waits for the one in flight.
