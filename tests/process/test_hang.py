@@ -58,9 +58,11 @@ def test_a_frozen_rank_is_named_not_the_ranks_that_timed_out(
     assert set(data["waiting"]) == {"0", "1", "2"}
     logs = shoal_home / "runs" / run.name / "logs" / "gang" / "a0.0" / "r0"
     stacks = {r: (logs / f"stacks-rank{r}.txt").read_text() for r in range(4)}
+    # On failure: what the node launchers said of their reports, and when
+    nodes = "\n".join(f"{f.name}:\n{f.read_text()}" for f in sorted(logs.glob("node*.log")))
     for r in range(3):  # the waiting ranks, recorded live before their timeout
-        assert "all_reduce" in stacks[r], stacks[r]
-        assert "the rank had failed" not in stacks[r], stacks[r]
+        assert "all_reduce" in stacks[r], f"{stacks[r]}\n{nodes}"
+        assert "the rank had failed" not in stacks[r], f"{stacks[r]}\n{nodes}"
     if method == "py-spy":  # py-spy reads a stopped process
         assert "_train" in stacks[3], stacks[3]
     else:

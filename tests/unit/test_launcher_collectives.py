@@ -46,7 +46,49 @@ def test_a_rank_waiting_past_the_early_share_is_recorded_once(
     _status(tmp_path, 3, since)
     _status(tmp_path, 1, time.time() - 100)  # another node's rank: not this node's business
     calls: list[float] = []
-    monkeypatch.setattr(runner, "diagnose", lambda: calls.append(time.time()))
+
+    def diagnose(*, why: str) -> bool:
+        assert "a rank has waited" in why
+        calls.append(time.time())
+        return True
+
+    monkeypatch.setattr(runner, "diagnose", diagnose)
     threading.Thread(target=runner.watch_collectives, daemon=True).start()
     time.sleep(0.6)
     assert len(calls) == (1 if waited else 0)  # once per collective, not at every look
+
+
+def test_a_report_not_written_is_tried_again_while_the_ranks_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first try is skipped (another report was being written) or fails: the next poll
+    # tries again, and stops once one is written.
+    monkeypatch.setattr(hang, "POLL", 0.05)
+    runner = Node(_node(tmp_path, timeout=4.0))
+    runner.children = {101: 0, 102: 1}
+    _status(tmp_path, 2, time.time() - 2.5)
+    _status(tmp_path, 3, None)
+    answers = [False, False, True]
+    calls: list[bool] = []
+
+    def diagnose(*, why: str) -> bool:
+        calls.append(answers[len(calls)] if len(calls) < len(answers) else True)
+        return calls[-1]
+
+    monkeypatch.setattr(runner, "diagnose", diagnose)
+    threading.Thread(target=runner.watch_collectives, daemon=True).start()
+    time.sleep(0.6)
+    assert calls == [False, False, True]
+
+
+def test_a_wait_past_the_timeout_is_not_tried_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hang, "POLL", 0.05)
+    runner = Node(_node(tmp_path, timeout=4.0))
+    runner.children = {101: 0, 102: 1}
+    _status(tmp_path, 2, time.time() - 4.5)  # its rank will fail soon: no report at each poll
+    _status(tmp_path, 3, None)
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "diagnose", lambda *, why: calls.append(why) is not None)
+    threading.Thread(target=runner.watch_collectives, daemon=True).start()
+    time.sleep(0.6)
+    assert len(calls) == 1

@@ -288,21 +288,28 @@ class Node:
         self.stop(grace, keep_zygote=True)
         return True
 
-    def diagnose(self, *, wait: bool = False) -> None:
+    def diagnose(self, *, wait: bool = False, why: str = "") -> bool:
         """Record what every rank of this node is doing now (`hang`), one report at a time
-        (``wait``: for the one being written, instead of skipping)."""
+        (``wait``: for the one being written, instead of skipping); False if skipped or
+        failed. ``why`` goes into the node log with the time the report took."""
         if not self._diagnosing.acquire(timeout=10 if wait else 0):
-            return
+            return False
         from shoal._runtime import hang
 
+        started = time.monotonic()
         try:
             hang.write_report(self.node, self.rank_pids())
             self._diagnosed_at = time.monotonic()
         except Exception as e:  # a diagnosis must never keep the node from stopping
             print(f"shoal-node {self.node.node_rank}: the hang diagnosis failed: {e!r}",
                   file=sys.stderr, flush=True)
+            return False
         finally:
             self._diagnosing.release()
+        if why:
+            print(f"shoal-node {self.node.node_rank}: {why}; recorded this node's ranks in "
+                  f"{time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+        return True
 
     def watch_collectives(self) -> None:
         """Record this node's ranks live once one has waited in a collective for
@@ -317,10 +324,16 @@ class Node:
             if self.stopping.is_set() or not self.children:
                 continue
             since = hang.waiting_since(self.node)
-            if since is not None and since != asked_for and \
-                    time.time() - since >= hang.early_at(self.node.collective_timeout):
+            if since is None or since == asked_for:
+                continue
+            waited = time.time() - since
+            if waited < hang.early_at(self.node.collective_timeout):
+                continue
+            # Not done (another report was being written, or this one failed): try again at
+            # the next poll, while the timeout has not yet ended the wait.
+            if self.diagnose(why=f"a rank has waited {waited:.1f} s in a collective") \
+                    or waited >= self.node.collective_timeout:
                 asked_for = since
-                self.diagnose()
 
     def _diagnose_if_timed_out(self, local_rank: int, code: int) -> None:
         """A rank timed out in a collective: its peers here are still alive; record them,
@@ -334,7 +347,7 @@ class Node:
         self._diagnosing.acquire(timeout=10)  # an early one may be under way
         self._diagnosing.release()
         if time.monotonic() - self._diagnosed_at > n.collective_timeout:
-            self.diagnose(wait=True)
+            self.diagnose(wait=True, why=f"local rank {local_rank} timed out in a collective")
 
     def _report(self, local_rank: int, code: int) -> None:
         from shoal._runtime.rank import attempt_folder
@@ -415,7 +428,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGUSR1, lambda signum, frame: threading.Thread(  # the engine asks
-        target=runner.diagnose, name="shoal-hang", daemon=True).start())
+        target=runner.diagnose, kwargs={"why": "the engine asked"}, name="shoal-hang",
+        daemon=True).start())
     # `watch` waits in select(): a child's end wakes it through this pipe.
     wakeup_r, wakeup_w = os.pipe()
     for fd in (wakeup_r, wakeup_w):
