@@ -53,6 +53,24 @@ def test_a_vanished_process_gives_no_sample() -> None:
     assert TreeSampler().sample(child.pid) is None
 
 
+def test_an_ended_process_not_yet_reaped_gives_no_sample() -> None:
+    # A rank that exited before its launcher reaped it is a zombie: psutil reads its memory
+    # as 0 bytes, which must not become an RSS point of 0.
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert TreeSampler().sample(child.pid) is None
+        got = TreeSampler().sample(os.getpid())  # a zombie child is left out of its parent's
+        assert got is not None and child.pid not in got[1]
+    finally:
+        child.wait()
+
+
 def _gpu(index: int, procs: dict[int, int], util: float = 50.0) -> GpuState:
     return GpuState(index, f"GPU-{index:04d}-abcd", util, (index + 1) * 1000, procs)
 

@@ -56,6 +56,8 @@ class TreeSampler:
         ps = self._psutil
         try:
             top = ps.Process(root)
+            if top.status() == ps.STATUS_ZOMBIE:
+                return None  # ended, not yet reaped: its memory reads as 0 bytes
             tree = [top, *top.children(recursive=True)]
         except ps.Error:
             return None
@@ -68,6 +70,8 @@ class TreeSampler:
         for proc in tree:
             try:
                 with proc.oneshot():
+                    if proc.status() == ps.STATUS_ZOMBIE:
+                        continue  # an ended child: nothing resident, no CPU time to come
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
                     seconds = times.user + times.system
@@ -84,6 +88,8 @@ class TreeSampler:
             # A process first seen now started after the previous sample (or is the first):
             # all its CPU time falls in this interval. A fork starts at 0 s of CPU.
             used += seconds - self._cpu.get(key, 0.0)
+        if root not in pids:
+            return None  # it ended while being measured
         self._cpu = cpu
         out = {CPU: round(max(used, 0.0) / elapsed * 100.0, 2), RSS: rss}
         if have_pss:
