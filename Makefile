@@ -30,7 +30,7 @@ demo: $(VENV)/.examples
 
 ## test: set up and run the whole test suite
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 ## test-fast: everything but the slow real-process tiers
 test-fast: $(VENV)/.dev
