@@ -171,3 +171,39 @@ def test_a_call_that_logs_nothing_starts_no_thread_and_writes_no_file(tmp_path: 
     with _scope(tmp_path):
         assert not [t for t in threading.enumerate() if t.name == "shoal-metrics"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_two_closers_at_once_close_the_file_once(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node launcher's SIGTERM stop and its main loop both close the system-metrics writers;
+    # a second os.close of the same descriptor raised EBADF in the stop thread, which then
+    # never ended the node (the engine waited ~30 s for it).
+    import os
+    import threading
+
+    writer = rt.open_writer(tmp_path, "run-1", "a0", 0, rank=0, source="system")
+    writer.add([("system/cpu_percent", 50.0)], 0, time.time())
+    writer.flush()  # the file is open
+    closes: list[int] = []
+    real_close = os.close
+
+    def slow_close(fd: int) -> None:
+        closes.append(fd)
+        time.sleep(0.1)  # both closers get here before either has closed, if both can
+        real_close(fd)
+
+    monkeypatch.setattr(rt.os, "close", slow_close)
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            writer.close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=close) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(closes) == 1

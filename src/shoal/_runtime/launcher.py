@@ -416,10 +416,15 @@ def main() -> None:
     sampler: NodeSampler | None = None
 
     def stop_and_exit(signum: int) -> None:
-        runner.stop(node.grace_period)
-        if sampler is not None:
-            sampler.stop()
-        os._exit(128 + signum)
+        try:
+            runner.stop(node.grace_period)
+            if sampler is not None:
+                sampler.stop()
+        except BaseException as e:  # the node must still end: the engine waits for it
+            print(f"shoal-node {node.node_rank}: stopping failed: {e!r}", file=sys.stderr,
+                  flush=True)
+        finally:
+            os._exit(128 + signum)
 
     def on_term(signum: int, frame: object) -> None:
         # Preemption or gang stop: give the ranks their grace period, then end them all.

@@ -184,10 +184,13 @@ class MetricsWriter:
         self._wake.set()
         if thread is not None:
             thread.join(timeout=5)
-        self.flush()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        # Two closers at once (a node's stop on SIGTERM beside its main loop's) close the file
+        # once: the second waits for the first's flush, then finds nothing to close.
+        with self._flushing:
+            self._flush()
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def open_writer(home: str | Path, run: str, action: str, attempt: int, *,
