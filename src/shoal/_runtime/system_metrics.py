@@ -56,8 +56,6 @@ class TreeSampler:
         ps = self._psutil
         try:
             top = ps.Process(root)
-            if top.status() == ps.STATUS_ZOMBIE:
-                return None  # ended, not yet reaped: its memory reads as 0 bytes
             tree = [top, *top.children(recursive=True)]
         except ps.Error:
             return None
@@ -70,12 +68,15 @@ class TreeSampler:
         for proc in tree:
             try:
                 with proc.oneshot():
-                    if proc.status() == ps.STATUS_ZOMBIE:
-                        continue  # an ended child: nothing resident, no CPU time to come
+                    resident = proc.memory_info().rss
+                    # A zombie, or a process in its exit that has let its memory go already
+                    # (its status still says running): it ended, and reads as 0 bytes.
+                    if resident == 0 or proc.status() == ps.STATUS_ZOMBIE:
+                        continue
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
                     seconds = times.user + times.system
-                    rss += proc.memory_info().rss
+                    rss += resident
                     if have_pss:
                         try:
                             pss += proc.memory_full_info().pss
@@ -89,7 +90,7 @@ class TreeSampler:
             # all its CPU time falls in this interval. A fork starts at 0 s of CPU.
             used += seconds - self._cpu.get(key, 0.0)
         if root not in pids:
-            return None  # it ended while being measured
+            return None  # it ended (or was ending) while being measured
         self._cpu = cpu
         out = {CPU: round(max(used, 0.0) / elapsed * 100.0, 2), RSS: rss}
         if have_pss:
