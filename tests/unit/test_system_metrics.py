@@ -178,3 +178,26 @@ def test_the_node_sampler_writes_each_ranks_file(tmp_path: Path,
     util = {s.rank: max(s.values) for s in metrics.series(name=GPU_UTIL)}
     assert util == {2: 80.0, 3: 10.0}
     assert (tmp_path / "runs/r/metrics/a3.1/r2.rank3.system.jsonl").is_file()
+
+
+def test_a_process_in_its_exit_with_no_memory_left_gives_no_sample(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Between letting its memory go and becoming a zombie, an exiting process still reads as
+    # running, with 0 bytes resident (psutil's answer, given here as data).
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        real = psutil.Process.memory_info
+
+        def memory_info(self: psutil.Process) -> Any:
+            got = real(self)
+            return got._replace(rss=0) if self.pid == child.pid else got
+
+        monkeypatch.setattr(psutil.Process, "memory_info", memory_info)
+        assert TreeSampler().sample(child.pid) is None
+        got = TreeSampler().sample(os.getpid())
+        assert got is not None and child.pid not in got[1]
+    finally:
+        child.kill()
+        child.wait()
