@@ -188,8 +188,11 @@ def test_a_process_in_its_exit_with_no_memory_left_gives_no_sample(
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
+        import functools
+
         real = psutil.Process.memory_info
 
+        @functools.wraps(real)  # with psutil's oneshot cache hooks
         def memory_info(self: psutil.Process) -> Any:
             got = real(self)
             return got._replace(rss=0) if self.pid == child.pid else got
