@@ -92,3 +92,25 @@ def test_a_wait_past_the_timeout_is_not_tried_again(
     threading.Thread(target=runner.watch_collectives, daemon=True).start()
     time.sleep(0.6)
     assert len(calls) == 1
+
+
+def test_the_next_waiter_of_a_recorded_wait_is_not_recorded_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both ranks wait; the node is recorded; the longest waiter then fails (its status no
+    # longer shows the collective) and the other's slightly later start is the node's wait
+    # now. That is the wait already recorded: a second report would see the failed rank dead
+    # and replace the live one.
+    monkeypatch.setattr(hang, "POLL", 0.05)
+    runner = Node(_node(tmp_path, timeout=4.0))
+    runner.children = {101: 0, 102: 1}
+    since = time.time() - 2.5
+    _status(tmp_path, 2, since)
+    _status(tmp_path, 3, since + 0.01)
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "diagnose", lambda *, why: calls.append(why) is None)
+    threading.Thread(target=runner.watch_collectives, daemon=True).start()
+    time.sleep(0.3)
+    assert len(calls) == 1
+    _status(tmp_path, 2, None)  # rank 2 timed out and left the collective
+    time.sleep(0.3)
+    assert len(calls) == 1, calls

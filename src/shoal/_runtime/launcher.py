@@ -318,22 +318,26 @@ class Node:
         late on a busy machine."""
         from shoal._runtime import hang
 
-        asked_for: float | None = None  # the collective start this node was recorded for
+        # When this node's ranks were last recorded (wall time): a wait that began before
+        # then is the one recorded, even once its longest waiter has failed and the next
+        # waiter's slightly later start shows (a second report then would see a dead rank).
+        recorded_at = float("-inf")
         while True:
             time.sleep(hang.POLL)
             if self.stopping.is_set() or not self.children:
                 continue
             since = hang.waiting_since(self.node)
-            if since is None or since == asked_for:
+            if since is None or since <= recorded_at:
                 continue
-            waited = time.time() - since
+            now = time.time()
+            waited = now - since
             if waited < hang.early_at(self.node.collective_timeout):
                 continue
             # Not done (another report was being written, or this one failed): try again at
             # the next poll, while the timeout has not yet ended the wait.
             if self.diagnose(why=f"a rank has waited {waited:.1f} s in a collective") \
                     or waited >= self.node.collective_timeout:
-                asked_for = since
+                recorded_at = now
 
     def _diagnose_if_timed_out(self, local_rank: int, code: int) -> None:
         """A rank timed out in a collective: its peers here are still alive; record them,
