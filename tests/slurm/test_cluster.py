@@ -69,7 +69,9 @@ def test_a_job_in_high_requeues_a_requeueable_job_in_low(slurm_cluster: SlurmClu
     while "restart=1" not in slurm_cluster.output(low) and time.monotonic() < deadline:
         time.sleep(0.2)
     out = slurm_cluster.output(low)
-    assert "start restart=0" in out and "DUE TO PREEMPTION" in out and "restart=1" in out, out
+    # slurmstepd says PREEMPTION, or JOB REQUEUE when the requeue lands first (a busy machine)
+    assert "start restart=0" in out and "restart=1" in out, out
+    assert "DUE TO PREEMPTION" in out or "DUE TO JOB REQUEUE" in out, out
     print(f"preempted low job running again {resumed_s:.1f}s after the high job came")
 
 
