@@ -71,7 +71,7 @@ class TreeSampler:
                     resident = proc.memory_info().rss
                     # A zombie, or a process in its exit that has let its memory go already
                     # (its status still says running): it ended, and reads as 0 bytes.
-                    if resident == 0 or proc.status() == ps.STATUS_ZOMBIE:
+                    if resident == 0:
                         continue
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
