@@ -36,7 +36,7 @@ from shoal._storage.loaded_bytes import LoadedBytes, filled
 from shoal._storage.store import Store, join, temp_path
 from shoal.errors import StoreError
 
-__all__ = ["fetch", "materialize", "verified_in_place"]
+__all__ = ["fetch", "materialize", "verified_bytes", "verified_in_place"]
 
 
 def _expected(entry: Entry) -> Hashing:
@@ -159,6 +159,19 @@ def _get_verified(
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)
     return None
+
+
+def verified_bytes(data: bytes, uri: str, entry: Entry, step: int) -> bytes:
+    """``data`` (what was just read of ``uri``) if it is what ``entry`` records, else a
+    ``StoreError``: for bytes about to be unpickled, checked as they are, not as they were when
+    the version was first verified (a store writer may have swapped the file since)."""
+    hashing = _expected(entry)
+    try:
+        hash_memory(memoryview(data), hashing)
+    finally:
+        hashing.settle()
+    _check(uri, entry, hashing, step, len(data))
+    return data
 
 
 def _open_listed(local: Path, uri: str, step: int) -> int:

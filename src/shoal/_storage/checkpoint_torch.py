@@ -20,10 +20,15 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shoal._storage.checkpoint_layout import vname
+from shoal._storage.checkpoint_reads import verified_bytes
 from shoal._storage.checkpoint_writer import Writer, WriterSettings
+from shoal._storage.store import join
+from shoal.errors import StoreError
 
 if TYPE_CHECKING:
     from shoal._storage.checkpoint_layout import Version
@@ -103,8 +108,15 @@ class StateDictSaver:
             inflight.result()
 
 
-def load_into(cp: Checkpoint, state: Any, step: int | None) -> int | None:
-    """Load the latest (or ``step``) sharded version into ``state`` in place; its step."""
+def load_into(cp: Checkpoint, state: Any, step: int | None, *,
+              weights_only: bool = True) -> int | None:
+    """Load the latest (or ``step``) sharded version into ``state`` in place; its step.
+
+    ``weights_only`` (torch's word): DCP's metadata is unpickled only into its own classes and
+    values that are not tensors load with ``torch.load(weights_only=True)``
+    (``checkpoint_trust``); False gives torch's defaults, which run what the pickles name.
+    """
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.state_dict_loader import load
 
@@ -112,9 +124,11 @@ def load_into(cp: Checkpoint, state: Any, step: int | None) -> int | None:
     if version is None:
         return None
     flat = Path(tempfile.mkdtemp(prefix="shoal-dcp-load-", dir=cp.path))
+    trust = None
     try:
         # DCP's metadata names the files relative to one folder: gather every shard's there,
         # as links to the store's own files (file://, verified in place) or to verified copies.
+        # Either way every file is verified against the commit before DCP reads any of it.
         in_store = cp._shards_in_store(version)
         if in_store is not None:
             for rel, file in in_store:
@@ -122,12 +136,50 @@ def load_into(cp: Checkpoint, state: Any, step: int | None) -> int | None:
                 os.symlink(file, flat / rel)
         else:
             _link_downloads(cp, version, flat)
-        load(
-            state, storage_reader=FileSystemReader(str(flat)), process_group=_checkpoint_group()
-        )
+        if weights_only:
+            from shoal._storage.checkpoint_trust import (
+                TrustingLoad,
+                WeightsOnlyPlanner,
+                WeightsOnlyReader,
+            )
+
+            trust = TrustingLoad()
+            where = f"checkpoint {cp.uri} step {version.step}"
+            reader: Any = WeightsOnlyReader(
+                str(flat), where=f"{where}: {METADATA}", load=trust,
+                verify=_metadata_check(cp, version))
+            planner: Any = WeightsOnlyPlanner(where=where, load=trust)
+        else:
+            reader, planner = FileSystemReader(str(flat)), None
+        try:
+            load(state, storage_reader=reader, planner=planner,
+                 process_group=_checkpoint_group())
+        except (CheckpointException, AssertionError) as e:
+            # DCP wraps what a read raised (its metadata read, into an AssertionError of its
+            # own): the refusal is the error to report.
+            if trust is not None and trust.refused is not None:
+                raise trust.refused from e
+            raise
     finally:
         shutil.rmtree(flat, ignore_errors=True)
     return version.step
+
+
+METADATA = ".metadata"  # DCP's index of a version, in rank 0's shard
+
+
+def _metadata_check(cp: Checkpoint, version: Version) -> Callable[[bytes], bytes]:
+    """Checks the bytes of the version's ``.metadata`` against its commit, as they are read."""
+    found = [e for s in version.shards for e in s.entries if e.path == METADATA]
+    vuri = cp._versions.uri_of(vname(version.step))
+
+    def check(data: bytes) -> bytes:
+        if len(found) != 1:
+            raise StoreError(f"checkpoint {cp.uri} step {version.step}: its commit lists "
+                             f"{len(found)} {METADATA} objects, not one")
+        return verified_bytes(data, join(vuri, found[0].key), found[0], version.step)
+
+    return check
 
 
 def _link_downloads(cp: Checkpoint, version: Version, flat: Path) -> None:

@@ -478,14 +478,26 @@ class Checkpoint:
         saved: Future[int] = self._state_dicts.save(state_dict, step, async_save=async_save)
         return saved
 
-    def load_state_dict(self, state_dict: Any, *, step: int | None = None) -> int | None:
+    def load_state_dict(self, state_dict: Any, *, step: int | None = None,
+                        weights_only: bool = True) -> int | None:
         """Load the latest (or ``step``) sharded version into ``state_dict`` in place (every
-        rank calls this); the step loaded, or None when nothing was saved yet."""
+        rank calls this); the step loaded, or None when nothing was saved yet.
+
+        ``weights_only=True`` (the default, as ``torch.load``'s): DCP's metadata is unpickled
+        only into DCP's own classes, and values that are not tensors load as
+        ``torch.load(weights_only=True)`` loads them (tensors, containers, numbers, strings);
+        anything else is refused with a ``StoreError`` before it is built. Pass
+        ``weights_only=False`` for state dicts holding other objects, when only people you
+        trust can write the store: a pickle runs what it names (docs/security.md).
+        """
         from shoal._storage.checkpoint_torch import load_into
 
+        if not isinstance(weights_only, bool):
+            raise SpecError(field="weights_only", value=weights_only, rule="must be a bool",
+                            fix="pass weights_only=True (the default) or weights_only=False")
         if self._state_dicts is not None:
             self._state_dicts.wait()
-        loaded = load_into(self, state_dict, step)
+        loaded = load_into(self, state_dict, step, weights_only=weights_only)
         if loaded is not None:
             self._last_state_step = loaded
         return loaded
