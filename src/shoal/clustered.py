@@ -16,6 +16,7 @@ unchanged) and the topology in `shoal.ctx()`. Rank 0's return value is the task'
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,10 @@ from shoal.errors import SpecError
 __all__ = ["ClusterFailurePolicy", "ClusteredTaskEnvironment", "JaxRun", "TorchRun"]
 
 _RDZV = ("static", "c10d")
+# Upper bounds of a gang, past any real cluster: a bigger number is a typo, refused before a
+# plan is made (the engines then check what they can run: the local engine far less).
+MAX_REPLICAS = 65_536  # the largest training clusters have a few tens of thousands of nodes
+MAX_NPROC_PER_NODE = 1_024  # one process per GPU (at most 64 per node) or per CPU core
 
 
 def _count(field: str, value: object, minimum: int) -> int:
@@ -34,12 +39,19 @@ def _count(field: str, value: object, minimum: int) -> int:
     return value
 
 
+def _at_most(field: str, value: int, maximum: int, why: str) -> None:
+    if value > maximum:
+        raise SpecError(field, value, f"must be at most {maximum:,} ({why})",
+                        f"e.g. {field.rpartition('.')[2]}={min(value, 8)}, or check the number")
+
+
 def _seconds(field: str, value: object) -> float:
     if isinstance(value, _dt.timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise SpecError(field, value, "must be a positive number of seconds or a timedelta",
-                        f"e.g. {field}=300")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
+            or not math.isfinite(value):
+        raise SpecError(field, value, "must be a positive number of seconds (not inf or nan) "
+                        "or a timedelta", f"e.g. {field}=300")
     return float(value)
 
 
@@ -152,6 +164,10 @@ class ClusteredTaskEnvironment(TaskEnvironment):
         where = f"ClusteredTaskEnvironment({self.name!r})"
         _count(f"{where}.replicas", self.replicas, 1)
         _count(f"{where}.nproc_per_node", self.nproc_per_node, 1)
+        _at_most(f"{where}.replicas", self.replicas, MAX_REPLICAS,
+                 "the largest training clusters have a few tens of thousands of nodes")
+        _at_most(f"{where}.nproc_per_node", self.nproc_per_node, MAX_NPROC_PER_NODE,
+                 "one process per GPU or per CPU core of a node; no node has more")
         gpus = self.resources.gpu_count if self.resources is not None else 0
         if gpus and self.nproc_per_node > gpus:
             raise SpecError(f"{where}.nproc_per_node", self.nproc_per_node,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal, Protocol, TypeAlias
 
 from shoal._api.accelerators import Device, shoal_accelerator
@@ -43,6 +44,14 @@ KNOWN_ACCELERATORS: tuple[str, ...] = (
 )
 # An accelerator name ends up in a node-selector label value: the same grammar and length.
 _ACCELERATOR = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+
+# Upper bounds on what one process or node may ask for: past the largest machines built, so a
+# value above is a typo ("cpu=1e9", "memory='1e30Gi'"), refused before anything is planned.
+MAX_CPU = 4096  # cores; the largest single machines have a few thousand hardware threads
+MAX_MEMORY = 64 * 2**40  # 64Ti; the largest shared-memory machines have a few tens of TiB
+MAX_DISK = 2**50  # 1Pi of ephemeral disk
+# nvidia.com/gpu per node: 8 on most GPU nodes, 16 on the largest, 56 MIG slices of 8 GPUs.
+MAX_GPU = 64
 
 CpuValue: TypeAlias = "int | float | str | Quantity"
 MemoryValue: TypeAlias = "int | str | Quantity"
@@ -89,14 +98,22 @@ class Resources:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
-        object.__setattr__(self, "_cpu", _request_limit("cpu", self.cpu, parse_cpu))
-        object.__setattr__(self, "_memory", _request_limit("memory", self.memory, parse_memory))
+        cpu = _request_limit("cpu", self.cpu, parse_cpu)
+        _bounded("cpu", self.cpu, cpu, MAX_CPU, "cores")
+        object.__setattr__(self, "_cpu", cpu)
+        memory = _request_limit("memory", self.memory, parse_memory)
+        _bounded("memory", self.memory, memory, MAX_MEMORY, "bytes")
+        object.__setattr__(self, "_memory", memory)
         count, accelerator = _parse_gpu(self.gpu)
         object.__setattr__(self, "_gpu_count", count)
         object.__setattr__(self, "_accelerator", accelerator)
         disk = None if self.disk is None else parse_memory(self.disk, field="disk")
+        _bounded("disk", self.disk, None if disk is None else (disk, disk), MAX_DISK, "bytes")
         object.__setattr__(self, "_disk", disk)
-        object.__setattr__(self, "_shm", _parse_shm(self.shm))
+        shm = _parse_shm(self.shm)
+        _bounded("shm", self.shm, None if not isinstance(shm, Quantity) else (shm, shm),
+                 MAX_MEMORY, "bytes")
+        object.__setattr__(self, "_shm", shm)
 
     # --- typed accessors -------------------------------------------------------------------
 
@@ -204,6 +221,33 @@ def _request_limit(
     return q, q
 
 
+def _bounded(name: str, given: object, parsed: tuple[Quantity, Quantity] | None, most: int,
+             unit: str) -> None:
+    """A limit of 0 leaves nothing to run in (a request of 0 under a limit is fine:
+    ``cpu=(0, 2)``); a limit above ``most`` is no machine's."""
+    if parsed is None:
+        return
+    limit = parsed[1]
+    if limit.value == 0:
+        if name in ("disk", "shm"):
+            fix = f"leave {name} out (no {name} of its own)"
+        else:
+            fix = f"leave {name} out, or request nothing under a limit: {_zero_request(name)}"
+        raise SpecError(name, given, f"a {name} limit of 0 leaves a task nothing to run in",
+                        fix)
+    if limit.value > most:
+        shown = canonical(Quantity(Fraction(most), "BinarySI" if unit == "bytes" else "DecimalSI"))
+        written = shown if unit == "cores" else repr(shown)
+        raise SpecError(name, given, f"asks for {canonical(limit)}, more than any machine has "
+                        f"(at most {shown} per process or node)",
+                        f"use at most {name}={written}; spread a bigger job over "
+                        "ClusteredTaskEnvironment(replicas=...)")
+
+
+def _zero_request(name: str) -> str:
+    return "cpu=(0, 1)" if name == "cpu" else 'memory=(0, "1Gi")'
+
+
 class _Parser(Protocol):
     def __call__(self, value: object, *, field: str) -> Quantity: ...
 
@@ -220,9 +264,9 @@ def _parse_gpu(value: object) -> tuple[int, str | None]:
     if isinstance(value, int):
         if value < 0:
             raise SpecError("gpu", value, "must not be negative", "use gpu=0 or more")
-        return value, None
+        return _gpu_bounded(value, value), None
     if isinstance(value, Device):
-        return value.quantity, value.accelerator()
+        return _gpu_bounded(value.quantity, value), value.accelerator()
     if not isinstance(value, str):
         if isinstance(value, float):
             fix = f"GPUs are whole devices; use gpu={max(1, round(value))}"
@@ -259,7 +303,21 @@ def _parse_gpu(value: object) -> tuple[int, str | None]:
             "gpu", value, "the count after ':' must be a whole number >= 0",
             f'use gpu="{name}:1" (or another whole count)',
         )
-    return int(count_text), name
+    if int(count_text) == 0:
+        # gpu=0 means no GPU; naming an accelerator still pins the pod to its nodes.
+        raise SpecError("gpu", value, f"names {name} but asks for 0 of them (the pod would "
+                        f"still be pinned to {name} nodes without getting a GPU)",
+                        f'drop gpu= or ask for at least 1: gpu="{name}:1"')
+    return _gpu_bounded(int(count_text), value), name
+
+
+def _gpu_bounded(count: int, given: object) -> int:
+    if count > MAX_GPU:
+        raise SpecError("gpu", given, f"asks for {count} GPUs per process or node; a node has "
+                        f"at most {MAX_GPU} (8 on most GPU nodes)",
+                        f"use at most {MAX_GPU}; spread more over "
+                        "ClusteredTaskEnvironment(replicas=...)")
+    return count
 
 
 def _parse_shm(value: object) -> Quantity | Literal["auto"] | None:

@@ -118,6 +118,7 @@ class Runner:
                                   lineage=self.lineage_root, **engine_kw)
         if engine == "slurm":  # the Slurm settings may name the store the nodes share
             self.store_uri = self.engine.there.store  # type: ignore[attr-defined]
+        self.engine.check_envs(self.envs)  # before the run is recorded, or --dry-run prints
 
     def dry_run(self) -> str:
         return self.engine.dry_run(self.call)

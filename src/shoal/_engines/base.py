@@ -107,6 +107,11 @@ class Engine(abc.ABC):
         ref.log_path.parent.mkdir(parents=True, exist_ok=True)
         return await self._run_attempt(call, ref)
 
+    def check_envs(self, envs: list[EnvSpec]) -> None:
+        """Refuse, before the run is recorded, what this engine can never run of ``envs``
+        (a gang larger than the machine, on the local engine): a `SpecError`."""
+        self._check_envs(envs)
+
     async def check_run(self, root: CallSpec) -> None:
         """Check, before the run's root call starts, what would make its calls fail on this
         engine (a placement the cluster refuses); a `SpecError` ends the run there."""
@@ -125,6 +130,9 @@ class Engine(abc.ABC):
         return self._handler
 
     # -- what each engine implements -------------------------------------------------------
+    def _check_envs(self, envs: list[EnvSpec]) -> None:
+        return None
+
     @abc.abstractmethod
     def _dry_run(self, call: CallSpec) -> str: ...
 

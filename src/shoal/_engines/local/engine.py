@@ -25,6 +25,7 @@ from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_laun
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.local import procs
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
+from shoal._engines.local.gang_limits import check_gang
 from shoal._engines.local.node_net import node_nets
 from shoal._engines.local.plan import (
     ProcessPlan,
@@ -92,6 +93,10 @@ class LocalEngine(Engine):
         wenv = self._wenv(env.name, worker_id, code_file)
         return plan_process(env, capacity=self.pool.capacity, wenv=wenv, base=os.environ,
                             priorities=self.priorities)
+
+    def _check_envs(self, envs: list[EnvSpec]) -> None:
+        for env in envs:
+            check_gang(env, self.pool.capacity)
 
     def _dry_run(self, call: CallSpec) -> str:
         cap = self.pool.capacity
@@ -232,6 +237,7 @@ class LocalEngine(Engine):
         env = call.task.env.name
         key = f"{env}#gang{cluster.replicas}x{cluster.nproc_per_node}"
         if key not in self._admissions:
+            check_gang(call.task.env, self.pool.capacity)
             plan = self.plan(call.task.env, call.task.code_file)
             whole, clamped = self.pool.clamp(request_for(call.task.env) * cluster.replicas)
             for note in (*(f"{cluster.replicas} nodes: {c}" for c in clamped), *plan.notes):
