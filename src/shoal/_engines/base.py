@@ -16,6 +16,7 @@ from typing import Any
 
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.trace import TraceCall, TraceOutcome
+from shoal._storage.private import private_dir
 from shoal.errors import EngineError, FailureInfo, SpecError
 
 # What the engine calls when a running task asks something of the controller: a call of another
@@ -104,7 +105,7 @@ class Engine(abc.ABC):
         """Run one attempt of ``call`` to its end (success, failure, crash or timeout)."""
         if self._handler is None or self._closed:
             raise EngineError(f"the {self.name} engine is not running (start() it first)")
-        ref.log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(ref.log_path.parent)
         return await self._run_attempt(call, ref)
 
     def check_envs(self, envs: list[EnvSpec]) -> None:

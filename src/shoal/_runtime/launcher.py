@@ -43,6 +43,7 @@ from shoal._contract import NodeEnv
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
 from shoal._runtime.zygote import Zygote
+from shoal._storage.private import FILE_MODE
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -141,7 +142,7 @@ class Node:
                             rank_log_dir=str(start["rank_log_dir"]))
         os.environ.update(self.node.to_env())
         self.log = str(start["node_log"])
-        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(fd, 1)

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shoal._storage.private import open_private
+
 FORMAT = 1
 FLUSH_INTERVAL = 0.5  # seconds: a new point is on disk (and in the UI) within about this
 MAX_BUFFERED = 200_000  # points held between flushes before new ones are dropped (~20 MB)
@@ -167,8 +169,7 @@ class MetricsWriter:
 
     def _write(self, text: str) -> None:
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = open_private(self.path)
             if os.fstat(self._fd).st_size == 0:
                 header = json.dumps(self.identity, separators=(",", ":")) + "\n"
                 os.write(self._fd, header.encode())

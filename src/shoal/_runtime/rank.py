@@ -26,6 +26,7 @@ from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
 from shoal._runtime.tracebacks import user_traceback
+from shoal._storage.private import FILE_MODE
 
 
 def attempt_folder(node: NodeEnv) -> str:
@@ -36,7 +37,7 @@ def attempt_folder(node: NodeEnv) -> str:
 
 
 def _redirect(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

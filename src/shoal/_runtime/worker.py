@@ -22,6 +22,7 @@ from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
 from shoal._runtime.tracebacks import through_call, user_traceback
+from shoal._storage.private import FILE_MODE
 from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed
 
 
@@ -35,7 +36,7 @@ class _Redirect:
         sys.stdout.flush()
         sys.stderr.flush()
         self.saved = (os.dup(1), os.dup(2))
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)

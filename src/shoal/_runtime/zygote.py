@@ -32,6 +32,8 @@ import signal
 import sys
 from typing import Any
 
+from shoal._storage.private import FILE_MODE
+
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
 # groups, torch._dynamo (which DDP() imports: ~0.5 s of CPU per rank), the checkpoint code
@@ -85,7 +87,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> No
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's, not a fresh process's
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if request["log"]:  # "": the node's first log, which the zygote writes to already
-            log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
             os.dup2(log, 1)
             os.dup2(log, 2)
             os.close(log)

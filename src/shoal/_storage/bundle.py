@@ -8,6 +8,7 @@ under ``$SHOAL_HOME/code/<sha256>`` (a marker written last says it is complete).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shoal import _contract as contract
+from shoal._storage.private import private_dir
 from shoal._storage.store import join, open_store, store_for
 from shoal.errors import SpecError
 
@@ -95,29 +97,29 @@ def fetch(uri: str, relative_file: str) -> Path:
     """Unpack the bundle at ``uri`` under ``$SHOAL_HOME/code`` (once); the task file's path."""
     digest = uri.rstrip("/").rsplit("/", 1)[-1].split(".")[0]
     target = contract.home() / "code" / digest
-    if not (target / _COMPLETE).exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=target.parent))
+    if (target / _COMPLETE).exists():
+        return target / relative_file
+    private_dir(target.parent)
+    # mkdtemp makes it 0700; every way out but the rename removes it (a failed download, a
+    # wrong hash, a bad entry, an error or Ctrl-C halfway through the unpacking).
+    staging = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=target.parent))
+    try:
         data = store_for(uri).get_bytes(uri)
         if hashlib.sha256(data).hexdigest() != digest:
             raise SpecError("code bundle", uri, "does not match its content hash",
                             "upload it again (`shoal run` does on submit)")
-        try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                members = tar.getmembers()
-                for member in members:
-                    _check_member(member, uri)
-                # Checked above on every Python; the filter (where it exists) checks again.
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(staging, members=members, filter="data")
-                else:
-                    tar.extractall(staging, members=members)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            members = tar.getmembers()
+            for member in members:
+                _check_member(member, uri)
+            # Checked above on every Python; the filter (where it exists) checks again.
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(staging, members=members, filter="data")
+            else:
+                tar.extractall(staging, members=members)
         (staging / _COMPLETE).write_text(digest)
-        try:
+        with contextlib.suppress(OSError):  # another process of this machine unpacked it first
             staging.rename(target)
-        except OSError:  # another process of this machine unpacked it first
-            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed
     return target / relative_file

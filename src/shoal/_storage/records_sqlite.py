@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from shoal import _contract as contract
+from shoal._storage.private import private_file, private_home
 from shoal._storage.records_schema import SCHEMA_VERSION, migrate, schema_version
 from shoal.errors import NotFoundError, ShoalSystemError
 
@@ -58,7 +59,11 @@ class RecordsFile:
         self._pid = os.getpid()
         self._closed = False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # The records' folder is the home (`$SHOAL_HOME/shoal.db`): made private here, the
+            # first thing every run and command does; the file 0600 before SQLite opens it
+            # (its -wal and -shm files take the database's mode).
+            private_home(self.path.parent)
+            private_file(self.path)
         except OSError as err:
             raise ShoalSystemError(f"cannot create the folder of the run records: {err}") from err
         self._retrying(self._use_wal)

@@ -22,6 +22,7 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from shoal._storage.logs import LogSource
 from shoal._storage.records import Records, RunRecord
@@ -29,6 +30,7 @@ from shoal._storage.remote_records import driver_folder, put_request, refresh
 from shoal._storage.store import open_store
 from shoal._ui import gang_view, logs_view, pages, views
 from shoal._ui.guard import Guard
+from shoal._ui.headers import SecurityHeaders
 from shoal._ui.metrics_view import MetricsCache
 from shoal.errors import NotFoundError, StoreError
 
@@ -212,7 +214,8 @@ def _missing(request: Request, exc: Exception) -> Response:
     return HTMLResponse(pages.not_found_page(exc.what, exc.message), status_code=404)
 
 
-def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int) -> Guard:
+def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int,
+              scheme: str = "http") -> ASGIApp:
     ui = UI(home)
     routes = [
         Route("/", ui.runs_page),
@@ -233,4 +236,5 @@ def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int) -> Gu
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={_Missing: _missing})
-    return Guard(app, token=token, hosts=hosts, port=port)
+    # The headers outermost: the guard's refusals carry them too.
+    return SecurityHeaders(Guard(app, token=token, hosts=hosts, port=port, scheme=scheme))

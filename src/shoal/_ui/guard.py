@@ -2,7 +2,8 @@
 
 - The token: ``?token=`` (once: the answer sets an HttpOnly SameSite=Strict cookie and, for a
   page, redirects to the same URL without it, so it leaves the address bar), the cookie, or an
-  ``X-Shoal-Token`` header (scripts). None: 401; a wrong one: 403.
+  ``X-Shoal-Token`` header (scripts). None: 401; a wrong one: 403. That redirect names a path
+  of this server only (`local_location`): never ``//other.host``, however it is spelled.
 - The Host header must name the address the server was started for (127.0.0.1, localhost,
   [::1], or the --host given) with its port: a page of another site that rebinds its DNS name to
   127.0.0.1 sends its own name, and is refused (403).
@@ -13,7 +14,7 @@
 from __future__ import annotations
 
 import secrets
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -40,11 +41,13 @@ def cookie_name(port: int) -> str:
 class Guard:
     """ASGI middleware in front of every route."""
 
-    def __init__(self, app: ASGIApp, *, token: str, hosts: frozenset[str], port: int) -> None:
+    def __init__(self, app: ASGIApp, *, token: str, hosts: frozenset[str], port: int,
+                 scheme: str = "http") -> None:
         self.app = app
         self.token = token
         self.hosts = hosts
         self.cookie = cookie_name(port)
+        self.scheme = scheme  # "https" with --certfile: the Origin pages send, the cookie Secure
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -63,8 +66,8 @@ class Guard:
         response: Response | None = None
         if request.method == "GET" and not request.url.path.startswith(("/api/", "/static/")):
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            response = RedirectResponse(request.url.path + ("?" + urlencode(rest) if rest else ""),
-                                        status_code=303)
+            response = RedirectResponse(local_location(scope) + ("?" + urlencode(rest) if rest
+                                                                 else ""), status_code=303)
             self._set_cookie(response)
             await response(scope, receive, send)
             return
@@ -106,10 +109,30 @@ class Guard:
             header = request.headers.get(TOKEN_HEADER, "")
             return bool(header) and secrets.compare_digest(header.encode(), self.token.encode())
         parts = urlsplit(origin)
-        return parts.scheme == "http" and parts.netloc in self.hosts
+        return parts.scheme == self.scheme and parts.netloc in self.hosts
 
     def _cookie_header(self) -> str:
-        return f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+        secure = "; Secure" if self.scheme == "https" else ""
+        return f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict{secure}"
 
     def _set_cookie(self, response: Response) -> None:
-        response.set_cookie(self.cookie, self.token, path="/", httponly=True, samesite="strict")
+        response.set_cookie(self.cookie, self.token, path="/", httponly=True, samesite="strict",
+                            secure=self.scheme == "https")
+
+
+# What may stay as it is in a path put into Location; the rest (backslash, tab, space, quote...)
+# is percent-encoded, "%" included only as the start of an escape the client already sent.
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+
+
+def local_location(scope: Scope) -> str:
+    """The request's path as a Location that stays on this server: a relative path that
+    starts with exactly one "/".
+
+    Browsers read ``//evil.com``, ``///evil.com`` and ``/\\evil.com`` (backslashes count as
+    slashes, tabs and newlines are dropped) as another host; the path is taken as the client
+    sent it (``raw_path``, so ``/%2F%2Fevil.com`` stays encoded, one segment of this server),
+    everything outside `_PATH_SAFE` percent-encoded, and the leading slashes made one.
+    """
+    raw: bytes = scope.get("raw_path") or quote(str(scope.get("path", "/"))).encode()
+    return "/" + quote(raw.split(b"?", 1)[0], safe=_PATH_SAFE).lstrip("/")

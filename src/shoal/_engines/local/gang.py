@@ -50,6 +50,7 @@ from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.call_io import put_call_io
+from shoal._storage.private import private_dir
 from shoal._storage.store import join, open_store
 from shoal.errors import FailureInfo
 
@@ -261,7 +262,7 @@ class GangRunner:
         """Start every node; node ``i`` sees its share of the gang's GPUs ``gpus``."""
         c, ref = self.cluster, self.ref
         log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
-        log_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(log_dir)
         gang = Gang(restart=restart, log_dir=log_dir, io=self.io)
         port = free_port()
         in_place = bool(self.links)

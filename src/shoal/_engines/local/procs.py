@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from shoal._storage.private import open_private
 from shoal.errors import EngineError
 
 
@@ -22,9 +23,8 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
                 cwd: str | None = None,
                 pass_fds: Sequence[int] = ()) -> asyncio.subprocess.Process:
     """Start ``argv`` in a new session (its own process group), output appended to the log."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(log_path, "ab") as log:
+        with os.fdopen(open_private(log_path), "ab") as log:
             return await asyncio.create_subprocess_exec(
                 *argv, env=dict(env), stdout=log, stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL, start_new_session=True, cwd=cwd,
