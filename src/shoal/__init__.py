@@ -33,6 +33,7 @@ from shoal._driver.initialize import init, init_from_config
 from shoal._driver.runcontext import with_runcontext
 from shoal._runtime.context import TaskContext, ctx
 from shoal._spec.profile import Profile
+from shoal._spec.secret_names import NotSecret
 
 if TYPE_CHECKING:
     from shoal._storage.checkpoints import Checkpoint
@@ -52,6 +53,7 @@ __all__ = [
     "File",
     "Image",
     "Neuron",
+    "NotSecret",
     "PodTemplate",
     "Profile",
     "Resources",

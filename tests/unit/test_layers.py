@@ -20,7 +20,7 @@ PUBLIC = {
     "TaskEnvironment", "TaskTemplate", "__version__", "ctx", "custom_context", "errors",
     "get_custom_context", "group", "init", "init_from_config", "io", "map", "report", "run",
     "trace", "with_runcontext",
-    "Backoff", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
+    "Backoff", "NotSecret", "RetryStrategy", "ReusePolicy", "Secret", "Timeout",
     "Checkpoint", "latest_checkpoint", "logger", "log_metrics",
     "Profile", "profile_region",
 }

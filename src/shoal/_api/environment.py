@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
+from shoal._api.image_checks import env_name_guess
 from shoal._api.names import check_name
 from shoal._api.secret import secret_specs
 from shoal._runtime import task_registry
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
+from shoal._spec.secret_names import shown
 from shoal.errors import SpecError
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ def registered_environments() -> Mapping[str, TaskEnvironment]:
 
 
 def _check_env_vars(field: str, value: object) -> dict[str, str]:
+    """``env_vars``: names as POSIX has them, values strings (or numbers) without a NUL byte.
+    A `shoal.NotSecret` value stays one, so the engines show it as it is."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -48,7 +52,8 @@ def _check_env_vars(field: str, value: object) -> dict[str, str]:
         if not isinstance(key, str) or not _ENV_VAR.match(key):
             raise SpecError(
                 f"{field}[{key!r}]", key,
-                "must be an environment variable name [A-Za-z_][A-Za-z0-9_]*", "rename it",
+                "must be an environment variable name [A-Za-z_][A-Za-z0-9_]* (no '=', no "
+                "blank, no NUL byte)", f"rename it, e.g. {env_name_guess(key)!r}",
             )
         if key in _RESERVED or key.startswith(contract.PREFIX):
             raise SpecError(
@@ -58,7 +63,14 @@ def _check_env_vars(field: str, value: object) -> dict[str, str]:
             )
         if isinstance(val, bool) or not isinstance(val, str | int | float):
             raise SpecError(f"{field}[{key!r}]", val, "must be a string", f'use "{val}"')
-        out[key] = str(val)
+        text = val if isinstance(val, str) else str(val)
+        if "\x00" in text:
+            # The OS ends a variable at a NUL: the process would get another value, and
+            # starting it fails deep in subprocess. Say so now, without showing a secret.
+            raise SpecError(f"{field}[{key!r}]", shown(key, text),
+                            "an environment variable's value cannot hold a NUL byte (\\x00)",
+                            "remove the NUL byte from the value")
+        out[key] = text
     return out
 
 
@@ -87,6 +99,10 @@ class TaskEnvironment:
 
     ``depends_on`` lists the environments whose tasks this environment's tasks call; a call
     into any other environment fails with `MissingDependencyError`, locally as on a cluster.
+    ``env_vars``: a value whose name or look says it is a secret (``DB_PASSWD``, ``sk-…``,
+    ``postgres://u:pw@db``; see `shoal._spec.secret_names`) reaches the task but is redacted in
+    every plan and log, left out of Slurm scripts and refused in Kubernetes manifests (use
+    ``secrets=``); wrap a false alarm in `shoal.NotSecret`.
     ``secrets``: keys and `shoal.Secret` values (see `shoal._api.secret`). ``reusable``: a
     `shoal.ReusePolicy` bounding the local engine's warm workers. ``queue``: the Kueue queue
     label of the pod template. ``plugin_config`` (Flyte's Ray/Spark/Dask plugins) is refused.

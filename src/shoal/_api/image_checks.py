@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from shoal._runtime.packages import parse_requirement
+from shoal._spec.secret_names import NotSecret, secret_reason, shown
 from shoal.errors import SpecError
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "check_url",
     "check_wheel_package",
     "check_workdir",
+    "env_name_guess",
     "local_path",
     "normalize_name",
     "read_requirements",
@@ -249,7 +251,7 @@ def check_url(field: str, value: object) -> str:
 
 
 
-def _env_name_guess(key: object) -> str:
+def env_name_guess(key: object) -> str:
     out = re.sub(r"[^A-Za-z0-9_]+", "_", str(key)).strip("_").upper() or "MY_VAR"
     return "_" + out if out[0].isdigit() else out
 
@@ -266,19 +268,29 @@ def check_env_vars(env_vars: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         if not isinstance(key, str) or not _ENV_NAME.match(key):
             raise SpecError(
                 "with_env_vars", key, "a variable name must match [A-Za-z_][A-Za-z0-9_]*",
-                f"use {_env_name_guess(key)!r}",
+                f"use {env_name_guess(key)!r}",
             )
         if not isinstance(value, str):
             raise SpecError(
                 f"with_env_vars[{key!r}]", value, "values must be strings",
                 f"use {str(value)!r}",
             )
-        if "\n" in value or "\r" in value:
+        if "\n" in value or "\r" in value or "\x00" in value:
             raise SpecError(
-                f"with_env_vars[{key!r}]", value, "values must be one line",
-                "remove the line breaks",
+                f"with_env_vars[{key!r}]", shown(key, value),
+                "values must be one line, without a NUL byte", "remove the line breaks",
             )
-        items.append((key, value))
+        reason = secret_reason(key, value)
+        if reason is not None:
+            # An ENV line is in every layer of the image, for anyone who pulls it.
+            raise SpecError(
+                f"with_env_vars[{key!r}]", shown(key, value), f"looks like a secret ({reason}), "
+                "and an image's ENV is readable by anyone who can pull the image",
+                f"give it to the environment instead: TaskEnvironment(secrets=[shoal.Secret("
+                f"key=..., as_env_var={key!r})]); if it is no secret, say so: "
+                f"with_env_vars({{{key!r}: shoal.NotSecret(...)}})",
+            )
+        items.append((key, str(value) if isinstance(value, NotSecret) else value))
     return tuple(items)
 
 

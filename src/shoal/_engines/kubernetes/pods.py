@@ -24,7 +24,7 @@ from shoal._engines.kubernetes.gpu_products import accelerator_selector
 from shoal._engines.kubernetes.secrets import secret_env_entries, secret_volume
 from shoal._engines.kubernetes.validate import KUEUE_LABELS
 from shoal._spec.call import EnvSpec
-from shoal._spec.secret_names import SECRET_NAME_PATTERNS, looks_secret
+from shoal._spec.secret_names import REDACTED, secret_reason
 from shoal.errors import SpecError
 
 __all__ = ["LABEL_PREFIX", "CodeBundle", "pod_template"]
@@ -88,16 +88,38 @@ def split_labels(env: EnvSpec, config: KubeConfig, *,
 
 def _refuse_secret_values(env: EnvSpec) -> None:
     """A manifest is applied, stored by the API server and shown by ``kubectl get -o yaml``:
-    a value that looks like a secret must come from the cluster's Secret instead."""
-    for name in env.env_vars:
-        if looks_secret(name):
-            raise SpecError(f"TaskEnvironment({env.name!r}).env_vars", name,
-                            "looks like a secret (its name matches "
-                            f"{' or '.join(SECRET_NAME_PATTERNS)}), and on Kubernetes its value "
+    a value that looks like a secret (by its name or its look) must come from the cluster's
+    Secret instead."""
+    for name, value in env.env_vars.items():
+        reason = secret_reason(name, value)
+        if reason is not None:
+            raise SpecError(f"TaskEnvironment({env.name!r}).env_vars[{name!r}]", REDACTED,
+                            f"looks like a secret ({reason}), and on Kubernetes its value "
                             "would be written into the manifest",
                             f"put the value in the Kubernetes Secret KubeConfig.secret_name and "
                             f"give the environment secrets=[shoal.Secret(key=..., "
-                            f"as_env_var={name!r})]")
+                            f"as_env_var={name!r})]; if it is no secret, say so: "
+                            f"env_vars={{{name!r}: shoal.NotSecret(...)}}")
+
+
+def _refuse_template_secrets(where: str, user: Mapping[str, Any]) -> None:
+    """The user's own pod template goes into the manifest as written: a plain ``value`` there
+    that looks like a secret is refused as the environment's would be."""
+    for key in ("containers", "initContainers"):
+        for c in user.get(key) or []:
+            for e in (c.get("env") or []) if isinstance(c, Mapping) else []:
+                name, value = (e.get("name"), e.get("value")) if isinstance(e, Mapping) else \
+                    (None, None)
+                if isinstance(name, str) and isinstance(value, str):
+                    reason = secret_reason(name, value)
+                    if reason is not None:
+                        raise SpecError(f"{where}.{key}[{c.get('name')!r}].env[{name!r}]",
+                                        REDACTED, f"looks like a secret ({reason}), and its "
+                                        "value would be written into the manifest",
+                                        "read it from a Kubernetes Secret: valueFrom: "
+                                        "{secretKeyRef: {name: ..., key: ...}}, or give the "
+                                        f"environment secrets=[shoal.Secret(key=..., "
+                                        f"as_env_var={name!r})]")
 
 
 def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
@@ -108,8 +130,9 @@ def env_entries(env: EnvSpec, config: KubeConfig, values: Mapping[str, str],
     # unbuffered whatever the environment says (logs must reach the pod's log as they happen).
     forced = {"PYTHONUNBUFFERED": "1"}
     _refuse_secret_values(env)
-    out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.env_vars.items()
-                                 if k not in forced]
+    # str(v): a NotSecret is a str subclass, which the manifests' YAML dumper refuses.
+    out: list[dict[str, Any]] = [{"name": k, "value": str(v)}
+                                 for k, v in env.env_vars.items() if k not in forced]
     out += secret_env_entries(env, config, taken={*env.env_vars, *forced})
     for name, value in values.items():
         if name in field_refs:
@@ -230,6 +253,7 @@ def pod_template(env: EnvSpec, config: KubeConfig, *, command: list[str],
         if owns_hostname and key in user:
             raise SpecError(f"{where}.{key}", user[key], "JobSet names the pods of a clustered "
                             "task (node 0's name is the master address)", f"leave {key} out")
+    _refuse_template_secrets(where, user)
     main = _container(env, config, command, env_entries(env, config, values, field_refs or {}))
     containers = [dict(c) for c in user.get("containers", [])]
     mine = next((c for c in containers if c.get("name") == main["name"]), None)

@@ -18,7 +18,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
 from shoal._spec.call import ClusterSpec, EnvSpec
-from shoal._spec.secret_names import looks_secret
+from shoal._spec.secret_names import is_secret
 
 JOB_PREFIX = "shoal"
 
@@ -82,9 +82,21 @@ def image_options(env: EnvSpec, settings: SlurmSettings, registry: str | None) -
     return [f"--container-image={pyxis_image(image)}", *settings.container_options]
 
 
+def bash_word(value: str) -> str:
+    """``value`` as one bash word on one line: shlex's quoting, or, where the value holds a
+    line break or another control character, bash's ``$'...'`` with the character escaped, so
+    that a value cannot start a line of the script (a forged ``#SBATCH`` directive, a command)."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return shlex.quote(value)
+    body = "".join(c if 32 <= ord(c) != 127 and c not in "\\'" else
+                   f"\\{c}" if c in "\\'" else f"\\x{ord(c):02x}" for c in value)
+    return f"$'{body}'"
+
+
 def secret_env_vars(env: EnvSpec) -> dict[str, str]:
-    """The environment's variables that look like secrets, which its script leaves out."""
-    return {k: v for k, v in env.env_vars.items() if looks_secret(k)}
+    """The environment's variables that look like secrets (by name or by value), which its
+    script leaves out."""
+    return {k: v for k, v in env.env_vars.items() if is_secret(k, v)}
 
 
 def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
@@ -135,13 +147,14 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
         values[contract.PREIMPORT] = "0"  # one process: nothing to fork, no torch to pre-load
     lines.append("")
     lines.append("# The environment's variables and Shoal's node contract (docs/architecture.md)")
+    secret = secret_env_vars(env)
     for key, value in {**dict(env.env_vars), **dict(extra_env), **values}.items():
-        if key in env.env_vars and looks_secret(key):
+        if key in secret:
             # Slurm keeps the script (scontrol write batch_script): the value comes with
             # sbatch's own environment instead, as a secret's does (`secret_env_vars`).
             lines.append(f"# {key}: from the environment sbatch was started with")
             continue
-        lines.append(f"export {key}={shlex.quote(value)}")
+        lines.append(f"export {key}={bash_word(value)}")
     lines.append("")
     lines.append("# Starts the node launchers as srun steps; a failed step is restarted as a "
                  "new step here")
