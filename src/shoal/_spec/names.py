@@ -33,6 +33,7 @@ __all__ = [
     "check_label_text",
     "check_node_name",
     "check_object_name",
+    "check_path_segment",
     "check_run_name",
     "check_task_name",
     "shown",
@@ -144,8 +145,19 @@ def check_object_name(field: str, value: object) -> str:
         rule = "must not hold an empty, '.' or '..' segment"
     if rule is None:
         return value
-    raise SpecError(field, value, f"an object name {rule}",
+    raise SpecError(field, value,
+                    f"an object name is a relative path under its folder; it {rule}",
                     "use a plain relative name such as 'model.pt' or 'shards/0.bin'")
+
+
+def check_path_segment(field: str, value: object) -> str:
+    """One segment of a path or a store key: what a renderer asks of a name it puts in one
+    (a run's folder, an attempt's store prefix), whatever door the name came through."""
+    check_object_name(field, value)
+    if isinstance(value, str) and "/" in value:
+        raise SpecError(field, value, "must be one path segment (no '/')",
+                        f"use {value.replace('/', '-')!r}")
+    return str(value)
 
 
 def suggest_env_name(value: str) -> str:
