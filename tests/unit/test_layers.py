@@ -120,7 +120,8 @@ def _imports(path: Path) -> set[str]:
 # The layers, bottom to top. A layer imports only the layers below it, never one beside or
 # above it (lazily or not); the foundation imports no other layer.
 #
-#   foundation   errors, _contract (the env-var contract), _spec (frozen descriptions)
+#   foundation   errors, _contract (the env-var contract), _spec (frozen descriptions; the
+#                rules of names in _spec/names.py)
 #   _storage     the store, codecs, records, checkpoints
 #   _runtime     what runs in a task process: the task context, worker, ranks, launcher
 #   _api | _engines | _ui    what users write | the engines | the web UI: side by side
@@ -228,3 +229,23 @@ def test_env_var_names_live_in_the_contract() -> None:
                     and node.value not in own):
                 offenders.append(f"{path.relative_to(SRC)}: {node.value}")
     assert not offenders, offenders
+
+
+# Where a name comes in from a user, a file or a store, and where one is rendered into a path,
+# a script or a plan: each checks it with the rules of `shoal._spec.names`, none with its own.
+NAME_DOORS = (
+    "cli/main.py", "_driver/runcontext.py", "_driver/runner.py", "_driver/remote.py",
+    "_api/environment.py", "_api/task.py", "_api/group.py", "_api/io.py",
+    "_storage/records.py", "_storage/records_mirror.py", "_storage/remote_records.py",
+    "_storage/store.py", "_ui/app.py", "_runtime/allocation.py",
+    "_engines/slurm/script.py", "_engines/kubernetes/manifests.py", "_engines/local/plan.py",
+)
+
+
+def test_names_are_checked_by_the_one_module_of_their_rules() -> None:
+    assert (SRC / "_spec" / "names.py").is_file()
+    assert not (SRC / "_api" / "names.py").exists()  # moved, not re-exported
+    for door in NAME_DOORS:
+        text = (SRC / door).read_text()
+        assert ("shoal._spec.names import" in text
+                or "from shoal._spec import names" in text), door

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import shoal
-from shoal._api.names import check_name
+from shoal._spec.names import check_env_name
 from shoal.errors import SpecError, UnsupportedTypeError
 
 
@@ -23,7 +23,7 @@ from shoal.errors import SpecError, UnsupportedTypeError
 )
 def test_bad_names_say_rule_and_fix(name: str, rule: str, fix: str | None) -> None:
     with pytest.raises(SpecError) as err:
-        check_name("TaskEnvironment.name", name)
+        check_env_name("TaskEnvironment.name", name)
     msg = str(err.value)
     assert "TaskEnvironment.name" in msg and repr(name)[:50] in msg and rule in msg
     if fix:
@@ -32,7 +32,7 @@ def test_bad_names_say_rule_and_fix(name: str, rule: str, fix: str | None) -> No
 
 @pytest.mark.parametrize("name", ["data", "pre-train", "pre_train", "a1", "gpu-h200-x8"])
 def test_good_names(name: str) -> None:
-    assert check_name("n", name) == name
+    assert check_env_name("n", name) == name
 
 
 def test_environment_rejects_bad_fields() -> None:

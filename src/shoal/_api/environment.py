@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
 from shoal._api.image_checks import env_name_guess
-from shoal._api.names import check_name
 from shoal._api.secret import secret_specs
 from shoal._runtime import task_registry
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
+from shoal._spec.names import check_env_name
 from shoal._spec.secret_names import shown
 from shoal.errors import SpecError
 
@@ -132,7 +132,7 @@ class TaskEnvironment:
         from shoal._api.reuse import ReusePolicy
 
         kind = type(self).__name__
-        self.name = check_name(f"{kind}.name", name)
+        self.name = check_env_name(f"{kind}.name", name)
         # What `clone_with` starts from: the arguments as given, before they were checked.
         self._given: dict[str, Any] = dict(
             image=image, resources=resources, env_vars=env_vars, secrets=secrets, cache=cache,

@@ -15,7 +15,7 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shoal.errors import SpecError
+from shoal._spec.names import check_label_text
 
 _current: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("shoal_group",
                                                                          default=())
@@ -29,9 +29,8 @@ def current_group() -> tuple[str, ...]:
 @contextmanager
 def group(name: str) -> Iterator[None]:
     """Calls made in the block belong to the group ``name`` (nested in the enclosing one)."""
-    if not isinstance(name, str) or not name.strip():
-        raise SpecError("group(name)", name, "must be a non-empty string",
-                        'e.g. with shoal.group("epoch-1"):')
+    # Shown in the run tree, the logs and the UI, and kept in the records: one printable line.
+    check_label_text("group(name)", name)
     token = _current.set((*_current.get(), name))
     try:
         yield

@@ -57,6 +57,7 @@ from typing import IO, Any
 from shoal import _contract as contract
 from shoal._api import io_streams
 from shoal._runtime.context import ctx
+from shoal._spec.names import check_object_name
 from shoal._storage.store import (
     SCHEMES,
     atomic_local_file,
@@ -123,12 +124,8 @@ def _cache_key(kind: str, field: str, value: object) -> str | None:
 
 def _new_remote_uri(name: str | None) -> str:
     # A fresh prefix per call, outside data/ (content-addressed: named by what it holds).
-    if name is not None and (not isinstance(name, str) or name.startswith("/") or any(
-            seg in ("", ".", "..") for seg in name.split("/"))):
-        raise SpecError(field="new_remote(name)", value=name,
-                        rule="must be a relative path inside the new prefix (no '..', no "
-                             "leading '/', no empty segments)",
-                        fix="pass a plain name such as 'model.pt' or 'shards/0.bin'")
+    if name is not None:
+        check_object_name("new_remote(name)", name)
     token = secrets.token_hex(16)
     return join(open_store().root, "written", token, name or token)
 
@@ -150,6 +147,9 @@ class File:
         _check_path("File", self.path)
         if not self.name:
             object.__setattr__(self, "name", PurePosixPath(self.path).name)
+        # A download puts the file at <folder>/<name>: a name from a stored value (a cache
+        # hit, another run's output) must not climb out of that folder.
+        check_object_name("File.name", self.name)
 
     def __class_getitem__(cls, _format: object) -> type[File]:
         # Flyte's File[T] names a format (File["csv"], File[Literal["csv"]]); Shoal moves the
@@ -235,14 +235,15 @@ class File:
         Without ``local_path``, a cached copy under ``SHOAL_HOME/downloads`` (reused when the
         hash is known). An existing folder as ``local_path`` receives the file under its name.
         """
+        name = check_object_name("File.name", self.name)  # a value built around __init__
         if local_path is None:
-            dest = _downloads(self.path, self.hash) / self.name
+            dest = _downloads(self.path, self.hash) / name
             if self.hash is not None and dest.is_file():
                 return str(dest)
         else:
             dest = Path(local_path)
             if dest.is_dir() or str(local_path).endswith(os.sep):  # a folder: keep the name
-                dest = dest / self.name
+                dest = dest / name
         store_for(self.path).get_file(self.path, dest)
         return str(dest)
 
@@ -272,6 +273,8 @@ class Dir:
         object.__setattr__(self, "path", join(self.path))
         if not self.name:
             object.__setattr__(self, "name", PurePosixPath(self.path).name)
+        if self.name:  # a store's root has none
+            check_object_name("Dir.name", self.name)
 
     def __class_getitem__(cls, _format: object) -> type[Dir]:
         return cls  # as File's: the format parameter changes nothing

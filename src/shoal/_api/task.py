@@ -24,6 +24,7 @@ from shoal._runtime.context import ctx
 from shoal._runtime.task_registry import LoadableTask
 from shoal._spec.call import CallSpec, TaskSpec, frozen_map
 from shoal._spec.code import code_hash
+from shoal._spec.names import check_task_name
 from shoal.errors import MissingDependencyError, SpecError, SyncTaskCallInAsyncContextError
 
 if TYPE_CHECKING:
@@ -54,7 +55,9 @@ class TaskTemplate(LoadableTask, Generic[F]):
             raise SpecError("@env.task", func, "must decorate a function", "put it on a def")
         self.env = env
         self.func = func
-        self.short_name = name or func.__name__
+        # A given name is the key a worker finds the task by and a folder of the cache.
+        self.short_name = func.__name__ if name is None else check_task_name("@env.task(name=)",
+                                                                             name)
         self.name = f"{env.name}.{self.short_name}"
         functools.update_wrapper(self, func)  # type: ignore[arg-type]
         self.retries, self.backoff = retry_settings(f"task {self.name!r}: retries", retries)

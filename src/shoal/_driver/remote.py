@@ -27,6 +27,7 @@ from shoal._driver.run_options import RunOptions
 from shoal._driver.runner import RunOutcome
 from shoal._engines.base import CodeRef, RemoteDriver
 from shoal._spec.call import CallSpec, EnvSpec
+from shoal._spec.names import check_run_name
 from shoal.errors import (
     FailureInfo,
     ObjectNotFound,
@@ -209,7 +210,7 @@ class RemoteRunner:
         self.call = call
         self.envs = list(envs)
         self.engine_kind = engine
-        self.name = name or new_run_name()
+        self.name = check_run_name("name", name) if name is not None else new_run_name()
         self.on_log = on_log
         self._state = "queued"
         self._stop = threading.Event()

@@ -19,7 +19,6 @@ Everything else is refused with the alternative, unless left at Flyte's default.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -33,23 +32,13 @@ from shoal._driver.handle import Run, start
 from shoal._driver.initialize import refuse_unless, set_log_level, set_user_log_level
 from shoal._driver.run_options import RunOptions
 from shoal._driver.syncaio import SyncAioMethod
+from shoal._spec.names import check_run_name
 from shoal.errors import SpecError
 
-# Run names end up in paths, URLs and Kubernetes labels.
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 COPY_STYLES = ("loaded_modules", "all", "none")
 _said_remote = False
 
 _W = "with_runcontext"
-
-
-def check_run_name(name: object) -> str:
-    if isinstance(name, str) and RUN_NAME.match(name) and ".." not in name:
-        return name
-    guess = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(name))
-    guess = re.sub(r"\.{2,}", ".", guess).strip("-._")[:63] or "my-run"
-    raise SpecError(f"{_W}(name=...)", name, "a run name is 1-63 letters, digits, '-', '_' "
-                    "or '.', starting with a letter or digit", f"use {guess!r}")
 
 
 def _str_map(field: str, value: object) -> dict[str, str]:
@@ -166,8 +155,8 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
         labels=label_map, annotations=_str_map("annotations", annotations),
         custom_context=check_custom_context(f"{_W}(custom_context=...)", custom_context or {}),
         metrics=_bridges(metrics))
-    return RunContext(name=None if name is None else check_run_name(name), options=options,
-                      store=store, engine=engine)
+    run_name = None if name is None else check_run_name(f"{_W}(name=...)", name)
+    return RunContext(name=run_name, options=options, store=store, engine=engine)
 
 
 def _bridges(metrics: object) -> str | None:

@@ -23,6 +23,7 @@ from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
 from shoal._runtime.profiling import check_profiles
 from shoal._spec.call import CallSpec, EnvSpec
+from shoal._spec.names import check_run_name
 from shoal._storage.records import PREEMPT_REQUEST, Records
 from shoal._storage.store import open_store
 from shoal.errors import NotFoundError, RunCancelled, ShoalError, SpecError
@@ -101,7 +102,12 @@ class Runner:
         self.store_uri = store or contract.store_uri()
         self._registered = False
         self.records = records or Records(self.home / "shoal.db")
-        self.name = name or self.records.new_run_name()
+        # The name becomes folders, store prefixes, job names and labels: checked here, the
+        # one door of `shoal.run` and `shoal run` both (the CLI names its flag first).
+        self.name = check_run_name("name", name) if name is not None else \
+            self.records.new_run_name()
+        if resume is not None:
+            check_run_name("resume", resume)
         # `shoal run --resume`: the runs this one continues, newest first. Checkpoints belong
         # to the first run of the chain, so every resumed run finds them.
         self.resumes = [r.name for r in self.records.lineage(resume)] if resume else []

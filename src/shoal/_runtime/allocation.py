@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shoal import _contract as contract
+from shoal._spec.names import check_node_name
 
 STATE_FILE = "allocation.json"
 # What srun says when a node's task ends badly ("srun: error: n2: task 1: Killed") or a node
@@ -92,7 +93,8 @@ def hostnames(nodelist: str) -> list[str]:
                           text=True, timeout=60)
     if done.returncode != 0:
         raise RuntimeError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
-    return done.stdout.split()
+    # Shown in records and logs, passed to scontrol and srun: a name is a host name.
+    return [check_node_name("scontrol show hostnames", n) for n in done.stdout.split()]
 
 
 def node_address(name: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from shoal._spec.names import check_run_name
 from shoal._storage.records_mirror import MirroredRecords
 from shoal._storage.records_rows import RUN_COLUMNS, run_from_row, to_json
 from shoal._storage.records_schema import (
@@ -145,6 +146,8 @@ class Records(MirroredRecords):
         Kubernetes driver pod) has no pid here: ``driven_elsewhere`` names where it runs
         instead, and the reaper leaves it alone. A name already taken is a ``SpecError``.
         """
+        if name is not None:  # every run's folder, store prefix and job names start here
+            check_run_name("name", name)
         pid: int | None = os.getpid() if engine_pid is None else engine_pid
         host = socket.gethostname() if engine_host is None else engine_host
         if driven_elsewhere is not None:
@@ -289,8 +292,9 @@ class Records(MirroredRecords):
             chain.append(self.get_run(chain[-1].resumed_from))
         return chain
 
-    def get_run(self, name: str) -> RunRecord:
-        """The run named ``name``, or the only run whose name starts with ``name``."""
+    def get_run(self, name: str, *, prefix: bool = True) -> RunRecord:
+        """The run named ``name``, or (with ``prefix``, for what people type to read a run)
+        the only run whose name starts with ``name``."""
 
         def read(conn: sqlite3.Connection) -> RunRecord:
             row = conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE name = ?", (name,)).fetchone()
@@ -298,7 +302,7 @@ class Records(MirroredRecords):
                 return run_from_row(row)
             rows = (
                 []
-                if not name
+                if not name or not prefix
                 else conn.execute(
                     f"SELECT {RUN_COLUMNS} FROM runs WHERE substr(name, 1, ?) = ?"
                     " ORDER BY created_at DESC LIMIT 6",

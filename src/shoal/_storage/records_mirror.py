@@ -20,11 +20,13 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from shoal._spec.names import check_action_id, check_label_text
 from shoal._storage.records_actions import ActionsAndEvents
 from shoal._storage.records_rows import RUN_COLUMNS, run_from_row, to_json
 from shoal._storage.records_schema import ACTIVE_SQL, ActionRecord, AttemptRecord
+from shoal.errors import SpecError
 
-__all__ = ["LOCAL_EVENT_KINDS", "MirroredRecords"]
+__all__ = ["LOCAL_EVENT_KINDS", "MirroredRecords", "check_snapshot"]
 
 # Events the submitting machine records about a run driven elsewhere; never in an export.
 LOCAL_EVENT_KINDS = ("driver_submitted",)
@@ -33,6 +35,28 @@ _LOCAL_SQL = "(" + ", ".join(f"'{k}'" for k in LOCAL_EVENT_KINDS) + ")"
 _ACTION_FIELDS = [f.name for f in dataclasses.fields(ActionRecord)]
 _ATTEMPT_FIELDS = [f.name for f in dataclasses.fields(AttemptRecord)]
 _JSON_ACTION_FIELDS = {"inputs", "outputs", "group_path", "custom_context"}
+
+
+def check_snapshot(snap: Mapping[str, Any]) -> None:
+    """Refuse (`SpecError`) a snapshot whose action ids, attempt numbers or group names break
+    their rules (`shoal._spec.names`): another machine wrote it, and the store it came
+    through may hold anything."""
+    for kind in ("actions", "attempts", "events"):
+        for i, row in enumerate(snap.get(kind) or ()):
+            where = f"records.json {kind}[{i}]"
+            if not isinstance(row, Mapping):
+                raise SpecError(where, row, "must be an object", "republish the records")
+            if kind != "events" or row.get("action_id") is not None:
+                check_action_id(f"{where}.action_id", row.get("action_id"))
+            if kind != "events" and row.get("parent_id") is not None:
+                check_action_id(f"{where}.parent_id", row["parent_id"])
+            if kind == "attempts" and (type(row.get("attempt")) is not int
+                                       or row["attempt"] < 0):
+                raise SpecError(f"{where}.attempt", row.get("attempt"),
+                                "must be a whole number >= 0", "republish the records")
+            if kind == "actions":
+                for name in row.get("group_path") or ():
+                    check_label_text(f"{where}.group_path", name)
 
 
 class MirroredRecords(ActionsAndEvents):
@@ -59,7 +83,9 @@ class MirroredRecords(ActionsAndEvents):
                        log_path: Callable[[str, int], str] | None = None) -> bool:
         """Merge ``snap`` (a `snapshot` of run ``name`` from elsewhere) into this file; each
         attempt's log path becomes ``log_path(action, attempt)`` when given. True when the
-        run's state changed here."""
+        run's state changed here. What came from elsewhere is checked before a row is
+        written (`check_snapshot`): its action ids become file names here."""
+        check_snapshot(snap)
         run = snap["run"]
 
         def merge(conn: sqlite3.Connection) -> bool:

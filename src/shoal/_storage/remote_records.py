@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shoal._spec.names import check_action_id, check_object_name
 from shoal._storage.logs import gang_log_root
 from shoal._storage.records import Records, RunRecord
 from shoal._storage.store import Store, join, open_store
-from shoal.errors import ObjectNotFound, StoreError
+from shoal.errors import ObjectNotFound, SpecError, StoreError
 
 __all__ = ["RECORDS", "SUBMITTED", "RecordsPublisher", "driver_folder", "local_log", "put_request",
            "refresh", "unreachable"]
@@ -136,18 +137,26 @@ def refresh(records: Records, run: RunRecord, *, home: Path, full: bool = False,
         pass  # the driver has published nothing yet: still queued
     except StoreError as e:
         raise unreachable(run.name, run.store, e) from e
-    return records.get_run(run.name)
+    except SpecError as e:  # a name that would leave its folder here, or forge a line
+        raise StoreError(f"run {run.name}'s records in the store {run.store} are refused "
+                         f"(what breaks its rule is not merged): {e}") from None
+    return records.get_run(run.name, prefix=False)
 
 
 
 def _download_logs(store: Store, logs: str, home: Path, run: str) -> None:
     """The published logs where this machine's readers look for a run's logs."""
     for uri in store.list(logs):
-        rel = uri[len(logs):].strip("/").split("/")
+        key = uri[len(logs):].strip("/")
+        rel = check_object_name(f"{logs}/", key).split("/")
         if rel[0] == GANG:
             dest = gang_log_root(home, run).joinpath(*rel[1:])
         else:
-            action, attempt, _ = rel[-1].rsplit(".", 2)
-            dest = local_log(home, run, action, int(attempt))
+            parts = rel[-1].rsplit(".", 2)
+            if len(rel) != 1 or len(parts) != 3 or not parts[1].isdigit():
+                raise SpecError(f"{logs}/", key, "a published log is <action>.<attempt>.log",
+                                "republish the records")
+            action = check_action_id(f"{logs}/", parts[0])
+            dest = local_log(home, run, action, int(parts[1]))
         dest.parent.mkdir(parents=True, exist_ok=True)
         store.get_file(uri, dest)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import unquote, urlparse
 
 from shoal import _contract as contract
+from shoal._spec.names import check_object_name
 from shoal.errors import NotFoundError, SpecError
 
 if TYPE_CHECKING:
@@ -451,7 +452,10 @@ def put_dir(
 def get_dir(store: Store, uri: str, local_dir: str | Path) -> list[Path]:
     """Download every object under ``uri`` into ``local_dir``; the local paths, sorted."""
     prefix = join(uri) + "/"
-    pairs = [(src, Path(local_dir) / src[len(prefix) :]) for src in store.list(uri)]
+    # A key under the prefix is a path under local_dir: one that climbs out is refused.
+    pairs = [(src, Path(local_dir) / check_object_name(f"a key under {prefix}",
+                                                       src[len(prefix):]))
+             for src in store.list(uri)]
     _run_all(store, [partial(store.get_file, src, dest) for src, dest in pairs])
     return sorted(dest for _, dest in pairs)
 

@@ -24,6 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
+from shoal._spec.names import check_action_id, check_run_name
 from shoal._storage.logs import LogSource
 from shoal._storage.records import Records, RunRecord
 from shoal._storage.remote_records import driver_folder, put_request, refresh
@@ -32,17 +33,25 @@ from shoal._ui import gang_view, logs_view, pages, views
 from shoal._ui.guard import Guard
 from shoal._ui.headers import SecurityHeaders
 from shoal._ui.metrics_view import MetricsCache
-from shoal.errors import NotFoundError, StoreError
+from shoal.errors import NotFoundError, SpecError, StoreError
 
 STATIC = Path(__file__).parent / "static"
 REAP_SECONDS = 5.0
 
 
 class _Missing(Exception):
+    status = 404
+
     def __init__(self, what: str, message: str) -> None:
         super().__init__(message)
         self.what = what
         self.message = message
+
+
+class _Refused(_Missing):
+    """A run name or action id in the address that breaks its rule (`shoal._spec.names`)."""
+
+    status = 400
 
 
 class UI:
@@ -54,10 +63,15 @@ class UI:
         self.metrics = MetricsCache(home)
         self._reaped = 0.0
 
-    def run(self, request: Request) -> RunRecord:
+    def run(self, request: Request, *, exact: bool = False) -> RunRecord:
+        """The run the address names: a unique prefix is enough to read it; what acts on a
+        run (``exact``) takes its whole name, so a guess never cancels another run."""
         name = request.path_params["run"]
         try:
-            return self.records.get_run(name)
+            check_run_name("run", name)
+            return self.records.get_run(name, prefix=not exact)
+        except SpecError as e:
+            raise _Refused(f"run {name!r}", str(e)) from None
         except NotFoundError as e:
             raise _Missing(f"run {name}", str(e)) from None
 
@@ -107,6 +121,10 @@ class UI:
     def gang_api(self, request: Request) -> Response:
         run = self.run(request)
         action = request.path_params["action"]
+        try:
+            check_action_id("action", action)
+        except SpecError as e:
+            raise _Refused(f"action {action!r}", str(e)) from None
         if self.records.find_action(run.name, action) is None:
             raise _Missing(f"action {action}", f"run {run.name} has no action {action!r}")
         return JSONResponse(gang_view.gang_json(self.records, self.home, run, action))
@@ -163,7 +181,7 @@ class UI:
         if not source.path.exists():
             raise _Missing(f"log {request.path_params['key']}", f"{source.path} is not written "
                            "yet")
-        name = f"{request.path_params['run']}.{request.path_params['key']}.log"
+        name = f"{self.run(request).name}.{request.path_params['key']}.log"
         return FileResponse(source.path, media_type="text/plain", filename=name)
 
     # -- the two that act -------------------------------------------------------------------
@@ -187,7 +205,7 @@ class UI:
             f"(if its pod is gone, `shoal cancel {run.name}` deletes its Job)")})
 
     def cancel_api(self, request: Request) -> Response:
-        run = self.run(request)
+        run = self.run(request, exact=True)
         elsewhere = self._ask_elsewhere(run, "cancel")
         if elsewhere is not None:
             return elsewhere
@@ -197,7 +215,7 @@ class UI:
                              else f"already ended ({run.state})"})
 
     def preempt_api(self, request: Request) -> Response:
-        run = self.run(request)
+        run = self.run(request, exact=True)
         elsewhere = self._ask_elsewhere(run, "preempt")
         if elsewhere is not None:
             return elsewhere
@@ -210,8 +228,11 @@ class UI:
 def _missing(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, _Missing)
     if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": exc.message, "missing": exc.what}, status_code=404)
-    return HTMLResponse(pages.not_found_page(exc.what, exc.message), status_code=404)
+        key = "missing" if exc.status == 404 else "refused"
+        return JSONResponse({"error": exc.message, key: exc.what}, status_code=exc.status)
+    heading = "Not found" if exc.status == 404 else "Refused"
+    return HTMLResponse(pages.not_found_page(exc.what, exc.message, heading),
+                        status_code=exc.status)
 
 
 def build_app(home: Path, *, token: str, hosts: frozenset[str], port: int,

@@ -77,7 +77,7 @@ def metrics_page(run: str) -> str:
     return _page(f"metrics {run}", body, "metrics.js", run=run, extra_head=_UPLOT)
 
 
-def not_found_page(what: str, message: str) -> str:
-    body = (f'<h1>Not found: {escape(what)}</h1><p class="error">{escape(message)}</p>'
+def not_found_page(what: str, message: str, heading: str = "Not found") -> str:
+    body = (f'<h1>{escape(heading)}: {escape(what)}</h1><p class="error">{escape(message)}</p>'
             '<p><a href="/">all runs</a></p>')
-    return _page("not found", body, "")
+    return _page(heading.lower(), body, "")

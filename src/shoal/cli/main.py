@@ -31,6 +31,22 @@ VERBS = {
     "image": "image commands: shoal image build FILE",
 }
 
+# The arguments of each verb that name a run, by their attribute and how the user spells them:
+# each becomes a folder, a store prefix or a job name, so a bad one stops at the parse (exit 2).
+# A read's unique prefix is a prefix of a valid name, so it passes the same rule.
+RUN_ARGUMENTS = {"run": ("name", "resume"), "queue": ("run",)}
+_FLAGS = {"name": "--name", "resume": "--resume", "run": "RUN"}
+
+
+def check_run_arguments(args: argparse.Namespace) -> None:
+    from shoal._spec.names import check_run_name
+
+    for attr in RUN_ARGUMENTS.get(args.verb, ("run",)):
+        value = getattr(args, attr, None)
+        if value is not None:
+            field = "--run" if args.verb == "queue" else _FLAGS[attr]
+            check_run_name(f"shoal {args.verb} {field}", value)
+
 
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations: `--n 100` must reach the task's --n, not shoal's --name.
@@ -69,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"shoal {args.verb}: error: unrecognized arguments: "
                              f"{' '.join(rest)}. "
                              f"Fix: {help_hint(f'shoal {args.verb}')}")
+        check_run_arguments(args)
         module = importlib.import_module(f"shoal.cli.{args.verb}_cmd")
         code: int = module.execute(args, rest)
         return code

@@ -45,6 +45,7 @@ from shoal._engines.kubernetes.pods import (
     split_labels,
 )
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
+from shoal._spec.names import check_path_segment
 from shoal._storage.store import join
 from shoal.errors import SpecError
 
@@ -106,6 +107,15 @@ def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config:
     return values
 
 
+def _check_segments(**names: str | None) -> None:
+    """The run and action become store prefixes (``<store>/runs/<run>/<action>``): whatever
+    door they came through, one that would climb out of the store stops here. (Names and
+    labels are made valid from them by `names`; YAML quotes the rest.)"""
+    for field, value in names.items():
+        if value is not None:
+            check_path_segment(field, value)
+
+
 def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
                  code: CodeBundle, lineage: str | None = None) -> list[dict[str, Any]]:
     """The objects that run one attempt of ``call``: ``[Job]`` or ``[JobSet]``.
@@ -113,6 +123,7 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
     ``lineage`` is the first run of a ``--resume`` chain (default: ``run``); the call's
     checkpoint lives under it, so a resumed run finds it.
     """
+    _check_segments(run=run, action=action, lineage=lineage)
     env = call.task.env
     if call.task.max_queued_time is not None:
         raise SpecError(f"task {call.task.name!r}: timeout.max_queued_time",
@@ -220,6 +231,7 @@ def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBu
     calls it makes, as ``config.service_account`` (see `compile_rbac`). It is queued only if
     its own environment names a Kueue queue (it waits on its children). ``resumes``: the runs
     it continues (`shoal run --resume`), newest first."""
+    _check_segments(run=run, **{f"resumes[{i}]": r for i, r in enumerate(resumes)})
     env = call.task.env
     labels, annotations = _identity(env, run, "driver", attempt, call.task.name)
     labels[LABEL_PREFIX + "role"] = "driver"

@@ -41,6 +41,7 @@ from shoal._runtime import messages as m
 from shoal._runtime.metrics import open_writer
 from shoal._runtime.system_metrics import CallSampler
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
+from shoal._spec.names import shown
 from shoal.errors import EngineError, FailureInfo, ShoalError
 
 # Seconds between SIGTERM and SIGKILL when a call times out or is cancelled.
@@ -105,8 +106,8 @@ class LocalEngine(Engine):
                 f"task {call.task.name!r} (retries={call.task.retries}, "
                 f"timeout={call.task.timeout}, cache={call.task.cache.behavior})")
         if call.task.env.cluster is not None:
-            return head + "\n" + self._gang_plan(call)
-        return head + "\n" + self.plan(call.task.env, call.task.code_file).render()
+            return shown(head) + "\n" + self._gang_plan(call)
+        return shown(head) + "\n" + self.plan(call.task.env, call.task.code_file).render()
 
     def _gang_plan(self, call: CallSpec) -> str:
         c = call.task.env.cluster
@@ -133,7 +134,7 @@ class LocalEngine(Engine):
             command = " ".join((*net.prefix, *self.namespace_prefix(), *LAUNCHER))
             lines.append(f"  node {node}: {command}  (address {net.address}, "
                          f"master {nets[0].address}:<free port>)")
-        return "\n".join(lines)
+        return "\n".join(shown(line) for line in lines)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _start(self, envs: list[EnvSpec]) -> None:

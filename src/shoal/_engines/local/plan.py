@@ -15,6 +15,7 @@ from shoal import _contract as contract
 from shoal._contract import WorkerEnv
 from shoal._engines.local.pool import Request
 from shoal._runtime.packages import unmet
+from shoal._spec import names
 from shoal._spec.call import EnvSpec
 from shoal._spec.secret_names import redacted
 from shoal.errors import SpecError
@@ -113,7 +114,8 @@ class ProcessPlan:
         lines.append("  env:")
         lines += [f"    {k}={_printable(v)}" for k, v in sorted(redacted(shown).items())]
         lines += [f"  note:     {n}" for n in self.notes]
-        return "\n".join(lines)
+        # One value, one line: a newline in a value is shown escaped, so it cannot forge one.
+        return "\n".join(names.shown(line) for line in lines)
 
 
 def plan_process(env: EnvSpec, *, capacity: Request, wenv: WorkerEnv,

@@ -18,7 +18,9 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
 from shoal._spec.call import ClusterSpec, EnvSpec
+from shoal._spec.names import check_path_segment, shown
 from shoal._spec.secret_names import is_secret
+from shoal.errors import SpecError
 
 JOB_PREFIX = "shoal"
 
@@ -39,6 +41,19 @@ def job_name(run: str, action: str, attempt: int) -> str:
 def run_prefix(run: str) -> str:
     """What the names of every job of ``run`` start with."""
     return f"{JOB_PREFIX}-{run}-"
+
+
+def directive(option: str, value: str | None = None) -> str:
+    """One ``#SBATCH`` line. sbatch reads directives up to the first line that is not a
+    comment: a value holding a newline would end them there (the lines after it silently
+    dropped) and run the rest as shell, so such a value is refused, and the rest quoted as
+    sbatch reads quotes."""
+    text = option if value is None else f"{option}={value}"
+    if not text.isprintable():
+        raise SpecError(f"#SBATCH {option}", text, "a directive must be one line of printable "
+                        "characters (no newline, tab, NUL or escape)",
+                        "remove the control characters from the name or setting")
+    return f"#SBATCH {text}" if value is None else f"#SBATCH {option}={shlex.quote(value)}"
 
 
 def slurm_minutes(seconds: float) -> str:
@@ -99,29 +114,35 @@ def secret_env_vars(env: EnvSpec) -> dict[str, str]:
     return {k: v for k, v in env.env_vars.items() if is_secret(k, v)}
 
 
+def _placement_lines(placement: Placement) -> list[str]:
+    return [directive(option, value) for option, value in (
+        ("--partition", placement.partition), ("--account", placement.account),
+        ("--qos", placement.qos), ("--time", placement.time_limit)) if value]
+
+
 def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
            settings: SlurmSettings, gang_log_dir: str, extra_env: Mapping[str, str],
            registry: str | None = None) -> JobPlan:
     """The script of one attempt. ``node`` holds the contract values every node shares (its
     node rank, master and restart are set per start by the allocation program)."""
+    # Folders on the shared filesystem and the job's name are made of these, whatever door
+    # they came through: one that would climb out of the run's folder stops here.
+    check_path_segment("run", node.run)
+    check_path_segment("action", node.action)
     c = env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
     clustered = env.cluster is not None
     check_options("Slurm settings: sbatch_options", placement.sbatch_options)
     name = job_name(node.run, node.action, node.attempt)
     lines = ["#!/bin/bash",
-             f"# Shoal: run {node.run}, action {node.action} (task {task}), attempt "
-             f"{node.attempt}: {c.replicas} node(s) x {c.nproc_per_node} process(es)",
-             f"#SBATCH --job-name={name}",
+             f"# Shoal: run {shown(node.run)}, action {shown(node.action)} (task {shown(task)}), "
+             f"attempt {node.attempt}: {c.replicas} node(s) x {c.nproc_per_node} process(es)",
+             directive("--job-name", name),
              f"#SBATCH --nodes={c.replicas}",
              "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH {o}" for o in resource_options(env, settings.gpu_types)]
-    for option, value in (("--partition", placement.partition),
-                          ("--account", placement.account), ("--qos", placement.qos),
-                          ("--time", placement.time_limit)):
-        if value:
-            lines.append(f"#SBATCH {option}={value}")
+    lines += _placement_lines(placement)
     # sbatch refuses a directive with a bare space in it ("Invalid directive"); it reads quotes.
-    lines.append(f"#SBATCH --output={shlex.quote(f'{gang_log_dir}/batch.log')}")
+    lines.append(directive("--output", f"{gang_log_dir}/batch.log"))
     lines.append("#SBATCH --open-mode=append")  # a requeued job adds to the same log
     if clustered:
         # A preempted or requeued gang comes back in a new allocation and resumes.
@@ -129,7 +150,7 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
         lines.append(f"#SBATCH --signal=B:TERM@{max(1, math.ceil(c.grace_period))}")
     else:
         lines.append("#SBATCH --no-requeue")  # a lost plain call is retried as a new attempt
-    lines += [f"#SBATCH {o}" for o in placement.sbatch_options]
+    lines += [directive(o) for o in placement.sbatch_options]
     values = node.to_env()
     for per_start in (contract.NODE_RANK, contract.MASTER_ADDR, contract.MASTER_PORT,
                       contract.RESTART_ATTEMPT, contract.RANK_LOG_DIR):
@@ -166,17 +187,14 @@ def render_driver(*, run: str, env: EnvSpec, placement: Placement, settings: Slu
                   log: str, exports: Mapping[str, str], argv: list[str]) -> str:
     """The script of a detached driver (``shoal run --detach``): one task on one node that
     runs ``shoal run ARGV`` there, as it would have run here."""
+    check_path_segment("run", run)
     own = resource_options(env, settings.gpu_types)
-    lines = ["#!/bin/bash", f"# Shoal: the driver of run {run} (shoal run --detach)",
-             f"#SBATCH --job-name={run_prefix(run)}driver", "#SBATCH --nodes=1",
+    lines = ["#!/bin/bash", f"# Shoal: the driver of run {shown(run)} (shoal run --detach)",
+             directive("--job-name", f"{run_prefix(run)}driver"), "#SBATCH --nodes=1",
              "#SBATCH --ntasks=1", *(f"#SBATCH {o}" for o in own)]
-    for option, value in (("--partition", placement.partition),
-                          ("--account", placement.account), ("--qos", placement.qos),
-                          ("--time", placement.time_limit)):
-        if value:
-            lines.append(f"#SBATCH {option}={value}")
-    lines += [f"#SBATCH --output={shlex.quote(log)}", "#SBATCH --no-requeue",
-              *(f"#SBATCH {o}" for o in placement.sbatch_options), ""]
+    lines += _placement_lines(placement)
+    lines += [directive("--output", log), "#SBATCH --no-requeue",
+              *(directive(o) for o in placement.sbatch_options), ""]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in exports.items()]
     lines.append(f"exec {shlex.join([settings.python, '-m', 'shoal.cli.main', 'run', *argv])}")
     return "\n".join(lines) + "\n"
