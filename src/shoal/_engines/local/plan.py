@@ -84,12 +84,6 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
-def _printable(value: str) -> str:
-    """A value as one line of the plan: a newline or another control character in it is shown
-    escaped (quoted, as Python writes it), so it cannot forge lines of the plan."""
-    return value if value.isprintable() else repr(str(value))
-
-
 @dataclass(frozen=True)
 class ProcessPlan:
     env: str
@@ -112,7 +106,7 @@ class ProcessPlan:
         ]
         lines += [f"  clamped:  {c}" for c in self.clamped]
         lines.append("  env:")
-        lines += [f"    {k}={_printable(v)}" for k, v in sorted(redacted(shown).items())]
+        lines += [f"    {k}={v}" for k, v in sorted(redacted(shown).items())]
         lines += [f"  note:     {n}" for n in self.notes]
         # One value, one line: a newline in a value is shown escaped, so it cannot forge one.
         return "\n".join(names.shown(line) for line in lines)
