@@ -94,9 +94,9 @@ async def replicas_bound_warm_workers() -> list[int]:
 
 
 # Asks for more than any pool has: clamped to the whole pool, so two calls cannot overlap.
-hog = shoal.TaskEnvironment(name="hog", resources=shoal.Resources(cpu=10_000))
+hog = shoal.TaskEnvironment(name="hog", resources=shoal.Resources(cpu=4096))
 hog_gang = ClusteredTaskEnvironment(name="hog-gang", replicas=1, nproc_per_node=1,
-                                    resources=shoal.Resources(cpu=10_000))
+                                    resources=shoal.Resources(cpu=4096))
 queue_driver = shoal.TaskEnvironment(name="queue-driver", depends_on=[hog, hog_gang])
 
 
