@@ -12,6 +12,19 @@ import pytest
 
 SBIN = "/usr/sbin:/sbin"
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the dev extra is not installed: the fuzz tests skip themselves
+    pass
+else:
+    # The fuzz tests' one setting: 25 derandomized examples a property, 2,500 random ones with
+    # SHOAL_FUZZ_PROFILE=deep.
+    settings.register_profile("quick", max_examples=25, deadline=None, derandomize=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("deep", max_examples=2500, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("SHOAL_FUZZ_PROFILE", "quick"))
+
 
 def unavailable(why: str) -> None:
     """Skip the test, or fail it where the fault tier must run (CI)."""

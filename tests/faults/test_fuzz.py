@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="pip install hypothesis (the dev extra)")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import shoal  # noqa: E402
@@ -39,12 +39,6 @@ from shoal.clustered import (  # noqa: E402
 from shoal.errors import ShoalError  # noqa: E402
 
 pytestmark = pytest.mark.faults
-
-settings.register_profile("quick", max_examples=25, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=2500, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("SHOAL_FUZZ_PROFILE", "quick"))
 
 # --- wild values: what a user may pass where Shoal expects something else -----------------------
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="pip install hypothesis (the dev extra)")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import example, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import shoal  # noqa: E402
@@ -37,12 +37,6 @@ from shoal.cli.main import main  # noqa: E402
 from shoal.errors import SpecError, StoreError  # noqa: E402
 
 pytestmark = pytest.mark.faults
-
-settings.register_profile("quick", max_examples=25, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=2500, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("SHOAL_FUZZ_PROFILE", "quick"))
 
 PLAIN_RUN = "r-20261201-120000-abcd"
 BAD_RUN_NAMES = ["/abs", "../../tmp/evil", "a/b", "..", "a..b", "", "a\nb", "a\x00b",

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="pip install hypothesis (the dev extra)")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import shoal  # noqa: E402
@@ -44,12 +44,6 @@ from tests.unit import test_slurm_script as slurm  # noqa: E402
 from tests.unit.test_local_plan import WENV  # noqa: E402
 
 pytestmark = pytest.mark.faults
-
-settings.register_profile("quick", max_examples=25, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=2500, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("SHOAL_FUZZ_PROFILE", "quick"))
 
 # The three, each missed on main (names outside *TOKEN*/*SECRET*/*PASSWORD*/*_KEY).
 FINDING_3 = {
