@@ -62,7 +62,7 @@ def _choose(engine: str, store: str | None, home: str | None,
                             "pass the path of a YAML file of KubeConfig fields")
         os.environ[contract.KUBE_SETTINGS] = str(path.resolve())
     if slurm_settings is not None:
-        from shoal._engines.slurm.settings import load_settings
+        from shoal._engines.slurm.config import load_settings
 
         path = Path(slurm_settings).expanduser()
         load_settings(str(path), "init(slurm_settings=...)", "")  # a bad file fails here

@@ -80,7 +80,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
                             "give the environment profile=shoal.Profile(...) in the code (its "
                             "pods then carry the setting)")
     if args.slurm_settings:  # a bad file is named as the user gave it, before init's check
-        from shoal._engines.slurm.settings import load_settings
+        from shoal._engines.slurm.config import load_settings
 
         load_settings(args.slurm_settings, "--slurm-settings", "")
     init(engine=engine, store=args.store, kube_settings=args.kube_settings,

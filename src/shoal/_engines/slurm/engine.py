@@ -41,6 +41,7 @@ from shoal._engines.base import (
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.slurm import commands
 from shoal._engines.slurm.commands import JobInfo, SbatchRefused
+from shoal._engines.slurm.config import Placement, SlurmSettings, load_settings
 from shoal._engines.slurm.script import (
     JobPlan,
     render,
@@ -50,7 +51,6 @@ from shoal._engines.slurm.script import (
     secret_env_vars,
     slurm_minutes,
 )
-from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start, hostnames
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
