@@ -39,8 +39,8 @@ from shoal._engines.base import (
     refuse_progress_timeout,
 )
 from shoal._engines.host_secrets import SecretMissing, secret_environ
-from shoal._engines.slurm import commands
-from shoal._engines.slurm.commands import JobInfo, SbatchRefused
+from shoal._engines.slurm import client
+from shoal._engines.slurm.client import JobInfo, SbatchRefused
 from shoal._engines.slurm.config import Placement, SlurmSettings, load_settings
 from shoal._engines.slurm.script import (
     JobPlan,
@@ -167,14 +167,14 @@ class SlurmEngine(Engine):
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _start(self, envs: list[EnvSpec]) -> None:
-        commands.check_installed()
-        await asyncio.to_thread(commands.ping)
+        client.check_installed()
+        await asyncio.to_thread(client.ping)
         self._envs = {e.name: e for e in envs}
 
     async def _close(self) -> None:
         for job in list(self._jobs.values()):
             with contextlib.suppress(EngineError):
-                await asyncio.to_thread(commands.scancel, job)
+                await asyncio.to_thread(client.scancel, job)
         import shutil
 
         shutil.rmtree(self.home / "runs" / self.run / "secrets", ignore_errors=True)
@@ -196,7 +196,7 @@ class SlurmEngine(Engine):
         count = 0
         for job in list(self._jobs.values()):
             with contextlib.suppress(EngineError):
-                await asyncio.to_thread(commands.requeue, job)
+                await asyncio.to_thread(client.requeue, job)
                 count += 1
         return count
 
@@ -213,7 +213,7 @@ class SlurmEngine(Engine):
                              "check.log")
             plan = self.job_plan(_placeholder_call(env, "<file>"), ref)
             try:
-                await asyncio.to_thread(commands.sbatch, plan.script, dict(os.environ),
+                await asyncio.to_thread(client.sbatch, plan.script, dict(os.environ),
                                         True)
             except SbatchRefused as e:
                 raise self._refused(env, str(e)) from None
@@ -227,7 +227,7 @@ class SlurmEngine(Engine):
         for key in ("account", "qos", "partition"):
             if f"invalid {key}" in low or (key == "partition" and key in low):
                 value = getattr(where, key)
-                fix = (f"use one of the partitions: {', '.join(commands.partitions())}"
+                fix = (f"use one of the partitions: {', '.join(client.partitions())}"
                        if key == "partition" else f"set {key}: in the Slurm settings (or its "
                        f"environments.{env.name}) to one you may use")
                 return SpecError(f"Slurm settings: {key} (environment {env.name!r})", value,
@@ -274,7 +274,7 @@ class SlurmJob:
                        **self.engine.secret_env(self.call.task.env),
                        **secret_env_vars(self.call.task.env)}
             try:
-                self.job = await asyncio.to_thread(commands.sbatch, plan.script, environ)
+                self.job = await asyncio.to_thread(client.sbatch, plan.script, environ)
             except SbatchRefused as e:
                 return self._failed("crash", f"sbatch refused the job: {e}")
             print(f"shoal: {self.task} {self.ref.action}: Slurm job {self.job} ({plan.nodes} "
@@ -284,7 +284,7 @@ class SlurmJob:
             return await self._follow()
         except asyncio.CancelledError:
             with contextlib.suppress(EngineError):
-                await asyncio.to_thread(commands.scancel, self.job)
+                await asyncio.to_thread(client.scancel, self.job)
             raise
         finally:
             self.engine._jobs.pop(self.ref.action, None)
@@ -295,9 +295,9 @@ class SlurmJob:
         two gangs would write the same checkpoint."""
         for run in self.engine.earlier_runs:
             prefix = f"{run_prefix(run)}{self.ref.action}-"
-            for job in commands.my_jobs(prefix):
+            for job in client.my_jobs(prefix):
                 attempt = job.name[len(prefix):]
-                if not attempt.isdigit() or job.state in commands.TERMINAL:
+                if not attempt.isdigit() or job.state in client.TERMINAL:
                     continue
                 earlier = AttemptRef(run, self.ref.action, int(attempt),
                                      self.engine.home / "runs" / run / "logs" / "x.log")
@@ -323,12 +323,12 @@ class SlurmJob:
         ended_at: float | None = None
         info: JobInfo | None = None
         while True:
-            info = await asyncio.to_thread(commands.show_job, self.job)
+            info = await asyncio.to_thread(client.show_job, self.job)
             state = await asyncio.to_thread(self._state)
             if state is not None:
                 await self._tell(state)
             now = time.monotonic()
-            if info is not None and info.state in commands.REQUEUABLE and \
+            if info is not None and info.state in client.REQUEUABLE and \
                     info.fields.get("Requeue") == "1":
                 # Slurm shows this for a moment before it requeues the job: wait for that.
                 ended_at = ended_at or now
@@ -345,13 +345,13 @@ class SlurmJob:
                 running_at = None  # requeued: a new allocation's time starts when it runs
                 if task.max_queued_time is not None and state is None and \
                         now - queued_at > task.max_queued_time:
-                    await asyncio.to_thread(commands.scancel, self.job)
+                    await asyncio.to_thread(client.scancel, self.job)
                     return self._failed("queued_timeout", "waited longer than its "
                                         f"max_queued_time of {task.max_queued_time:g}s for "
                                         f"Slurm to start job {self.job} ({info.reason})")
             if running_at is not None and task.timeout is not None and \
                     now - running_at > task.timeout:
-                await asyncio.to_thread(commands.scancel, self.job)
+                await asyncio.to_thread(client.scancel, self.job)
                 return self._failed("timeout", f"ran past its timeout of {task.timeout:g}s; "
                                     f"Slurm job {self.job} was cancelled")
             await asyncio.sleep(poll)
@@ -398,7 +398,7 @@ class SlurmJob:
     def _lost_nodes(self, nodes: list[str]) -> dict[str, str]:
         """The nodes of ``nodes`` Slurm says are gone (name -> its reason)."""
         try:
-            states = commands.node_states(nodes)
+            states = client.node_states(nodes)
         except EngineError:
             return {}
         return {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
@@ -527,7 +527,7 @@ def submit_driver(*, run: str, env: EnvSpec, argv: list[str], home: Path,
                   store: str) -> str:
     """``shoal run --detach``: the run's driver as its own small job; its id. The records
     are kept by that job under ``home`` (it must be on the filesystem the nodes share)."""
-    commands.check_installed()
+    client.check_installed()
     settings = slurm_settings(store)
     pt = env.pod_template
     placement = settings.placement_for(env.name, pt.priority_class if pt is not None else None)
@@ -539,7 +539,7 @@ def submit_driver(*, run: str, env: EnvSpec, argv: list[str], home: Path,
     script = render_driver(run=run, env=env, placement=placement, settings=settings,
                            log=str(log), exports=exports, argv=argv)
     try:
-        return commands.sbatch(script, submit_environ(os.environ))
+        return client.sbatch(script, submit_environ(os.environ))
     except SbatchRefused as e:
         raise EngineError(f"sbatch refused the driver job of run {run}: {e}") from None
 
@@ -555,9 +555,9 @@ def submit_environ(environ: Mapping[str, str]) -> dict[str, str]:
 def cancel_jobs_of(run: str) -> list[str]:
     """scancel every job Slurm still holds for ``run`` (a run whose driver is gone); their
     ids."""
-    jobs = [j.id for j in commands.my_jobs(run_prefix(run)) if j.state not in commands.TERMINAL]
+    jobs = [j.id for j in client.my_jobs(run_prefix(run)) if j.state not in client.TERMINAL]
     for job in jobs:
-        commands.scancel(job)
+        client.scancel(job)
     return jobs
 
 
