@@ -39,7 +39,7 @@ from shoal._engines.base import (
     refuse_progress_timeout,
 )
 from shoal._engines.host_secrets import SecretMissing, secret_environ
-from shoal._engines.slurm import client
+from shoal._engines.slurm import client, status
 from shoal._engines.slurm.client import JobInfo, SbatchRefused
 from shoal._engines.slurm.config import Placement, SlurmSettings, load_settings
 from shoal._engines.slurm.script import (
@@ -52,14 +52,12 @@ from shoal._engines.slurm.script import (
     slurm_minutes,
 )
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start, hostnames
-from shoal._runtime.reports import FirstFailure, first_failure
+from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound, SpecError
 
-# Node states that mean a node is gone (sinfo's long names; a trailing * is "not responding").
-LOST = ("down", "fail", "failing", "drain", "drained", "draining", "unknown", "not_responding")
 LOG_TAIL_LINES = 30
 # Seconds a requeueable job may show PREEMPTED or NODE_FAIL before it is taken as ended.
 REQUEUE_WAIT = 60.0
@@ -328,8 +326,7 @@ class SlurmJob:
             if state is not None:
                 await self._tell(state)
             now = time.monotonic()
-            if info is not None and info.state in client.REQUEUABLE and \
-                    info.fields.get("Requeue") == "1":
+            if status.requeue_pending(info):
                 # Slurm shows this for a moment before it requeues the job: wait for that.
                 ended_at = ended_at or now
                 if now - ended_at < REQUEUE_WAIT:
@@ -398,81 +395,42 @@ class SlurmJob:
     def _lost_nodes(self, nodes: list[str]) -> dict[str, str]:
         """The nodes of ``nodes`` Slurm says are gone (name -> its reason)."""
         try:
-            states = client.node_states(nodes)
+            return status.lost_nodes(client.node_states(nodes))
         except EngineError:
             return {}
-        return {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
-                if any(s.lower().rstrip("*+~#").startswith(w) for w in LOST) or s.endswith("*")}
 
     # -- reading the end ---------------------------------------------------------------------
     def _outcome(self, info: JobInfo | None, state: AllocationState | None) -> AttemptOutcome:
-        if state is not None and state.phase == "succeeded":
+        end = status.allocation_end(state)
+        if end == "succeeded" and state is not None:
             out = join(self.io, f"r{state.restart}", "output.json")
             try:
                 return AttemptOutcome(output=json.loads(self.store.get_bytes(out)))
             except ObjectNotFound:
                 return self._failed("crash", f"every node of start r{state.restart} exited 0 "
                                     "but rank 0 wrote no output")
-        if state is not None and state.phase == "failed" and state.starts:
-            if state.message:
-                return self._failed("crash", state.message)
+        if end == "message" and state is not None:
+            return self._failed("crash", state.message)
+        if end == "start" and state is not None:
             return AttemptOutcome(failure=self._failure(state.starts[-1]))
         return AttemptOutcome(failure=self._ended_by_slurm(info, state))
 
     def _failure(self, start: Start) -> FailureInfo:
         """Who failed first in ``start``, from the ranks' and nodes' reports."""
-        folder = join(self.io, f"r{start.restart}")
         rank_dir = self.log_dir / f"r{start.restart}"
-        first = first_failure(self.store, folder)
-        silent = self._ended_silently(start, first)
+        first = first_failure(self.store, join(self.io, f"r{start.restart}"))
+        silent = status.silent_node(start, first)
         if silent is not None:
-            return silent
+            node, said = silent
+            return status.ended_silently(
+                self.who, start, node, said, self._lost_nodes([said["node"]]), first,
+                log_tail(rank_dir / f"node{node}.log", 15))
         if first is None:
             tails = [log_tail(p, 15) for p in sorted(rank_dir.glob("node*.log"))]
             tails.append(log_tail(self.log_dir / "batch.log", 15))
-            return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-                               kind="crash", message=f"a node launcher failed (restart "
-                               f"{start.restart}, Slurm job {self.job}, nodes "
-                               f"{','.join(start.nodes)}; exit code {start.exit_code})",
-                               log_tail="\n".join(t for t in tails if t))
-        rank = first.rank
-        node = first.node
-        host = start.nodes[node] if node is not None and node < len(start.nodes) else "?"
-        tail = log_tail(rank_dir / f"rank{rank}.log") if rank is not None else ""
-        how = first.message
-        if not first.raised and (first.signal or first.exit_code is not None):
-            how += f" ({first.signal or f'exit code {first.exit_code}'})"
-        return FailureInfo(
-            task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-            kind="user" if first.raised else "crash",
-            message=f"rank {rank} on node {host} failed first (restart {start.restart}, Slurm "
-                    f"job {self.job}): {how}",
-            exit_code=first.exit_code, signal=first.signal, rank=rank, node=node,
-            log_tail=tail, traceback=first.traceback, error_type=first.error_type)
-
-    def _ended_silently(self, start: Start, first: FirstFailure | None) -> FailureInfo | None:
-        """The node srun saw end first, when it left no report of its own: its launcher was
-        killed with everything on it, as when its machine is lost. Other nodes' ranks then
-        fail on the missing peer; they are not the cause."""
-        said = next((s for s in start.srun_says if s.get("first")), None)
-        if said is None or said["node"] not in start.nodes:
-            return None
-        node = start.nodes.index(said["node"])
-        reported = {r.get("node") for r in (first.reports if first is not None else [])}
-        if node in reported:
-            return None
-        lost = self._lost_nodes([said["node"]])
-        message = (f"node {said['node']} (node rank {node}) ended first and left no report "
-                   f"(srun: {said['what']})")
-        message += (f"; Slurm marks it {lost[said['node']]}" if said["node"] in lost else
-                    ": its machine was likely lost, or its launcher killed")
-        message += f" (restart {start.restart}, Slurm job {self.job})"
-        if first is not None:
-            message += f"; then rank {first.rank} failed: {first.message}"
-        return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-                           kind="crash", message=message, node=node,
-                           log_tail=log_tail(self.log_dir / f"r{start.restart}" /
-                                             f"node{node}.log", 15))
+            return status.launcher_failed(self.who, start, "\n".join(t for t in tails if t))
+        tail = log_tail(rank_dir / f"rank{first.rank}.log") if first.rank is not None else ""
+        return status.rank_failed(self.who, start, first, tail)
 
     def _ended_by_slurm(self, info: JobInfo | None, state: AllocationState | None,
                         ) -> FailureInfo:
@@ -480,23 +438,16 @@ class SlurmJob:
             ([] if info is None or not info.nodes or info.nodes == "(null)"
              else _expand(info.nodes))
         lost = self._lost_nodes(nodes) if nodes else {}
-        if info is None:
-            what = f"Slurm forgot job {self.job} before its end was read"
-        else:
-            what = (f"Slurm ended job {self.job} as {info.state} (reason {info.reason}, exit "
-                    f"code {info.exit_code})")
-        if lost:
-            what += "; lost node(s): " + ", ".join(f"{n} ({r})" for n, r in lost.items())
-        kind = "timeout" if info is not None and info.state in ("TIMEOUT", "DEADLINE") \
-            else "oom" if info is not None and info.state == "OUT_OF_MEMORY" else "crash"
-        return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-                           kind=kind, message=what,
-                           log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES))
+        return status.ended_by_slurm(self.who, info, lost,
+                                     log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES))
+
+    @property
+    def who(self) -> status.Attempt:
+        return status.Attempt(self.task, self.ref.action, self.ref.attempt, self.job)
 
     def _failed(self, kind: str, message: str) -> AttemptOutcome:
-        return AttemptOutcome(failure=FailureInfo(
-            task=self.task, action=self.ref.action, attempt=self.ref.attempt, kind=kind,
-            message=message, log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES)))
+        return AttemptOutcome(failure=self.who.failure(
+            kind, message, log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES)))
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
