@@ -45,7 +45,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _cancel_slurm_jobs(run: str) -> int:
     """A Slurm run whose driver died may have left its jobs running: scancel them."""
-    from shoal._engines.slurm.engine import cancel_jobs_of
+    from shoal._engines.slurm.submit import cancel_jobs_of
 
     jobs = cancel_jobs_of(run)
     print(f"run {run} crashed (its driver is gone); " + (

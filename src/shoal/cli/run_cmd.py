@@ -159,7 +159,7 @@ def _detach(engine: str, task: Any, args: argparse.Namespace, rest: list[str]) -
         raise SpecError("--detach", "--resume" if args.resume else "--dry-run",
                         "starts a new run", "leave --detach out")
     from shoal._driver.remote import new_run_name
-    from shoal._engines.slurm.engine import submit_driver
+    from shoal._engines.slurm.submit import submit_driver
 
     run = args.name or new_run_name()
     argv = ["--engine", "slurm", "--name", run, "--quiet", args.file, args.task]

@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,7 +44,6 @@ from shoal._engines.slurm.config import Placement, SlurmSettings, load_settings
 from shoal._engines.slurm.script import (
     JobPlan,
     render,
-    render_driver,
     resource_options,
     run_prefix,
     secret_env_vars,
@@ -268,7 +266,7 @@ class SlurmJob:
                                     self.call.custom_context)
             plan = self.engine.job_plan(self.call, self.ref)
             (self.log_dir / "job.sbatch").write_text(plan.script)
-            environ = {**submit_environ(os.environ),
+            environ = {**client.submit_environ(os.environ),
                        **self.engine.secret_env(self.call.task.env),
                        **secret_env_vars(self.call.task.env)}
             try:
@@ -472,44 +470,6 @@ def _expand(nodelist: str) -> list[str]:
 def _size(env: EnvSpec) -> str:
     nodes = env.cluster.replicas if env.cluster is not None else 1
     return f"{nodes} node(s), " + " ".join(resource_options(env))
-
-
-def submit_driver(*, run: str, env: EnvSpec, argv: list[str], home: Path,
-                  store: str) -> str:
-    """``shoal run --detach``: the run's driver as its own small job; its id. The records
-    are kept by that job under ``home`` (it must be on the filesystem the nodes share)."""
-    client.check_installed()
-    settings = slurm_settings(store)
-    pt = env.pod_template
-    placement = settings.placement_for(env.name, pt.priority_class if pt is not None else None)
-    exports = {contract.HOME: str(home), contract.STORE: settings.store or store}
-    if os.environ.get(contract.SLURM_SETTINGS):
-        exports[contract.SLURM_SETTINGS] = os.environ[contract.SLURM_SETTINGS]
-    log = home / "runs" / run / "driver.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    script = render_driver(run=run, env=env, placement=placement, settings=settings,
-                           log=str(log), exports=exports, argv=argv)
-    try:
-        return client.sbatch(script, submit_environ(os.environ))
-    except SbatchRefused as e:
-        raise EngineError(f"sbatch refused the driver job of run {run}: {e}") from None
-
-
-def submit_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a job is submitted with: this environment less the SLURM_* variables of a job
-    this process may itself be in (srun would read them as its own options), SLURM_CONF
-    kept."""
-    return {k: v for k, v in environ.items()
-            if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-
-
-def cancel_jobs_of(run: str) -> list[str]:
-    """scancel every job Slurm still holds for ``run`` (a run whose driver is gone); their
-    ids."""
-    jobs = [j.id for j in client.my_jobs(run_prefix(run)) if j.state not in client.TERMINAL]
-    for job in jobs:
-        client.scancel(job)
-    return jobs
 
 
 def runs_here(call: CallSpec) -> bool:
