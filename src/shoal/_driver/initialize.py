@@ -74,6 +74,15 @@ def _choose(engine: str, store: str | None, home: str | None,
     os.environ[contract.ENGINE] = engine
 
 
+def check_settings(*, slurm_settings: str | None, field: str) -> None:
+    """An engine's settings file checked before `init` checks it, so a bad one is named as
+    the caller gave it (``field``: ``--slurm-settings``)."""
+    if slurm_settings:
+        from shoal._engines.slurm.config import load_settings
+
+        load_settings(slurm_settings, field, "")
+
+
 def refuse_unless(call: str, name: str, value: object, default: object, rule: str,
                   fix: str) -> None:
     """A Flyte parameter Shoal cannot honour: accepted at its default only."""

@@ -154,6 +154,17 @@ class SlurmEngine(Engine):
                 call if root else _placeholder_call(env, call.task.code_file), ref).script
         return out
 
+    def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
+        """The sbatch script of each environment the driver calls, or with ``out`` written
+        there and a line saying so."""
+        scripts = self.scripts(call, envs)
+        if out:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            for name, text in scripts.items():
+                (Path(out) / name).write_text(text)
+            return f"wrote {len(scripts)} sbatch script(s) to {out}/: {', '.join(scripts)}\n"
+        return "".join(f"\n# --- {name}\n{text}" for name, text in scripts.items())
+
     def _dry_run(self, call: CallSpec) -> str:
         where = (f"the driver task {call.task.name!r} runs here (a local process); every call "
                  "it makes is a Slurm job" if runs_here(call) else
