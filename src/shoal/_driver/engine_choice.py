@@ -40,8 +40,3 @@ def engine_from_env() -> str:
 
 def is_remote(engine: str) -> bool:
     return engine in REMOTE
-
-
-def has_driver(engine: str) -> bool:
-    """Whether ``engine`` has a `RemoteDriver` (`shoal._driver.remote.driver_for`)."""
-    return engine in REMOTE or engine in SHARES_HOME

@@ -7,7 +7,9 @@
     merged here
 
 The engine's `RemoteDriver` (`shoal._engines.base`) owns the cluster side; this module owns
-what is the same for every such engine, so the CLI and `shoal.run` cannot drift apart.
+what is the same for every such engine, so the CLI and `shoal.run` cannot drift apart. A
+driver that shares this machine's home (Slurm's ``--detach``) is only submitted
+(`detached_driver`): it keeps the run's records itself.
 """
 
 from __future__ import annotations
