@@ -35,7 +35,8 @@ class SlurmRemoteDriver(RemoteDriver):
         return "the Slurm cluster of this machine"
 
     def how_to_stop(self, run: str) -> str:
-        return f"shoal cancel {run} (or scancel --name={run_prefix(run)}...)"
+        return (f"shoal cancel {run}, or scancel the jobs `squeue --me` lists with names "
+                f"starting {run_prefix(run)}")
 
     def detach(self, *, run: str, env: EnvSpec, argv: list[str]) -> str:
         """The run's driver as its own small job; the records are kept by that job under
@@ -48,6 +49,7 @@ class SlurmRemoteDriver(RemoteDriver):
         return f"run {run} crashed (its driver is gone); " + (
             f"cancelled its Slurm job(s) {', '.join(jobs)}" if jobs
             else "no Slurm job of it is left")
+
 
 def submit_driver(*, run: str, env: EnvSpec, argv: list[str], home: Path,
                   store: str) -> str:
