@@ -129,8 +129,8 @@ SLURM_PROGRAM = Path(__file__).parents[1] / "unit" / "slurm_program.py"
 
 
 def _slurm_script(tmp_path: Path, run: str, task: str = "train") -> str:
+    from shoal._engines.slurm.config import settings_from_mapping
     from shoal._engines.slurm.engine import SlurmEngine
-    from shoal._engines.slurm.settings import settings_from_mapping
     from shoal._runtime.loader import find_task
     from shoal._spec.call import CallSpec
 

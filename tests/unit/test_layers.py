@@ -214,6 +214,41 @@ def test_engines_do_not_import_each_other() -> None:
                         assert not name.startswith(f"shoal._engines.{other.name}"), (path, name)
 
 
+# `shoal queue` shows this machine's pool of the local engine: the one engine package a
+# command may read, for a verb that exists only for that engine.
+CLI_MAY_IMPORT = {"local"}
+
+
+def test_the_cli_names_no_engine() -> None:
+    """The CLI parses and prints: what differs between engines (dry-run plans, --detach, the
+    clean-up of a crashed run, deploy) is reached through `shoal._driver` and the engine
+    seam, so no command imports an engine's package or spells an engine's name as a value
+    (a comparison, a choice, an argv item)."""
+    from shoal import _contract as contract
+
+    engines = {p.name for p in (SRC / "_engines").iterdir()
+               if p.is_dir() and p.name != "__pycache__"}
+    assert {"slurm", "kubernetes"} <= engines <= set(contract.ENGINES)
+    files = sorted((SRC / "cli").glob("*.py"))
+    assert len(files) > 10 and any(f.name == "run_cmd.py" for f in files)  # not vacuous
+    bad = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in modules:
+                parts = name.split(".")
+                if parts[:2] == ["shoal", "_engines"] and len(parts) > 2 \
+                        and parts[2] in engines - CLI_MAY_IMPORT:
+                    bad.append(f"cli/{path.name}:{node.lineno} imports {name}")
+            if isinstance(node, ast.Constant) and node.value in contract.ENGINES:
+                bad.append(f"cli/{path.name}:{node.lineno} spells the engine {node.value!r}")
+    assert not bad, "\n".join(bad)
+
+
 def test_env_var_names_live_in_the_contract() -> None:
     """No module but the contract spells a SHOAL_* variable name."""
     offenders = []

@@ -19,9 +19,9 @@ import pytest
 import shoal
 from shoal import _contract as contract
 from shoal._engines.base import AttemptRef
+from shoal._engines.slurm.config import SlurmSettings, settings_from_mapping
 from shoal._engines.slurm.engine import SlurmEngine
 from shoal._engines.slurm.script import pyxis_image
-from shoal._engines.slurm.settings import SlurmSettings, settings_from_mapping
 from shoal._runtime.loader import find_task
 from shoal._spec.call import CallSpec
 from shoal.errors import SpecError

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shoal._engines.slurm.settings import (
+from shoal._engines.slurm.config import (
     Placement,
     SlurmSettings,
     load_settings,

@@ -141,3 +141,21 @@ def test_shoal_engine_slurm_chooses_it_for_the_cli(tmp_path: Path) -> None:
                        env=env)
     assert p.returncode == 0, p.stderr
     assert "slurm engine:" in p.stdout and "#SBATCH --partition=cpu" in p.stdout
+
+
+def test_only_a_driver_that_shares_the_home_detaches_and_cleans_up() -> None:
+    """The seam the CLI reaches Slurm through: `detached_driver`, `clean_up`, `driver_for`."""
+    from shoal._driver import remote
+    from shoal.errors import EngineError
+
+    with pytest.raises(SpecError) as err:
+        remote.detached_driver("local")
+    assert (err.value.field, err.value.value) == ("--detach", "local")
+    assert "needs --engine slurm" in err.value.rule
+    assert remote.clean_up("local", "r1") is None
+    driver = remote.detached_driver("slurm")
+    assert driver.name == "slurm" and "shoal cancel r1" in driver.how_to_stop("r1")
+    with pytest.raises(EngineError, match="not followed through the store"):
+        driver.render([])
+    with pytest.raises(EngineError, match="not followed through the store"):
+        driver.io("r1")

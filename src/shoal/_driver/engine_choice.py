@@ -3,7 +3,10 @@
 --engine``, ``shoal.init(engine=)``, ``$SHOAL_ENGINE`` and the config file's ``engine:``.
 
 Engines in `REMOTE` drive their runs elsewhere (a driver Job on the cluster); `shoal run` and
-`shoal.run` both hand those to `shoal._driver.remote`.
+`shoal.run` both hand those to `shoal._driver.remote`. Engines in `SHARES_HOME` drive their runs
+here, or with ``shoal run --detach`` in a driver of their own that shares this machine's home;
+`DEPLOYABLE` are the engines `shoal deploy` renders for. The CLI asks these, never names an
+engine.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from shoal.errors import SpecError
 
 ENGINES = contract.ENGINES
 REMOTE = ("kubernetes",)
+SHARES_HOME = ("slurm",)
+DEPLOYABLE = ("local", "kubernetes")
 
 
 def check_engine(field: str, value: object) -> str:

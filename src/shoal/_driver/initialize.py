@@ -62,7 +62,7 @@ def _choose(engine: str, store: str | None, home: str | None,
                             "pass the path of a YAML file of KubeConfig fields")
         os.environ[contract.KUBE_SETTINGS] = str(path.resolve())
     if slurm_settings is not None:
-        from shoal._engines.slurm.settings import load_settings
+        from shoal._engines.slurm.config import load_settings
 
         path = Path(slurm_settings).expanduser()
         load_settings(str(path), "init(slurm_settings=...)", "")  # a bad file fails here
@@ -72,6 +72,15 @@ def _choose(engine: str, store: str | None, home: str | None,
 
         driver_for(engine)  # a bad setting or a file:// store fails here, not at run()
     os.environ[contract.ENGINE] = engine
+
+
+def check_settings(*, slurm_settings: str | None, field: str) -> None:
+    """An engine's settings file checked before `init` checks it, so a bad one is named as
+    the caller gave it (``field``: ``--slurm-settings``)."""
+    if slurm_settings:
+        from shoal._engines.slurm.config import load_settings
+
+        load_settings(slurm_settings, field, "")
 
 
 def refuse_unless(call: str, name: str, value: object, default: object, rule: str,

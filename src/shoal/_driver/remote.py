@@ -7,7 +7,9 @@
     merged here
 
 The engine's `RemoteDriver` (`shoal._engines.base`) owns the cluster side; this module owns
-what is the same for every such engine, so the CLI and `shoal.run` cannot drift apart.
+what is the same for every such engine, so the CLI and `shoal.run` cannot drift apart. A
+driver that shares this machine's home (Slurm's ``--detach``) is only submitted
+(`detached_driver`): it keeps the run's records itself.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shoal import _contract as contract
+from shoal._driver.engine_choice import REMOTE, SHARES_HOME
 from shoal._driver.run_options import RunOptions
 from shoal._driver.runner import RunOutcome
 from shoal._engines.base import CodeRef, RemoteDriver
@@ -44,17 +47,53 @@ POLL_SECONDS = 0.2
 
 
 def driver_for(engine: str, *, settings: str | None = None,
-               settings_field: str = "--kube-settings") -> RemoteDriver:
-    """The submitting side of ``engine``, its settings from ``settings`` (a file), else
-    ``$SHOAL_KUBE_SETTINGS``, its store from them or ``$SHOAL_STORE``; checked, nothing sent."""
-    if engine != "kubernetes":
+               settings_field: str = "--kube-settings", from_env: bool = True) -> RemoteDriver:
+    """The submitting side of ``engine``. Kubernetes: its settings from ``settings`` (a
+    file), else ``$SHOAL_KUBE_SETTINGS`` (unless not ``from_env``), its store from them or
+    ``$SHOAL_STORE``; checked, nothing sent. Slurm: its settings are read when it submits
+    (``$SHOAL_SLURM_SETTINGS``, which `init` sets)."""
+    if engine in SHARES_HOME:
+        from shoal._engines.slurm.submit import SlurmRemoteDriver
+
+        return SlurmRemoteDriver(store=contract.store_uri(), home=contract.home())
+    if engine not in REMOTE:
         raise SpecError("engine", engine, "does not drive its runs elsewhere",
                         "start it with Runner (the local engine)")
     from shoal._engines.kubernetes.submit import KubeRemoteDriver, load_settings
 
-    if settings is None and os.environ.get(contract.KUBE_SETTINGS):
+    if from_env and settings is None and os.environ.get(contract.KUBE_SETTINGS):
         settings, settings_field = os.environ[contract.KUBE_SETTINGS], contract.KUBE_SETTINGS
     return KubeRemoteDriver(load_settings(settings, settings_field, contract.store_uri()))
+
+
+def detached_driver(engine: str) -> RemoteDriver:
+    """The driver ``shoal run --detach`` submits on ``engine``: one that shares this machine's
+    home (`RemoteDriver.detach`); a `SpecError` for any other engine."""
+    if engine not in SHARES_HOME:
+        raise SpecError("--detach", engine, "submits the driver as a Slurm job, so it needs "
+                        "--engine slurm", "on the local engine run `shoal run ... &` (or under "
+                        "nohup); a kubernetes run's driver is always a Job on the cluster")
+    return driver_for(engine)
+
+
+def clean_up(engine: str, run: str) -> str | None:
+    """`shoal cancel` of run ``run`` whose driver died: what it left running on ``engine``'s
+    cluster, stopped (`RemoteDriver.clean_up`); None where the engine leaves nothing."""
+    if engine not in SHARES_HOME:
+        return None
+    return driver_for(engine).clean_up(run)
+
+
+def check_deploy(engine: str, *, dry_run: bool) -> None:
+    """`shoal deploy --engine ENGINE` without ``--dry-run``: refused where the engine cannot
+    deploy from here (`RemoteDriver.cannot_deploy`), before any setting is read."""
+    from shoal.errors import EngineError
+
+    if not dry_run and engine in REMOTE:
+        from shoal._engines.kubernetes.submit import KubeRemoteDriver
+
+        if KubeRemoteDriver.cannot_deploy:
+            raise EngineError(KubeRemoteDriver.cannot_deploy)
 
 
 def _records() -> Records:

@@ -1,4 +1,5 @@
-"""The engine seam: what the controller needs from any engine (local processes, Kubernetes).
+"""The engine seam: what the controller needs from any engine (local processes, Kubernetes,
+Slurm), and what submits a run's driver elsewhere (`RemoteDriver`).
 
 An engine runs *attempts* of task calls; the controller above it owns everything that is the
 same on every engine (action identity, the cache, retries, records). Public methods here own
@@ -9,7 +10,7 @@ things the same way.
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,12 @@ class Engine(abc.ABC):
         """The plan this engine would carry out for ``call``, as printable text."""
         return self._dry_run(call)
 
+    def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
+        """What ``--dry-run`` prints after `dry_run`: what this engine would start for each
+        environment ``call`` may call (their process plans, sbatch scripts...); with ``out``,
+        written there as files and a line saying so. "" where `dry_run` says it all."""
+        return ""
+
     async def start(self, handler: CallHandler, envs: list[EnvSpec],
                     notify: Notify | None = None) -> None:
         """Get ready to run a run; ``handler`` serves calls that running tasks make."""
@@ -160,32 +167,46 @@ class CodeRef:
 
 
 class RemoteDriver(abc.ABC):
-    """The submitting side of an engine that runs a run's driver elsewhere (Kubernetes: a
-    driver Job). `shoal._driver.remote` owns what is the same for every such engine (the code
-    bundle, the root's inputs, reading the outcome from the store); these hooks own the rest.
+    """The submitting side of an engine that runs a run's driver elsewhere.
+
+    A driver that shares only the store with this machine (Kubernetes: a driver Job) is
+    followed through it: `shoal._driver.remote` owns what is the same for every such engine
+    (the code bundle, the root's inputs, recording the run here, reading the outcome and the
+    driver's records back from the store), and `io`, `plan`, `render` and `submit` own the
+    rest.
+
+    A driver that shares this machine's home as well (Slurm: ``shoal run --detach`` submits
+    the same command as a job, on the filesystem the nodes share) keeps the run's records
+    itself, where this machine reads them: there is nothing to upload, record or read back,
+    so the store-following hooks do not fit it. It implements `detach` instead, which submits
+    and returns; its store-following hooks refuse. `clean_up` and `deploy_plan` are the other
+    engine-specific steps a command may take (`shoal cancel` of a crashed run, `shoal
+    deploy`), here so that the CLI names no engine.
     """
 
     name: str = "abstract"
     store: str  # the object-store root both this machine and the driver reach
+    # Why `shoal deploy` (without --dry-run) cannot deploy from here; "" when it can.
+    cannot_deploy: str = ""
 
     @abc.abstractmethod
     def connect(self) -> str:
         """Check the cluster answers, before anything is uploaded; where it is, for people."""
 
-    @abc.abstractmethod
     def io(self, run: str) -> str:
         """The store folder of the run's driver: ``inputs.json`` in, ``output.json`` or
         ``failure.json`` out."""
+        raise self._not_followed()
 
-    @abc.abstractmethod
     def plan(self, call: CallSpec, run: str, code: CodeRef,
              resumes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         """The objects submitting ``call`` would create, for a dry run; ``resumes``: the runs
         it continues, newest first (`shoal run --resume`)."""
+        raise self._not_followed()
 
-    @abc.abstractmethod
     def render(self, objects: list[dict[str, Any]]) -> str:
         """Objects as the text a person applies by hand (YAML on Kubernetes)."""
+        raise self._not_followed()
 
     @abc.abstractmethod
     def how_to_stop(self, run: str) -> str:
@@ -210,8 +231,29 @@ class RemoteDriver(abc.ABC):
         raise EngineError(f"the {self.name} engine cannot stop a run's driver from here: "
                           f"{self.how_to_stop(run)}")
 
-    @abc.abstractmethod
     def submit(self, call: CallSpec, run: str, code: CodeRef,
                on_log: Callable[[str], None], resumes: tuple[str, ...] = ()) -> str:
         """Submit the run's driver and follow it to its end, each line of its log to
         ``on_log``; what the cluster says about how it ended ("" when it says nothing)."""
+        raise self._not_followed()
+
+    def detach(self, *, run: str, env: EnvSpec, argv: list[str]) -> str:
+        """For a driver that shares this machine's home: submit ``shoal run`` with ``argv``
+        as the run's driver, and return once it is queued; where it runs and where its log
+        goes, for people."""
+        raise EngineError(f"the {self.name} engine's driver is followed from here; it cannot "
+                          "be detached")
+
+    def clean_up(self, run: str) -> str | None:
+        """A run whose driver died (``crashed``) may have left work running on the cluster:
+        stop it; a line saying what was stopped, None where this engine leaves nothing."""
+        return None
+
+    def deploy_plan(self, envs: Mapping[str, Any], code_file: str) -> list[dict[str, Any]]:
+        """What `shoal deploy` renders for ``envs`` (name -> environment) of ``code_file``:
+        the objects one call of each would create, and what they share."""
+        raise EngineError(f"the {self.name} engine has nothing to deploy")
+
+    def _not_followed(self) -> EngineError:
+        return EngineError(f"the {self.name} engine's driver is not followed through the "
+                           "store (it shares this machine's home: see detach)")

@@ -25,8 +25,10 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     if where is not None:
         return _cancel_remote(records, run, where, args.wait)
     if not records.request_cancel(run.name):
-        if run.engine == "slurm" and run.state == "crashed":
-            return _cancel_slurm_jobs(run.name)
+        cleaned = _clean_up(run) if run.state == "crashed" else None
+        if cleaned is not None:
+            print(cleaned)
+            return 0
         print(f"run {run.name} already ended ({run.state}); nothing to cancel")
         return 0
     print(f"cancel requested for {run.name}; waiting for its driver (pid {run.engine_pid})")
@@ -43,14 +45,12 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     return 1
 
 
-def _cancel_slurm_jobs(run: str) -> int:
-    """A Slurm run whose driver died may have left its jobs running: scancel them."""
-    from shoal._engines.slurm.engine import cancel_jobs_of
+def _clean_up(run: Any) -> str | None:
+    """A run whose driver died may have left work running on its engine's cluster: stopped,
+    and what was (None where the engine leaves nothing behind)."""
+    from shoal._driver.remote import clean_up
 
-    jobs = cancel_jobs_of(run)
-    print(f"run {run} crashed (its driver is gone); " + (
-        f"cancelled its Slurm job(s) {', '.join(jobs)}" if jobs else "no Slurm job of it is left"))
-    return 0
+    return clean_up(run.engine, run.name)
 
 
 def _cancel_remote(records: Any, run: Any, where: dict[str, Any], wait: float) -> int:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shoal._driver.engine_choice import DEPLOYABLE
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--engine", choices=["local", "kubernetes"], default="local")
+    p.add_argument("--engine", choices=list(DEPLOYABLE), default=DEPLOYABLE[0])
     p.add_argument("--out", default=None,
                    help="write each environment's Dockerfile here (with --engine kubernetes: "
                         "the manifests, as YAML)")
@@ -21,20 +23,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="validate and print, change nothing")
 
 
-def _kubernetes(envs: dict[str, object], args: argparse.Namespace) -> int:
-    from shoal.cli import kube
-    from shoal.errors import EngineError
+def _elsewhere(envs: dict[str, object], args: argparse.Namespace) -> int:
+    """An engine that drives its runs elsewhere: the objects its driver would create."""
+    from shoal._driver import remote
 
-    if not args.dry_run:
-        raise EngineError("deploying to a Kubernetes cluster is not available from this "
-                          "machine (no API server is reachable). Fix: `shoal deploy --engine "
-                          "kubernetes --dry-run --out DIR FILE` and `kubectl apply -f DIR`")
+    remote.check_deploy(args.engine, dry_run=args.dry_run)
     if args.store:
         from shoal._driver.initialize import init
 
         init(store=args.store)
-    config = kube.kube_config(args.kube_settings)
-    text = kube.write(kube.deploy_manifests(envs, config, args.file), args.out)
+    driver = remote.driver_for(args.engine, settings=args.kube_settings, from_env=False)
+    text = remote.write_plan(driver, driver.deploy_plan(envs, args.file), args.out)
     if args.out:
         print(f"wrote the manifests of {len(envs)} environment(s) to {args.out}/")
     else:
@@ -43,11 +42,12 @@ def _kubernetes(envs: dict[str, object], args: argparse.Namespace) -> int:
 
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
+    from shoal._driver.engine_choice import is_remote
     from shoal.cli.envs import environments_of
 
     envs = environments_of(args.file)
-    if args.engine == "kubernetes":
-        return _kubernetes(envs, args)
+    if is_remote(args.engine):
+        return _elsewhere(envs, args)
     rows = [("ENV", "TASKS", "DEPENDS_ON", "IMAGE")]
     for name, env in sorted(envs.items()):
         spec = env.spec()  # builds and validates the whole description
@@ -60,9 +60,9 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     print(f"{len(envs)} environment(s) valid.", end=" ")
-    if args.engine == "local":
-        print("The local engine needs no deployment: environments start on demand in "
-              "`shoal run`.")
+    # the one engine here that drives its runs itself: the local one
+    print("The local engine needs no deployment: environments start on demand in "
+          "`shoal run`.")
     if args.out:
         print(f"Build contexts written under {args.out}/")
     return 0

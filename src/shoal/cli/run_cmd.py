@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal._driver.engine_choice import check_engine, engine_from_env, is_remote
-    from shoal._driver.initialize import init
+    from shoal._driver.initialize import check_settings, init
     from shoal._driver.runner import Runner
     from shoal._runtime.loader import find_task
     from shoal.cli.args import parse_task_args
@@ -79,10 +79,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
                             "reach",
                             "give the environment profile=shoal.Profile(...) in the code (its "
                             "pods then carry the setting)")
-    if args.slurm_settings:  # a bad file is named as the user gave it, before init's check
-        from shoal._engines.slurm.settings import load_settings
-
-        load_settings(args.slurm_settings, "--slurm-settings", "")
+    # a bad file is named as the user gave it, before init's check
+    check_settings(slurm_settings=args.slurm_settings, field="--slurm-settings")
     init(engine=engine, store=args.store, kube_settings=args.kube_settings,
          slurm_settings=args.slurm_settings)
     if args.resume is not None:
@@ -105,13 +103,10 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     progress = Progress(stream_logs=not args.quiet)
     runner = Runner(call, envs=envs, name=args.name, engine=engine,
                     reporter=progress, resume=args.resume, options=options)
-    if args.dry_run and engine == "slurm":
-        return _slurm_dry_run(runner, call, envs, args.out)
-    if args.dry_run:
+    if args.dry_run:  # the engine's own plans (process plans, sbatch scripts) after its summary
+        plans = runner.engine.dry_run_plans(call, envs, args.out)
         print(runner.dry_run())
-        for env in envs:
-            if env.name != call.task.env.name:
-                print(runner.engine.plan(env, call.task.code_file).render())  # type: ignore[attr-defined]
+        print(plans, end="")
         return 0
     print(f"shoal: run {runner.name} of {task.name} on the {runner.engine_kind} engine "
           f"(store {runner.store_uri})", file=sys.stderr)
@@ -150,48 +145,26 @@ def _failed(run: str, outcome: Any, progress: Any, see: str) -> int:
 
 
 def _detach(engine: str, task: Any, args: argparse.Namespace, rest: list[str]) -> int:
-    """``--detach``: this same command, less ``--detach``, as a Slurm job of its own."""
-    if engine != "slurm":
-        raise SpecError("--detach", engine, "submits the driver as a Slurm job, so it needs "
-                        "--engine slurm", "on the local engine run `shoal run ... &` (or under "
-                        "nohup); a kubernetes run's driver is always a Job on the cluster")
+    """``--detach``: this same command, less ``--detach``, as a driver of its own on the
+    engine's cluster (`RemoteDriver.detach`)."""
+    from shoal._driver import remote
+
+    driver = remote.detached_driver(engine)  # refuses an engine whose driver cannot detach
     if args.resume or args.dry_run:
         raise SpecError("--detach", "--resume" if args.resume else "--dry-run",
                         "starts a new run", "leave --detach out")
-    from shoal._driver.remote import new_run_name
-    from shoal._engines.slurm.engine import submit_driver
-
-    run = args.name or new_run_name()
-    argv = ["--engine", "slurm", "--name", run, "--quiet", args.file, args.task]
+    run = args.name or remote.new_run_name()
+    argv = ["--engine", engine, "--name", run, "--quiet", args.file, args.task]
     for item in args.override:
         argv += ["--override", item]
     if args.metrics:
         argv += ["--metrics", args.metrics]
     for item in args.profile:
         argv += ["--profile", item]
-    job = submit_driver(run=run, env=task.env.spec(), argv=[*argv, *rest],
-                        home=contract.home(), store=contract.store_uri())
-    print(f"shoal: run {run}: its driver is Slurm job {job} (log: "
-          f"{contract.home() / 'runs' / run / 'driver.log'}); follow it with `shoal runs`, "
+    where = driver.detach(run=run, env=task.env.spec(), argv=[*argv, *rest])
+    print(f"shoal: run {run}: its driver is {where}; follow it with `shoal runs`, "
           f"`shoal logs {run}`; stop it with `shoal cancel {run}`", file=sys.stderr)
     print(run)
-    return 0
-
-
-def _slurm_dry_run(runner: Any, call: Any, envs: list[Any], out: str | None) -> int:
-    """The sbatch script of each environment the driver calls, printed or written to ``out``."""
-    from pathlib import Path
-
-    scripts = runner.engine.there.scripts(call, envs)
-    print(runner.dry_run())
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        for name, text in scripts.items():
-            (Path(out) / name).write_text(text)
-        print(f"wrote {len(scripts)} sbatch script(s) to {out}/: {', '.join(scripts)}")
-        return 0
-    for name, text in scripts.items():
-        print(f"\n# --- {name}\n{text}", end="")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shoal._engines.base import CodeRef, RemoteDriver
@@ -50,6 +50,9 @@ def load_settings(path: str | None, field: str, store: str) -> KubeConfig:
 
 class KubeRemoteDriver(RemoteDriver):
     name = "kubernetes"
+    cannot_deploy = ("deploying to a Kubernetes cluster is not available from this machine (no "
+                     "API server is reachable). Fix: `shoal deploy --engine kubernetes "
+                     "--dry-run --out DIR FILE` and `kubectl apply -f DIR`")
 
     def __init__(self, config: KubeConfig, client: KubeClient | None = None) -> None:
         self.config = config
@@ -84,6 +87,23 @@ class KubeRemoteDriver(RemoteDriver):
 
     def render(self, objects: list[Obj]) -> str:
         return to_yaml(objects)
+
+    def deploy_plan(self, envs: Mapping[str, Any], code_file: str) -> list[Obj]:
+        """One representative object per environment (its first task, no inputs) and the
+        RBAC."""
+        from shoal._storage.bundle import build
+
+        bundle = build(code_file, self.config.store, upload=False)
+        code = CodeBundle(uri=bundle.uri, file=bundle.file)
+        objects: list[Obj] = list(compile_rbac(self.config))
+        for _, env in sorted(envs.items()):
+            if not env.tasks:
+                continue
+            task = next(iter(env.tasks.values()))
+            call = CallSpec(task=task.spec(), inputs={}, parent_action=None)
+            objects += compile_call(call, run="deploy", action="a0", attempt=0,
+                                    config=self.config, code=code)
+        return objects
 
     def how_to_stop(self, run: str) -> str:
         return (f"kubectl delete job -n {self.config.namespace} -l {self._selector(run)} "

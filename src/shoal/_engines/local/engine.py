@@ -99,6 +99,12 @@ class LocalEngine(Engine):
         for env in envs:
             check_gang(env, self.pool.capacity)
 
+    def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
+        """The process plan of every environment but the root's (``out`` is not used: a
+        plan is printed, not applied)."""
+        return "".join(self.plan(env, call.task.code_file).render() + "\n" for env in envs
+                       if env.name != call.task.env.name)
+
     def _dry_run(self, call: CallSpec) -> str:
         cap = self.pool.capacity
         head = (f"local engine: pool of cpu={cap.cpu:g} memory={cap.memory / 2**30:.1f}Gi "

@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,27 +38,24 @@ from shoal._engines.base import (
     refuse_progress_timeout,
 )
 from shoal._engines.host_secrets import SecretMissing, secret_environ
-from shoal._engines.slurm import commands
-from shoal._engines.slurm.commands import JobInfo, SbatchRefused
+from shoal._engines.slurm import client, status
+from shoal._engines.slurm.client import JobInfo, SbatchRefused
+from shoal._engines.slurm.config import Placement, SlurmSettings, load_settings
 from shoal._engines.slurm.script import (
     JobPlan,
     render,
-    render_driver,
     resource_options,
     run_prefix,
     secret_env_vars,
     slurm_minutes,
 )
-from shoal._engines.slurm.settings import Placement, SlurmSettings, load_settings
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start, hostnames
-from shoal._runtime.reports import FirstFailure, first_failure
+from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound, SpecError
 
-# Node states that mean a node is gone (sinfo's long names; a trailing * is "not responding").
-LOST = ("down", "fail", "failing", "drain", "drained", "draining", "unknown", "not_responding")
 LOG_TAIL_LINES = 30
 # Seconds a requeueable job may show PREEMPTED or NODE_FAIL before it is taken as ended.
 REQUEUE_WAIT = 60.0
@@ -158,6 +154,17 @@ class SlurmEngine(Engine):
                 call if root else _placeholder_call(env, call.task.code_file), ref).script
         return out
 
+    def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
+        """The sbatch script of each environment the driver calls, or with ``out`` written
+        there and a line saying so."""
+        scripts = self.scripts(call, envs)
+        if out:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            for name, text in scripts.items():
+                (Path(out) / name).write_text(text)
+            return f"wrote {len(scripts)} sbatch script(s) to {out}/: {', '.join(scripts)}\n"
+        return "".join(f"\n# --- {name}\n{text}" for name, text in scripts.items())
+
     def _dry_run(self, call: CallSpec) -> str:
         where = (f"the driver task {call.task.name!r} runs here (a local process); every call "
                  "it makes is a Slurm job" if runs_here(call) else
@@ -167,14 +174,14 @@ class SlurmEngine(Engine):
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _start(self, envs: list[EnvSpec]) -> None:
-        commands.check_installed()
-        await asyncio.to_thread(commands.ping)
+        client.check_installed()
+        await asyncio.to_thread(client.ping)
         self._envs = {e.name: e for e in envs}
 
     async def _close(self) -> None:
         for job in list(self._jobs.values()):
             with contextlib.suppress(EngineError):
-                await asyncio.to_thread(commands.scancel, job)
+                await asyncio.to_thread(client.scancel, job)
         import shutil
 
         shutil.rmtree(self.home / "runs" / self.run / "secrets", ignore_errors=True)
@@ -196,7 +203,7 @@ class SlurmEngine(Engine):
         count = 0
         for job in list(self._jobs.values()):
             with contextlib.suppress(EngineError):
-                await asyncio.to_thread(commands.requeue, job)
+                await asyncio.to_thread(client.requeue, job)
                 count += 1
         return count
 
@@ -213,7 +220,7 @@ class SlurmEngine(Engine):
                              "check.log")
             plan = self.job_plan(_placeholder_call(env, "<file>"), ref)
             try:
-                await asyncio.to_thread(commands.sbatch, plan.script, dict(os.environ),
+                await asyncio.to_thread(client.sbatch, plan.script, dict(os.environ),
                                         True)
             except SbatchRefused as e:
                 raise self._refused(env, str(e)) from None
@@ -227,7 +234,7 @@ class SlurmEngine(Engine):
         for key in ("account", "qos", "partition"):
             if f"invalid {key}" in low or (key == "partition" and key in low):
                 value = getattr(where, key)
-                fix = (f"use one of the partitions: {', '.join(commands.partitions())}"
+                fix = (f"use one of the partitions: {', '.join(client.partitions())}"
                        if key == "partition" else f"set {key}: in the Slurm settings (or its "
                        f"environments.{env.name}) to one you may use")
                 return SpecError(f"Slurm settings: {key} (environment {env.name!r})", value,
@@ -270,11 +277,11 @@ class SlurmJob:
                                     self.call.custom_context)
             plan = self.engine.job_plan(self.call, self.ref)
             (self.log_dir / "job.sbatch").write_text(plan.script)
-            environ = {**submit_environ(os.environ),
+            environ = {**client.submit_environ(os.environ),
                        **self.engine.secret_env(self.call.task.env),
                        **secret_env_vars(self.call.task.env)}
             try:
-                self.job = await asyncio.to_thread(commands.sbatch, plan.script, environ)
+                self.job = await asyncio.to_thread(client.sbatch, plan.script, environ)
             except SbatchRefused as e:
                 return self._failed("crash", f"sbatch refused the job: {e}")
             print(f"shoal: {self.task} {self.ref.action}: Slurm job {self.job} ({plan.nodes} "
@@ -284,7 +291,7 @@ class SlurmJob:
             return await self._follow()
         except asyncio.CancelledError:
             with contextlib.suppress(EngineError):
-                await asyncio.to_thread(commands.scancel, self.job)
+                await asyncio.to_thread(client.scancel, self.job)
             raise
         finally:
             self.engine._jobs.pop(self.ref.action, None)
@@ -295,9 +302,9 @@ class SlurmJob:
         two gangs would write the same checkpoint."""
         for run in self.engine.earlier_runs:
             prefix = f"{run_prefix(run)}{self.ref.action}-"
-            for job in commands.my_jobs(prefix):
+            for job in client.my_jobs(prefix):
                 attempt = job.name[len(prefix):]
-                if not attempt.isdigit() or job.state in commands.TERMINAL:
+                if not attempt.isdigit() or job.state in client.TERMINAL:
                     continue
                 earlier = AttemptRef(run, self.ref.action, int(attempt),
                                      self.engine.home / "runs" / run / "logs" / "x.log")
@@ -323,13 +330,12 @@ class SlurmJob:
         ended_at: float | None = None
         info: JobInfo | None = None
         while True:
-            info = await asyncio.to_thread(commands.show_job, self.job)
+            info = await asyncio.to_thread(client.show_job, self.job)
             state = await asyncio.to_thread(self._state)
             if state is not None:
                 await self._tell(state)
             now = time.monotonic()
-            if info is not None and info.state in commands.REQUEUABLE and \
-                    info.fields.get("Requeue") == "1":
+            if status.requeue_pending(info):
                 # Slurm shows this for a moment before it requeues the job: wait for that.
                 ended_at = ended_at or now
                 if now - ended_at < REQUEUE_WAIT:
@@ -345,13 +351,13 @@ class SlurmJob:
                 running_at = None  # requeued: a new allocation's time starts when it runs
                 if task.max_queued_time is not None and state is None and \
                         now - queued_at > task.max_queued_time:
-                    await asyncio.to_thread(commands.scancel, self.job)
+                    await asyncio.to_thread(client.scancel, self.job)
                     return self._failed("queued_timeout", "waited longer than its "
                                         f"max_queued_time of {task.max_queued_time:g}s for "
                                         f"Slurm to start job {self.job} ({info.reason})")
             if running_at is not None and task.timeout is not None and \
                     now - running_at > task.timeout:
-                await asyncio.to_thread(commands.scancel, self.job)
+                await asyncio.to_thread(client.scancel, self.job)
                 return self._failed("timeout", f"ran past its timeout of {task.timeout:g}s; "
                                     f"Slurm job {self.job} was cancelled")
             await asyncio.sleep(poll)
@@ -398,81 +404,42 @@ class SlurmJob:
     def _lost_nodes(self, nodes: list[str]) -> dict[str, str]:
         """The nodes of ``nodes`` Slurm says are gone (name -> its reason)."""
         try:
-            states = commands.node_states(nodes)
+            return status.lost_nodes(client.node_states(nodes))
         except EngineError:
             return {}
-        return {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
-                if any(s.lower().rstrip("*+~#").startswith(w) for w in LOST) or s.endswith("*")}
 
     # -- reading the end ---------------------------------------------------------------------
     def _outcome(self, info: JobInfo | None, state: AllocationState | None) -> AttemptOutcome:
-        if state is not None and state.phase == "succeeded":
+        end = status.allocation_end(state)
+        if end == "succeeded" and state is not None:
             out = join(self.io, f"r{state.restart}", "output.json")
             try:
                 return AttemptOutcome(output=json.loads(self.store.get_bytes(out)))
             except ObjectNotFound:
                 return self._failed("crash", f"every node of start r{state.restart} exited 0 "
                                     "but rank 0 wrote no output")
-        if state is not None and state.phase == "failed" and state.starts:
-            if state.message:
-                return self._failed("crash", state.message)
+        if end == "message" and state is not None:
+            return self._failed("crash", state.message)
+        if end == "start" and state is not None:
             return AttemptOutcome(failure=self._failure(state.starts[-1]))
         return AttemptOutcome(failure=self._ended_by_slurm(info, state))
 
     def _failure(self, start: Start) -> FailureInfo:
         """Who failed first in ``start``, from the ranks' and nodes' reports."""
-        folder = join(self.io, f"r{start.restart}")
         rank_dir = self.log_dir / f"r{start.restart}"
-        first = first_failure(self.store, folder)
-        silent = self._ended_silently(start, first)
+        first = first_failure(self.store, join(self.io, f"r{start.restart}"))
+        silent = status.silent_node(start, first)
         if silent is not None:
-            return silent
+            node, said = silent
+            return status.ended_silently(
+                self.who, start, node, said, self._lost_nodes([said["node"]]), first,
+                log_tail(rank_dir / f"node{node}.log", 15))
         if first is None:
             tails = [log_tail(p, 15) for p in sorted(rank_dir.glob("node*.log"))]
             tails.append(log_tail(self.log_dir / "batch.log", 15))
-            return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-                               kind="crash", message=f"a node launcher failed (restart "
-                               f"{start.restart}, Slurm job {self.job}, nodes "
-                               f"{','.join(start.nodes)}; exit code {start.exit_code})",
-                               log_tail="\n".join(t for t in tails if t))
-        rank = first.rank
-        node = first.node
-        host = start.nodes[node] if node is not None and node < len(start.nodes) else "?"
-        tail = log_tail(rank_dir / f"rank{rank}.log") if rank is not None else ""
-        how = first.message
-        if not first.raised and (first.signal or first.exit_code is not None):
-            how += f" ({first.signal or f'exit code {first.exit_code}'})"
-        return FailureInfo(
-            task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-            kind="user" if first.raised else "crash",
-            message=f"rank {rank} on node {host} failed first (restart {start.restart}, Slurm "
-                    f"job {self.job}): {how}",
-            exit_code=first.exit_code, signal=first.signal, rank=rank, node=node,
-            log_tail=tail, traceback=first.traceback, error_type=first.error_type)
-
-    def _ended_silently(self, start: Start, first: FirstFailure | None) -> FailureInfo | None:
-        """The node srun saw end first, when it left no report of its own: its launcher was
-        killed with everything on it, as when its machine is lost. Other nodes' ranks then
-        fail on the missing peer; they are not the cause."""
-        said = next((s for s in start.srun_says if s.get("first")), None)
-        if said is None or said["node"] not in start.nodes:
-            return None
-        node = start.nodes.index(said["node"])
-        reported = {r.get("node") for r in (first.reports if first is not None else [])}
-        if node in reported:
-            return None
-        lost = self._lost_nodes([said["node"]])
-        message = (f"node {said['node']} (node rank {node}) ended first and left no report "
-                   f"(srun: {said['what']})")
-        message += (f"; Slurm marks it {lost[said['node']]}" if said["node"] in lost else
-                    ": its machine was likely lost, or its launcher killed")
-        message += f" (restart {start.restart}, Slurm job {self.job})"
-        if first is not None:
-            message += f"; then rank {first.rank} failed: {first.message}"
-        return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-                           kind="crash", message=message, node=node,
-                           log_tail=log_tail(self.log_dir / f"r{start.restart}" /
-                                             f"node{node}.log", 15))
+            return status.launcher_failed(self.who, start, "\n".join(t for t in tails if t))
+        tail = log_tail(rank_dir / f"rank{first.rank}.log") if first.rank is not None else ""
+        return status.rank_failed(self.who, start, first, tail)
 
     def _ended_by_slurm(self, info: JobInfo | None, state: AllocationState | None,
                         ) -> FailureInfo:
@@ -480,23 +447,16 @@ class SlurmJob:
             ([] if info is None or not info.nodes or info.nodes == "(null)"
              else _expand(info.nodes))
         lost = self._lost_nodes(nodes) if nodes else {}
-        if info is None:
-            what = f"Slurm forgot job {self.job} before its end was read"
-        else:
-            what = (f"Slurm ended job {self.job} as {info.state} (reason {info.reason}, exit "
-                    f"code {info.exit_code})")
-        if lost:
-            what += "; lost node(s): " + ", ".join(f"{n} ({r})" for n, r in lost.items())
-        kind = "timeout" if info is not None and info.state in ("TIMEOUT", "DEADLINE") \
-            else "oom" if info is not None and info.state == "OUT_OF_MEMORY" else "crash"
-        return FailureInfo(task=self.task, action=self.ref.action, attempt=self.ref.attempt,
-                           kind=kind, message=what,
-                           log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES))
+        return status.ended_by_slurm(self.who, info, lost,
+                                     log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES))
+
+    @property
+    def who(self) -> status.Attempt:
+        return status.Attempt(self.task, self.ref.action, self.ref.attempt, self.job)
 
     def _failed(self, kind: str, message: str) -> AttemptOutcome:
-        return AttemptOutcome(failure=FailureInfo(
-            task=self.task, action=self.ref.action, attempt=self.ref.attempt, kind=kind,
-            message=message, log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES)))
+        return AttemptOutcome(failure=self.who.failure(
+            kind, message, log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES)))
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -521,44 +481,6 @@ def _expand(nodelist: str) -> list[str]:
 def _size(env: EnvSpec) -> str:
     nodes = env.cluster.replicas if env.cluster is not None else 1
     return f"{nodes} node(s), " + " ".join(resource_options(env))
-
-
-def submit_driver(*, run: str, env: EnvSpec, argv: list[str], home: Path,
-                  store: str) -> str:
-    """``shoal run --detach``: the run's driver as its own small job; its id. The records
-    are kept by that job under ``home`` (it must be on the filesystem the nodes share)."""
-    commands.check_installed()
-    settings = slurm_settings(store)
-    pt = env.pod_template
-    placement = settings.placement_for(env.name, pt.priority_class if pt is not None else None)
-    exports = {contract.HOME: str(home), contract.STORE: settings.store or store}
-    if os.environ.get(contract.SLURM_SETTINGS):
-        exports[contract.SLURM_SETTINGS] = os.environ[contract.SLURM_SETTINGS]
-    log = home / "runs" / run / "driver.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    script = render_driver(run=run, env=env, placement=placement, settings=settings,
-                           log=str(log), exports=exports, argv=argv)
-    try:
-        return commands.sbatch(script, submit_environ(os.environ))
-    except SbatchRefused as e:
-        raise EngineError(f"sbatch refused the driver job of run {run}: {e}") from None
-
-
-def submit_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a job is submitted with: this environment less the SLURM_* variables of a job
-    this process may itself be in (srun would read them as its own options), SLURM_CONF
-    kept."""
-    return {k: v for k, v in environ.items()
-            if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-
-
-def cancel_jobs_of(run: str) -> list[str]:
-    """scancel every job Slurm still holds for ``run`` (a run whose driver is gone); their
-    ids."""
-    jobs = [j.id for j in commands.my_jobs(run_prefix(run)) if j.state not in commands.TERMINAL]
-    for job in jobs:
-        commands.scancel(job)
-    return jobs
 
 
 def runs_here(call: CallSpec) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._engines.slurm.settings import Placement, SlurmSettings, check_options
+from shoal._engines.slurm.config import Placement, SlurmSettings, check_options
 from shoal._spec.call import ClusterSpec, EnvSpec
 from shoal._spec.names import check_path_segment, shown
 from shoal._spec.secret_names import is_secret

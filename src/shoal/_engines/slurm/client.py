@@ -186,3 +186,11 @@ def scancel(job: str, signal: str | None = None, batch: bool = False) -> None:
 
 def requeue(job: str) -> None:
     checked(["scontrol", "requeue", job])
+
+
+def submit_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a job is submitted with: this environment less the SLURM_* variables of a job
+    this process may itself be in (srun would read them as its own options), SLURM_CONF
+    kept."""
+    return {k: v for k, v in environ.items()
+            if not k.startswith("SLURM_") or k == "SLURM_CONF"}

@@ -1,4 +1,4 @@
-"""`commands.parse_job` on lines Slurm 22.05's `scontrol show job -o` printed on the test
+"""`client.parse_job` on lines Slurm 22.05's `scontrol show job -o` printed on the test
 cluster of tests/slurm (copied verbatim, the temp folders shortened), and what the engine
 says when Slurm's commands are not on PATH."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shoal._engines.slurm import commands
-from shoal._engines.slurm.commands import SlurmMissing, parse_job
+from shoal._engines.slurm import client
+from shoal._engines.slurm.client import SlurmMissing, parse_job
 
 COMPLETED = (
     "JobId=1 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 "
@@ -133,9 +133,9 @@ def test_which_states_end_a_job(state: str, terminal: bool) -> None:
 def test_without_slurm_on_path_the_error_names_the_commands_and_the_fix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert commands.missing_commands() == list(commands.NEEDED)
+    assert client.missing_commands() == list(client.NEEDED)
     with pytest.raises(SlurmMissing) as err:
-        commands.run(["sbatch", "--version"])
+        client.run(["sbatch", "--version"])
     said = str(err.value)
     assert "sbatch, scontrol, scancel, sinfo, squeue, srun not found" in said
     assert "login node" in said and "slurm-client" in said and "SLURM_CONF" in said
