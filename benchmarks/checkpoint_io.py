@@ -75,8 +75,10 @@ from _common import (  # benchmarks/_common.py, next to this script
     headline,
     moto_server,
     ncpu,
-    results_file,
     run_marked,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    results_file,
 )
 
 MARK = "CHECKPOINT-IO-RESULT "

@@ -51,8 +51,10 @@ from _common import (  # benchmarks/_common.py, next to this script
     git_commit,
     headline,
     ncpu,
-    results_file,
     run_marked,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    results_file,
 )
 
 # Only the standard library at module level: this file also runs as the measuring child inside

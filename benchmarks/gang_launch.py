@@ -70,9 +70,11 @@ from _common import (  # benchmarks/_common.py, next to this script
     git_commit,
     headline,
     ncpu,
+    shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
     print_outcome,
     results_file,
-    shoal_cli,
 )
 
 HERE = Path(__file__).resolve().parent

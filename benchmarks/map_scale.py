@@ -43,17 +43,19 @@ from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     child_env,
-    closing_sections,
     command_line,
     cpu_model,
     git_commit,
     headline,
     interleaved_rounds,
-    load_note,
     ncpu,
+    run_marked,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    closing_sections,
+    load_note,
     print_outcome,
     results_file,
-    run_marked,
 )
 from dispatch import _flyte_env, _flyte_python, ensure_flyte_venv  # the same Flyte venv
 

@@ -35,6 +35,8 @@ from _common import (  # benchmarks/_common.py, next to this script
     git_commit,
     headline,
     ncpu,
+)
+from _report import (  # benchmarks/_report.py, next to this script
     results_file,
 )
 

@@ -34,9 +34,11 @@ from _common import (  # benchmarks/_common.py, next to this script
     Headline,
     cpu_model,
     git_commit,
-    load_note,
     ncpu,
     read_headline,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    load_note,
     results_file,
 )
 

@@ -55,18 +55,20 @@ from pathlib import Path
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     child_env,
-    closing_sections,
     command_line,
     cpu_model,
     free_port,
     git_commit,
     headline,
     interleaved_rounds,
-    load_note,
     ncpu,
+    shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    closing_sections,
+    load_note,
     print_outcome,
     results_file,
-    shoal_cli,
     spread,
 )
 
