@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shlex
 import signal
@@ -202,6 +203,18 @@ def marked(path: Path, mark: str) -> dict[str, Any]:
     raise RuntimeError(f"no {mark.strip()} line in {path}:\n{_tails([path])}")
 
 
+def read_marks(path: Path, mark: re.Pattern[str]) -> dict[str, float]:
+    """The ``NAME <t>`` marks ``mark`` finds in the lines of a rank's output (group 1 the name,
+    2 the time, 3 a restart number, ``NAME<n>``), the first of each; none if ``path`` is gone."""
+    marks: dict[str, float] = {}
+    with suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            m = mark.search(line.strip())
+            if m:
+                marks.setdefault(m.group(1) + (m.group(3) or ""), float(m.group(2)))
+    return marks
+
+
 class CpuMeter:
     """How busy the machine was over a stretch of time, apart from this process and the
     descendants it has reaped (each level of a process tree waits for its children, so their
@@ -266,6 +279,20 @@ def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
 
 
 
+
+
+def alternating_rounds(measures: dict[str, Callable[[], float]], rounds: int,
+                       unit: str = "µs") -> dict[str, list[float]]:
+    """Every one of ``measures`` once a round, the order reversed every other round; after
+    each round, a line with its figures. Returns them by row."""
+    rows: dict[str, list[float]] = {}
+    for i in range(rounds):
+        order = list(measures) if i % 2 == 0 else list(measures)[::-1]
+        for row in order:
+            rows.setdefault(row, []).append(measures[row]())
+        print(f"round {i + 1}/{rounds}: " + ", ".join(
+            f"{row} {rows[row][-1]:.2f} {unit}" for row in measures), flush=True)
+    return rows
 
 
 def interleaved_rounds(rows: Sequence[str], rounds: int, measure: Callable[[str], Any], *,

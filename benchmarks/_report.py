@@ -128,6 +128,15 @@ def load_note(load: Load, load_end: Load) -> str:
 # The end of the console output and the results file.
 # ---------------------------------------------------------------------------------------------
 
+def print_tables(tables: dict[str, list[str]]) -> None:
+    """A blank line, then each table under its title, a blank line after each."""
+    print()
+    for title, rows in tables.items():
+        print(title)
+        print("\n".join(rows))
+        print()
+
+
 def print_outcome(goal_lines: list[str], failures: list[str], elapsed: float,
                   load: Load, load_end: Load) -> None:
     """The end of a benchmark's console output: goals, failed runs, time and load."""

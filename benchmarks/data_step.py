@@ -52,6 +52,7 @@ from _report import (  # benchmarks/_report.py, next to this script
     attempt,
     closing_sections,
     machine_line,
+    print_tables,
     spread,
     table,
     write_results,
@@ -199,9 +200,8 @@ def main() -> None:
     goal_lines: list[str] = []
     cache_rows = cache_table(cache, args.rounds, goal_lines)
     tok_rows = tokenize_table(tok, args.rounds, goal_lines, failures)
-    print()
-    print("\n".join(["(1) prepare_data, cold vs cache hit", *cache_rows, "",
-                     "(2) corpus.tokenize", *tok_rows, ""]))
+    print_tables({"(1) prepare_data, cold vs cache hit": cache_rows,
+                  "(2) corpus.tokenize": tok_rows})
     frame.print_outcome(goal_lines, failures)
     if not args.no_write:
         write_report(frame, args, trained, cache_rows, tok_rows,

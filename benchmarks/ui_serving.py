@@ -31,8 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import child_env, command_line, git_commit, headline, ncpu
-from _report import results_file
+from _common import child_env, command_line, git_commit, headline
+from _report import write_results
 
 GOAL_MS = 300.0
 
@@ -123,13 +123,9 @@ def main() -> None:
              f"- log line -> live-tail client: median {tail_ms:.0f} ms (max "
              f"{max(latencies) * 1e3:.0f}) over {args.rounds} lines; goal < 1000 ms"]
     print("\n".join(lines))
-    path = results_file("ui-serving")
-    path.write_text("\n".join([
-        f"# shoal ui serving, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command_line('ui_serving.py')}`", "",
-        f"Shoal commit {git_commit()}. A real `shoal ui` process over loopback HTTP.", "",
-        *lines, ""]))
-    print(f"wrote {path.relative_to(Path(__file__).resolve().parent.parent)}")
+    write_results("ui-serving", "shoal ui serving", command=command_line("ui_serving.py"),
+                  machine=f"Shoal commit {git_commit()}. A real `shoal ui` process over "
+                          "loopback HTTP.", body=[*lines, ""])
 
 
 def _tail_latencies(url: str, token: str, log: Path, rounds: int) -> list[float]:
