@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
+    child_env,
     command_line,
     cpu_model,
     git_commit,
@@ -53,6 +53,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     ncpu,
     run_marked,
 )
+from _flyte import ensure_flyte_venv, flyte_env, flyte_python
 from _report import (  # benchmarks/_report.py, next to this script
     results_file,
 )
@@ -60,8 +61,6 @@ from _report import (  # benchmarks/_report.py, next to this script
 # Only the standard library at module level: this file also runs as the measuring child inside
 # the Flyte venv, where shoal is not installed.
 HERE = Path(__file__).resolve().parent
-FLYTE_VENV = HERE / ".venv-flyte"
-FLYTE_SPEC = "flyte>=2,<3"
 MARK = "DISPATCH-RESULT "  # the child's result line; engines may log to stdout too
 ENGINES = ("in-process", "shoal local", "flyte 2 local")
 # The issue's goal for the shoal row.
@@ -160,45 +159,6 @@ def child(kind: str, ns: list[int], rounds: int) -> None:
 # The parent: make the Flyte venv, run the children, time imports, print and write the table.
 # ---------------------------------------------------------------------------------------------
 
-def _shoal_env() -> dict[str, str]:
-    """This environment with the repo's src first on PYTHONPATH (works with or without an
-    editable install; the engine's worker processes inherit it)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
-                                        if p)
-    return env
-
-
-def _flyte_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # nothing of Shoal's inside the Flyte venv
-    # flyte's Sentry crash reporting (flyte/_sentry.py) is on by default; keep the run offline.
-    env["DO_NOT_TRACK"] = "1"
-    return env
-
-
-def _flyte_python() -> Path:
-    return FLYTE_VENV / "bin" / "python"
-
-
-def ensure_flyte_venv() -> str | None:
-    """Make ``benchmarks/.venv-flyte`` with Flyte 2 if it is not there; None when ready, else
-    why not."""
-    py = _flyte_python()
-    check = [str(py), "-c", "import flyte"]
-    if py.exists() and subprocess.run(check, capture_output=True, env=_flyte_env()).returncode == 0:
-        return None
-    print(f"making {FLYTE_VENV} with {FLYTE_SPEC} (once)...", flush=True)
-    steps = [[sys.executable, "-m", "venv", "--clear", str(FLYTE_VENV)],
-             [str(py), "-m", "pip", "install", "-q", FLYTE_SPEC]]
-    for cmd in steps:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=_flyte_env(), timeout=900)
-        if p.returncode != 0:
-            last = ((p.stderr or p.stdout).strip().splitlines() or ["no output"])[-1]
-            return f"`{shlex.join(cmd)}` failed: {last[:300]}"
-    return None
-
-
 def run_child(kind: str, python: str, env: dict[str, str], ns: list[int],
               rounds: int) -> dict[str, Any]:
     cmd = [python, str(Path(__file__).resolve()), "--child", kind,
@@ -231,9 +191,9 @@ def importtime_cumulative(python: str, module: str, env: dict[str, str], runs: i
 
 def import_times(runs: int, flyte_ok: bool) -> dict[str, dict[str, float]]:
     out = {}
-    targets = [("shoal", sys.executable, _shoal_env())]
+    targets = [("shoal", sys.executable, child_env())]
     if flyte_ok:
-        targets.append(("flyte", str(_flyte_python()), _flyte_env()))
+        targets.append(("flyte", str(flyte_python()), flyte_env()))
     for module, python, env in targets:
         bare = wall_median([python, "-c", "pass"], env, runs)
         full = wall_median([python, "-c", f"import {module}"], env, runs)
@@ -334,11 +294,11 @@ def main() -> None:
     flyte_problem = "--no-flyte" if args.no_flyte else ensure_flyte_venv()
 
     for engine, kind in (("in-process", "in-process"), ("shoal local", "shoal")):
-        got = run_child(kind, sys.executable, _shoal_env(), ns, args.rounds)
+        got = run_child(kind, sys.executable, child_env(), ns, args.rounds)
         results[engine] = summarize(got["times"], ns)
     if flyte_problem is None:
         try:
-            got = run_child("flyte", str(_flyte_python()), _flyte_env(), ns, args.rounds)
+            got = run_child("flyte", str(flyte_python()), flyte_env(), ns, args.rounds)
             results["flyte 2 local"] = summarize(got["times"], ns)
             flyte_version = str(got["version"])
         except (RuntimeError, subprocess.TimeoutExpired) as e:

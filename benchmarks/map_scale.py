@@ -51,13 +51,13 @@ from _common import (  # benchmarks/_common.py, next to this script
     ncpu,
     run_marked,
 )
+from _flyte import ensure_flyte_venv, flyte_env, flyte_python
 from _report import (  # benchmarks/_report.py, next to this script
     closing_sections,
     load_note,
     print_outcome,
     results_file,
 )
-from dispatch import _flyte_env, _flyte_python, ensure_flyte_venv  # the same Flyte venv
 
 MARK = "MAP-SCALE-RESULT "
 ROWS = ("shoal map", "shoal gather", "flyte 2 local map")
@@ -203,8 +203,8 @@ def main() -> None:
     def measure(row: str) -> dict[str, Any] | str:
         nonlocal flyte_version
         flyte = row.startswith("flyte")
-        python = str(_flyte_python()) if flyte else sys.executable
-        env = _flyte_env() if flyte else child_env()
+        python = str(flyte_python()) if flyte else sys.executable
+        env = flyte_env() if flyte else child_env()
         cmd = [python, str(Path(__file__).resolve()), "--child", row, "--n", str(args.n)]
         try:
             got = run_marked(cmd, MARK, env=env, timeout=900, what=row)
