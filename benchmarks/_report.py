@@ -92,8 +92,9 @@ def median_of(runs: Iterable[dict[str, Any]], key: str) -> float:
 
 
 def ratio(x: float | None, ref: float | None, fmt: str = "{:.2f}x") -> str:
-    """``x / ref`` as ``fmt`` says, or ``-`` where either is missing or ``ref`` is 0."""
-    return "-" if x is None or not ref else fmt.format(x / ref)
+    """``x / ref`` as ``fmt`` says, or ``-`` where either is missing or ``ref`` is not
+    positive."""
+    return "-" if x is None or ref is None or ref <= 0 else fmt.format(x / ref)
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -178,14 +179,26 @@ def results_file(name: str) -> Path:
     return folder / f"{dt.date.today().isoformat()}-cpu{ncpu()}-{name}.md"
 
 
-def write_results(name: str, title: str, *, command: str, machine: str | None,
-                  body: list[str], preamble: Sequence[str] = (), end: str = "") -> Path:
-    """Write the results file ``name`` (``results_file``) and say so (``wrote PATH``, the line
-    ``run_all.py`` links): ``# <title>, <date>, <N> CPUs``, ``preamble``, the command, the
+def results_md(title: str, *, command: str, machine: str | None, body: list[str],
+               preamble: Sequence[str] = (), end: str = "") -> str:
+    """A results file's text: ``# <title>, <date>, <N> CPUs``, ``preamble``, the command, the
     ``machine`` line (none: None), then ``body``; ``end`` after the last line."""
-    path = results_file(name)
-    md = [f"# {title}, {path.name[:10]}, {ncpu()} CPUs", "", *preamble,
+    md = [f"# {title}, {dt.date.today().isoformat()}, {ncpu()} CPUs", "", *preamble,
           f"Command: `{command}`", "", *([machine, ""] if machine is not None else []), *body]
-    path.write_text("\n".join(md) + end)
+    return "\n".join(md) + end
+
+
+def save_results(name: str, text: str) -> Path:
+    """Write ``text`` as the results file ``name`` (``results_file``) and say so (``wrote
+    PATH``, the line ``run_all.py`` links)."""
+    path = results_file(name)
+    path.write_text(text)
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
     return path
+
+
+def write_results(name: str, title: str, *, command: str, machine: str | None,
+                  body: list[str], preamble: Sequence[str] = (), end: str = "") -> Path:
+    """``results_md`` written as the results file ``name``."""
+    return save_results(name, results_md(title, command=command, machine=machine, body=body,
+                                         preamble=preamble, end=end))

@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,17 +45,11 @@ from typing import Any
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     child_env,
-    command_line,
-    cpu_model,
-    git_commit,
     headline,
-    ncpu,
     run_marked,
 )
 from _flyte import ensure_flyte_venv, flyte_env, flyte_python
-from _report import (  # benchmarks/_report.py, next to this script
-    results_file,
-)
+from _report import Frame, machine_line, ratio, table, write_results
 
 # Only the standard library at module level: this file also runs as the measuring child inside
 # the Flyte venv, where shoal is not installed.
@@ -213,24 +206,11 @@ def summarize(times: dict[str, list[float]], ns: list[int]) -> dict[int, dict[st
     return rows
 
 
-def machine() -> str:
-    return f"{ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, " \
-           f"Python {platform.python_version()}"
-
-
-
-
-def _ratio(x: float | None, ref: float | None) -> str:
-    if x is None or ref is None or ref <= 0:
-        return "-"
-    r = x / ref
-    return f"{r:.3g}x"
-
-
-def table(results: dict[str, dict[int, dict[str, float]] | str], ns: list[int]) -> list[str]:
+def engine_table(results: dict[str, dict[int, dict[str, float]] | str],
+                 ns: list[int]) -> list[str]:
     head = ["engine", "N", "total s (min–max)", "ms/call amortized", "ms/call total",
             "vs flyte 2 local", "vs in-process"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
     for engine in ENGINES:
         res = results.get(engine)
         if isinstance(res, str) or res is None:
@@ -239,15 +219,16 @@ def table(results: dict[str, dict[int, dict[str, float]] | str], ns: list[int]) 
         for n in ns:
             r = res[n]
 
-            def ref(name: str, n: int = n) -> float | None:
+            def vs(r: dict[str, float], name: str, n: int = n) -> str:
                 other = results.get(name)
-                return None if isinstance(other, str) or other is None \
+                ref = None if isinstance(other, str) or other is None \
                     else other[n]["amortized_ms"]
+                return ratio(r["amortized_ms"], ref, "{:.3g}x")
 
             spread = f"{r['total_s']:.3f} ({r['min_s']:.3f}–{r['max_s']:.3f})"
             lines.append(f"| {engine} | {n} | {spread} | {r['amortized_ms']:.4f} | "
-                         f"{r['total_ms']:.4f} | {_ratio(r['amortized_ms'], ref('flyte 2 local'))}"
-                         f" | {_ratio(r['amortized_ms'], ref('in-process'))} |")
+                         f"{r['total_ms']:.4f} | {vs(r, 'flyte 2 local')} | "
+                         f"{vs(r, 'in-process')} |")
     return lines
 
 
@@ -286,9 +267,7 @@ def main() -> None:
         child(args.child, ns, args.rounds)
         return
 
-    command = command_line("dispatch.py")
-    started = time.perf_counter()
-    load = os.getloadavg()[0]
+    frame = Frame.start("dispatch.py", warn_busy=False)
     results: dict[str, dict[int, dict[str, float]] | str] = {}
     flyte_version = "-"
     flyte_problem = "--no-flyte" if args.no_flyte else ensure_flyte_venv()
@@ -306,9 +285,15 @@ def main() -> None:
     if flyte_problem is not None:
         results["flyte 2 local"] = flyte_problem
     imports = import_times(args.import_runs, flyte_problem is None)
-    elapsed = time.perf_counter() - started
+    frame.stop()
+    report(results, imports, ns, flyte_version, frame, args)
 
-    rows = table(results, ns)
+
+def report(results: dict[str, dict[int, dict[str, float]] | str],
+           imports: dict[str, dict[str, float]], ns: list[int], flyte_version: str,
+           frame: Frame, args: argparse.Namespace) -> None:
+    """The table, goals and import times: printed, as headlines, and written."""
+    rows = engine_table(results, ns)
     sh = imports["shoal"]
     import_lines = [
         f"`import shoal`: {sh['over_bare']:.3f} s over a bare interpreter "
@@ -348,19 +333,17 @@ def main() -> None:
     print()
     for line in [*goal_lines, t1_line, *import_lines]:
         print(line)
-    print(f"whole benchmark {elapsed:.0f} s")
+    print(f"whole benchmark {frame.elapsed:.0f} s")
 
     if args.no_write:
         return
-    path = results_file("dispatch")
-    today = path.name[:10]
-    md = [
-        f"# Dispatch overhead, {today}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {machine()}. Shoal commit {git_commit()}; flyte {flyte_version} "
-        f"(local mode, in `benchmarks/.venv-flyte`). Median of {args.rounds} rounds after one "
-        f"warm-up run; each engine in its own subprocess; whole run {elapsed:.0f} s; load "
-        f"average {load:.1f} at the start (other work on the machine shows up as noise).", "",
+    machine = machine_line(
+        f"; flyte {flyte_version} (local mode, in `benchmarks/.venv-flyte`). Median of "
+        f"{args.rounds} rounds after one warm-up run; each engine in its own subprocess; whole "
+        f"run {frame.elapsed:.0f} s; load average {frame.load[0]:.1f} at the start (other work "
+        "on the machine shows up as noise).")
+    write_results("dispatch", "Dispatch overhead", command=frame.command, machine=machine,
+                  body=[
         "## Per-call overhead: N trivial calls fanned out with asyncio.gather", "",
         *rows, "",
         "ms/call amortized = (t(N) - t(1)) / (N - 1); ms/call total = t(N) / N, run start-up "
@@ -371,9 +354,7 @@ def main() -> None:
         *[f"- {line}" for line in goal_lines], f"- {t1_line}", "",
         "## Import time", "",
         *[f"- {line}" for line in import_lines], "",
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":
