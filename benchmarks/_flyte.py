@@ -4,8 +4,10 @@ Only the standard library: ``dispatch.py`` also runs inside that venv, without S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,18 @@ def flyte_env() -> dict[str, str]:
 
 def flyte_python() -> Path:
     return FLYTE_VENV / "bin" / "python"
+
+
+def remove_local_runs(scratch: str, made: list[str]) -> None:
+    """Remove what Flyte's local mode left: its ``raw_data_path`` (``scratch``), each run's
+    folder under /tmp/flyte/metadata (``made``: the runs' ``url``; ``with_runcontext`` has no
+    knob for it), and those parents if nothing else (another flyte user) is in there."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+    for empty in ("/tmp/flyte/metadata", "/tmp/flyte"):
+        with contextlib.suppress(OSError):
+            os.rmdir(empty)
 
 
 def ensure_flyte_venv() -> str | None:

@@ -58,10 +58,20 @@ class Frame:
         self.load_end = os.getloadavg()
 
     def load_note(self) -> str:
-        return load_note(self.load, self.load_end)
+        """The load average at the start and the end, as a results file says it."""
+        load, end = self.load, self.load_end
+        return (f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at "
+                f"the start, {end[0]:.2f} at the end (other work on the machine shows up as "
+                "noise)")
 
     def print_outcome(self, goal_lines: list[str], failures: list[str]) -> None:
-        print_outcome(goal_lines, failures, self.elapsed, self.load, self.load_end)
+        """The end of a benchmark's console output: goals, failed runs, time and load."""
+        for line in goal_lines:
+            print(line)
+        for line in failures:
+            print(f"failed run: {line}")
+        print(f"whole benchmark {self.elapsed:.0f} s; load average {self.load[0]:.2f} at the "
+              f"start, {self.load_end[0]:.2f} at the end")
 
 
 def attempt(label: str, fn: Callable[[], T],
@@ -120,11 +130,6 @@ def failure_lines(failed: dict[str, list[str]], prefix: str = "") -> list[str]:
     return [f"{prefix}{row}: {why}" for row, whys in failed.items() for why in whys]
 
 
-def load_note(load: Load, load_end: Load) -> str:
-    return (f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the "
-            f"start, {load_end[0]:.2f} at the end (other work on the machine shows up as noise)")
-
-
 # ---------------------------------------------------------------------------------------------
 # The end of the console output and the results file.
 # ---------------------------------------------------------------------------------------------
@@ -136,17 +141,6 @@ def print_tables(tables: dict[str, list[str]]) -> None:
         print(title)
         print("\n".join(rows))
         print()
-
-
-def print_outcome(goal_lines: list[str], failures: list[str], elapsed: float,
-                  load: Load, load_end: Load) -> None:
-    """The end of a benchmark's console output: goals, failed runs, time and load."""
-    for line in goal_lines:
-        print(line)
-    for line in failures:
-        print(f"failed run: {line}")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end")
 
 
 def closing_sections(goal_lines: list[str], failures: list[str],

@@ -30,7 +30,6 @@ exists.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -48,7 +47,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     headline,
     run_marked,
 )
-from _flyte import ensure_flyte_venv, flyte_env, flyte_python
+from _flyte import ensure_flyte_venv, flyte_env, flyte_python, remove_local_runs
 from _report import Frame, machine_line, ratio, table, write_results
 
 # Only the standard library at module level: this file also runs as the measuring child inside
@@ -108,7 +107,6 @@ def _child_shoal(ns: list[int], rounds: int) -> dict[str, list[float]]:
 
 
 def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
-    import shutil
 
     import flyte
     import programs_dispatch_flyte as prog
@@ -129,12 +127,7 @@ def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
     try:
         return _time_runs(call, ns, rounds)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True)
-        for empty in ("/tmp/flyte/metadata", "/tmp/flyte"):
-            with contextlib.suppress(OSError):
-                os.rmdir(empty)  # only if nothing else (another flyte user) is in there
+        remove_local_runs(scratch, made)
 
 
 def child(kind: str, ns: list[int], rounds: int) -> None:

@@ -46,7 +46,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     ncpu,
     run_marked,
 )
-from _flyte import ensure_flyte_venv, flyte_env, flyte_python
+from _flyte import ensure_flyte_venv, flyte_env, flyte_python, remove_local_runs
 from _report import (  # benchmarks/_report.py, next to this script
     Frame,
     closing_sections,
@@ -108,9 +108,7 @@ def _child_shoal(row: str, n: int) -> dict[str, Any]:
 
 
 def _child_flyte(n: int) -> dict[str, Any]:
-    import contextlib
     import logging
-    import shutil
 
     import flyte
     import programs_map_scale_flyte as prog
@@ -132,12 +130,7 @@ def _child_flyte(n: int) -> dict[str, Any]:
         got["version"] = flyte.__version__
         return got
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True)
-        for empty in ("/tmp/flyte/metadata", "/tmp/flyte"):
-            with contextlib.suppress(OSError):
-                os.rmdir(empty)
+        remove_local_runs(scratch, made)
 
 
 def child(row: str, n: int) -> None:
