@@ -4,7 +4,8 @@ Run:
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_io.py
 
 Five sections, each measured in its own subprocess (nothing shared but the disk), rounds
-interleaved so drift hits both sides; each figure is the median of ``--rounds`` with min–max:
+interleaved so drift hits both sides; each figure is the median of ``--rounds`` with min–max
+(each section's child and table: a module of ``_checkpoint/``; this file runs them):
 
 1. sync save on a ``file://`` store, for each size in ``--sizes`` (MiB of random bytes):
    ``save_sync(bytes)`` against a raw ``open/write/fsync`` of the same bytes to the same
