@@ -76,8 +76,9 @@ class Frame:
 
 def attempt(label: str, fn: Callable[[], T],
             summary: Callable[[str], str] = lambda why: why.splitlines()[0][:300]) -> T | str:
-    """``fn()``, or, when the run fails, the one line ``summary`` makes of why (printed with
-    its tail first): a str result is a failed run, as ``interleaved_rounds`` counts it."""
+    """``fn()``; when the run fails (``FAILED``), the tail of why is printed and the one line
+    ``summary`` makes of it returned: a str result is a failed run, as ``interleaved_rounds``
+    counts it."""
     try:
         return fn()
     except FAILED as e:
