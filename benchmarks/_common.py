@@ -1,23 +1,22 @@
 """What every benchmark script shares: where the repository is, which commit ran, how the
 command line is shown in results files, a loopback S3 server, reading a child's result, the
 headline lines ``run_all.py`` collects, and running processes side by side on a shared
-machine."""
+machine. The report (tables, the machine line, the results file) is ``_report.py``'s."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
+import re
 import resource
 import shlex
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +62,7 @@ def run_marked(cmd: list[str], mark: str, *, env: dict[str, str], timeout: float
 @contextmanager
 def moto_server(bucket: str) -> Iterator[str]:
     """moto's S3-protocol server on a free loopback port, holding ``bucket``; its endpoint."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -206,6 +203,18 @@ def marked(path: Path, mark: str) -> dict[str, Any]:
     raise RuntimeError(f"no {mark.strip()} line in {path}:\n{_tails([path])}")
 
 
+def read_marks(path: Path, mark: re.Pattern[str]) -> dict[str, float]:
+    """The ``NAME <t>`` marks ``mark`` finds in the lines of a rank's output (group 1 the name,
+    2 the time, 3 a restart number, ``NAME<n>``), the first of each; none if ``path`` is gone."""
+    marks: dict[str, float] = {}
+    with suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            m = mark.search(line.strip())
+            if m:
+                marks.setdefault(m.group(1) + (m.group(3) or ""), float(m.group(2)))
+    return marks
+
+
 class CpuMeter:
     """How busy the machine was over a stretch of time, apart from this process and the
     descendants it has reaped (each level of a process tree waits for its children, so their
@@ -245,24 +254,10 @@ def _own_seconds() -> float:
     return ru.ru_utime + ru.ru_stime + time.process_time()
 
 
-def load_note(load: tuple[float, float, float], load_end: tuple[float, float, float]) -> str:
-    return (f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the "
-            f"start, {load_end[0]:.2f} at the end (other work on the machine shows up as noise)")
 
 
-def spread(values: list[float], fmt: str = "{:.2f}") -> str:
-    """``median (min–max)``."""
-    if not values:
-        return "-"
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–" \
-           f"{fmt.format(max(values))})"
 
 
-def results_file(name: str) -> Path:
-    """``benchmarks/results/<YYYY-MM-DD>-cpu<N>-<name>.md``."""
-    folder = REPO / "benchmarks" / "results"
-    folder.mkdir(exist_ok=True)
-    return folder / f"{dt.date.today().isoformat()}-cpu{ncpu()}-{name}.md"
 
 
 def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
@@ -282,32 +277,31 @@ def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
     return meta
 
 
-def print_outcome(goal_lines: list[str], failures: list[str], elapsed: float,
-                  load: tuple[float, float, float], load_end: tuple[float, float, float]) -> None:
-    """The end of a benchmark's console output: goals, failed runs, time and load."""
-    for line in goal_lines:
-        print(line)
-    for line in failures:
-        print(f"failed run: {line}")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end")
 
 
-def closing_sections(goal_lines: list[str], failures: list[str],
-                     each: list[str] | None = None) -> list[str]:
-    """The end of a results file: the goals, every run by row (if given), the failed runs."""
-    md = [*[f"- {line}" for line in goal_lines], ""]
-    if each is not None:
-        md += ["## Every run, by row", "", *each, ""]
-    return [*md, "## Failed runs", "", *([f"- {line}" for line in failures] or ["None."]), ""]
 
 
-def interleaved_rounds(rows: list[str], rounds: int, measure: Callable[[str], Any], *,
+def alternating_rounds(measures: dict[str, Callable[[], float]], rounds: int,
+                       unit: str = "µs") -> dict[str, list[float]]:
+    """Every one of ``measures`` once a round, the order reversed every other round; after
+    each round, a line with its figures. Returns them by row."""
+    rows: dict[str, list[float]] = {}
+    for i in range(rounds):
+        order = list(measures) if i % 2 == 0 else list(measures)[::-1]
+        for row in order:
+            rows.setdefault(row, []).append(measures[row]())
+        print(f"round {i + 1}/{rounds}: " + ", ".join(
+            f"{row} {rows[row][-1]:.2f} {unit}" for row in measures), flush=True)
+    return rows
+
+
+def interleaved_rounds(rows: Sequence[str], rounds: int, measure: Callable[[str], Any], *,
                        rotate: bool = False) -> tuple[dict[str, list[Any]], dict[str, list[str]]]:
     """Run ``measure(row)`` for every row, round after round, the rows' order changing from one
     round to the next (reversed every other round, or rotated by one with ``rotate``) so no row
     always runs first. A str result is a failure; anything else a measurement. Returns the
     measurements and the failures, by row."""
+    rows = list(rows)
     res: dict[str, list[Any]] = {}
     failed: dict[str, list[str]] = {}
     for i in range(rounds):

@@ -4,7 +4,8 @@ Run:
     PYTHONPATH=src .venv/bin/python benchmarks/checkpoint_io.py
 
 Five sections, each measured in its own subprocess (nothing shared but the disk), rounds
-interleaved so drift hits both sides; each figure is the median of ``--rounds`` with min–max:
+interleaved so drift hits both sides; each figure is the median of ``--rounds`` with min–max
+(each section's child and table: a module of ``_checkpoint/``; this file runs them):
 
 1. sync save on a ``file://`` store, for each size in ``--sizes`` (MiB of random bytes):
    ``save_sync(bytes)`` against a raw ``open/write/fsync`` of the same bytes to the same
@@ -52,637 +53,40 @@ about 3 minutes on 2 CPUs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 from typing import Any
 
+from _checkpoint import async_save, file_io, s3, state_dicts, training
+from _checkpoint.shared import (
+    BUCKET,
+    GOAL_BLOCKED,
+    GOAL_THROUGHPUT,
+    GOAL_TRAINING,
+    MARK,
+    TRAIN_THREADS,
+    MiB,
+    emit,
+    throughput_ratio,
+)
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     cpu_model,
-    free_port,
     git_commit,
     headline,
     moto_server,
     ncpu,
-    results_file,
     run_marked,
 )
-
-MARK = "CHECKPOINT-IO-RESULT "
-MiB = 1024 * 1024
-BUCKET = "shoal-bench-ckpt"
-GOAL_THROUGHPUT = 0.9  # save/load vs raw, at least
-GOAL_BLOCKED = 1.5  # async blocked time vs one in-memory copy, at most
-GOAL_TRAINING = 0.8  # training steps/s with an async save in flight vs without, at least
-TRAIN_THREADS = 2
-
-
-FILE_SAVE_RAW = (
-    "A file save's raw is copyfile+fsync of that file, not write+fsync of its bytes from memory: "
-    "a checkpoint must hold its own copy (a hardlink to the user's file would let a later edit "
-    "in place change a committed checkpoint), so reading the file is part of the job; the "
-    "write+fsync row stays as a reference.")
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers shared by the children
-# ---------------------------------------------------------------------------------------------
-
-def timed(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
-def write_fsync(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def copy_fsync(src: Path, dest: Path) -> None:
-    shutil.copyfile(src, dest)
-    fd = os.open(dest, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def timed_read(fn: Callable[[], object], size: int) -> float:
-    """Seconds ``fn()`` takes, checking it returned ``size`` bytes (freed before returning)."""
-    t = time.perf_counter()
-    got = fn()
-    secs = time.perf_counter() - t
-    got_size = memoryview(got).nbytes  # type: ignore[arg-type]
-    if got_size != size:
-        raise RuntimeError(f"expected {size} bytes, got {got_size}")
-    return secs
-
-
-def read_all(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def evict(*paths: Path) -> None:
-    """Drop these files' pages from the page cache (they must be clean: written and fsynced)."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def resident_bytes(path: Path) -> int | None:
-    """Bytes of ``path`` in the page cache, from util-linux ``fincore``; None without it."""
-    if shutil.which("fincore") is None:
-        return None
-    p = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
-                       capture_output=True, text=True)
-    return int(p.stdout.split()[0]) if p.returncode == 0 and p.stdout.strip() else None
-
-
-def version_files(store_dir: Path, step: int) -> list[Path]:
-    """The payload files of committed step ``step`` in a file:// store folder."""
-    return [p for p in (store_dir / f"v{step:012d}").rglob("*")
-            if p.is_file() and not p.name.endswith(".seal")]
-
-
-def load_copied(cp: Any, step: int) -> bytes:
-    """``load_sync()`` on its plain path: the bytes read into a ``bytearray``, then copied into
-    the ``LoadedBytes`` returned (``loaded_bytes.filled`` without its in-place allocator)."""
-    from shoal._storage import loaded_bytes
-
-    fast = loaded_bytes._fast_allocator
-    loaded_bytes._fast_allocator = lambda: None  # type: ignore[assignment]
-    try:
-        data: bytes = cp.load_sync(step=step)
-        return data
-    finally:
-        loaded_bytes._fast_allocator = fast
-
-
-def emit(result: dict[str, Any]) -> None:
-    print(MARK + json.dumps(result), flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Child 1: file:// saves and loads of one size
-# ---------------------------------------------------------------------------------------------
-
-def child_file(size: int, rounds: int, where: Path) -> dict[str, Any]:
-    from shoal._storage.checkpoints import Checkpoint
-
-    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-", dir=where))
-    data = os.urandom(size)
-    t: dict[str, list[float]] = {k: [] for k in (
-        "raw write+fsync", "save bytes", "save file", "raw copy+fsync",
-        "raw read cold", "load bytes cold", "raw read warm", "load bytes warm",
-        "raw copy cold", "load file cold", "load bytes warm, copied")}
-    resident: dict[str, int | None] = {}
-
-    def measure(name: str, fn: Callable[[], object]) -> None:
-        # Flush every dirty page first (ours and anyone's), so no write pays for an earlier
-        # one's writeback, or for the discards of an earlier delete (this disk is mounted
-        # with ``discard``).
-        os.sync()
-        t[name].append(timed(fn))
-
-    try:
-        # Round -1 is a warm-up, dropped: in a VM the first touch of memory the guest has not
-        # used yet (page cache included) can cost 4x a reused page (measured here: 256 MiB
-        # written at 0.4 GB/s, then 4 GB/s once earlier files' pages were freed and reused).
-        for r in range(-1, rounds):
-            # A fresh checkpoint folder each round, keep=None: what a save costs, not what
-            # deleting an old version costs (measured by nobody here).
-            folder = tmp / f"round-{r}"
-            store_dir = folder / "store"
-            cp = Checkpoint(store_dir.as_uri(), local_dir=folder / "local")
-            cp.save_sync(b"warm-up")  # the folders, the first scan: not what we measure
-            raw, copy = folder / "raw", folder / "copy"
-            # Alternate which goes first, so neither always runs right after the other.
-            saves: list[tuple[str, Callable[[], object]]] = [
-                ("raw write+fsync", lambda raw=raw: write_fsync(raw, data)),
-                ("save bytes", lambda cp=cp: cp.save_sync(data))]
-            for name, fn in saves if r % 2 == 0 else saves[::-1]:
-                measure(name, fn)
-            bytes_step = cp.latest()
-            # The file saved is the one just written: the same bytes, in the page cache, as
-            # a file torch.save has just written would be.
-            files: list[tuple[str, Callable[[], object]]] = [
-                ("raw copy+fsync", lambda raw=raw, copy=copy: copy_fsync(raw, copy)),
-                ("save file", lambda cp=cp, raw=raw: cp.save_sync(raw))]
-            for name, fn in files if r % 2 == 0 else files[::-1]:
-                measure(name, fn)
-            file_step = cp.latest()
-            assert bytes_step is not None and file_step is not None
-            copy.unlink()
-
-            ckpt_files = version_files(store_dir, bytes_step)
-            evict(raw, *ckpt_files)
-            if not resident:
-                resident = {"raw": resident_bytes(raw), "checkpoint": resident_bytes(ckpt_files[0])}
-            loads: list[tuple[str, Callable[[], object]]] = [
-                ("raw read cold", lambda raw=raw: read_all(raw)),
-                ("load bytes cold", lambda cp=cp, s=bytes_step: cp.load_sync(step=s))]
-            for name, fn in loads if r % 2 == 0 else loads[::-1]:
-                t[name].append(timed_read(fn, size))
-            t["raw read warm"].append(timed_read(lambda raw=raw: read_all(raw), size))
-            t["load bytes warm"].append(
-                timed_read(lambda cp=cp, s=bytes_step: cp.load_sync(step=s), size))
-            t["load bytes warm, copied"].append(
-                timed_read(lambda cp=cp, s=bytes_step: load_copied(cp, s), size))
-
-            # A file version loads as a verified copy under local_dir/loaded (made once, so
-            # each round's checkpoint is loaded once).
-            evict(raw, *version_files(store_dir, file_step))
-            copies: list[tuple[str, Callable[[], object]]] = [
-                ("raw copy cold", lambda raw=raw, copy=copy: shutil.copyfile(raw, copy)),
-                ("load file cold", lambda cp=cp, s=file_step: cp.load_sync(step=s))]
-            for name, fn in copies if r % 2 == 0 else copies[::-1]:
-                t[name].append(timed(fn))
-            cp.close()
-            shutil.rmtree(folder)
-            if r < 0:
-                for times in t.values():
-                    times.clear()
-                resident = {}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {"times": t, "resident_after_evict": resident}
-
-
-# ---------------------------------------------------------------------------------------------
-# Children 2 and 3: async saves (blocked time), and training with a save in flight
-# ---------------------------------------------------------------------------------------------
-
-def _init_gloo() -> None:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
-
-
-def _state_dict(size: int) -> dict[str, Any]:
-    """float32 tensors totalling ``size`` bytes, 16 MiB each (layers of a model, say)."""
-    import torch
-
-    per = 16 * MiB
-    n, rest = divmod(size, per)
-    out = {f"layer{i}.weight": torch.randn(per // 4) for i in range(n)}
-    if rest:
-        out["tail"] = torch.randn(rest // 4)
-    return out
-
-
-def child_async(size: int, rounds: int, where: Path) -> dict[str, Any]:
-    import warnings
-
-    import torch
-
-    from shoal._storage.checkpoints import Checkpoint
-
-    warnings.filterwarnings("ignore")  # DCP's notes on a one-process group
-    torch.set_num_threads(TRAIN_THREADS)
-    _init_gloo()
-    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-async-", dir=where))
-    blob = os.urandom(size)
-    mutable = bytearray(blob)
-    state = _state_dict(size)
-    cps = {name: Checkpoint((tmp / name).as_uri(), local_dir=tmp / f"local-{name}", keep=1)
-           for name in ("bytes", "bytearray", "state dict")}
-    t: dict[str, list[float]] = {}
-
-    def add(name: str, secs: float) -> None:
-        t.setdefault(name, []).append(secs)
-
-    try:
-        first: dict[str, float] = {}
-        # One warm-up of each: thread pools, DCP's imports, the checkpoint process group.
-        first["bytes"] = timed(lambda: cps["bytes"].save_async(blob))
-        first["state dict"] = timed(
-            lambda: cps["state dict"].save_state_dict(state, async_save=True))
-        for cp in cps.values():
-            cp.wait()
-        for _ in range(rounds):
-            add("copy bytes", timed(lambda: bytearray(blob)))
-            add("blocked bytes", timed(lambda: cps["bytes"].save_async(blob)))
-            add("background bytes", timed(cps["bytes"].wait))
-            add("sync bytes", timed(lambda: cps["bytes"].save_sync(blob)))
-
-            add("copy bytearray", timed(lambda: bytearray(mutable)))
-            add("blocked bytearray", timed(lambda: cps["bytearray"].save_async(mutable)))
-            add("background bytearray", timed(cps["bytearray"].wait))
-            add("sync bytearray", timed(lambda: cps["bytearray"].save_sync(mutable)))
-
-            add("copy state dict", timed(lambda: {k: v.clone() for k, v in state.items()}))
-            add("blocked state dict", timed(
-                lambda: cps["state dict"].save_state_dict(state, async_save=True)))
-            add("background state dict", timed(cps["state dict"].wait))
-            add("sync state dict", timed(
-                lambda: cps["state dict"].save_state_dict(state).result()))
-    finally:
-        for cp in cps.values():
-            cp.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    return {"times": t, "first_blocked": first}
-
-
-def _trainer() -> Callable[[], None]:
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-        torch.nn.ReLU(), torch.nn.Linear(1024, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
-
-    def step() -> None:
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return step
-
-
-# The writers compared while training runs: Shoal's default (the writer thread at nice +13,
-# hashing on its own thread), and the writer at training's priority, hashing in the shared pool
-# (SHOAL_CHECKPOINT_WRITER_NICE=0: what every async save did before).
-WRITERS = {"lowered": None, "at training's priority": "0"}
-SAVE_CAP_S = 120.0  # an async save not landed by then counts as not landed
-
-
-def child_train(size: int, rounds: int, where: Path, window: float) -> dict[str, Any]:
-    """Training steps/s alone, and while each async save is in flight (how long it is in
-    flight too), for each writer in ``WRITERS``; nothing waits on a save until it lands."""
-    import warnings
-
-    import torch
-
-    from shoal import _contract as contract
-    from shoal._storage.checkpoints import Checkpoint
-
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(TRAIN_THREADS)
-    _init_gloo()
-    step = _trainer()
-    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-train-", dir=where))
-    blob = os.urandom(size)
-    state = _state_dict(size)
-    payloads = ("bytes", "state dict")
-    cps = {(name, w): Checkpoint((tmp / f"{name}-{i}").as_uri(),
-                                 local_dir=tmp / f"local-{name}-{i}", keep=1)
-           for name in payloads for i, w in enumerate(WRITERS)}
-
-    def start(name: str, writer: str) -> Any:
-        cp = cps[name, writer]
-        return cp.save_async(blob) if name == "bytes" else \
-            cp.save_state_dict(state, async_save=True)
-
-    sync: dict[str, Callable[[], Any]] = {
-        "bytes": lambda: cps["bytes", "lowered"].save_sync(blob),
-        "state dict": lambda: cps["state dict", "lowered"].save_state_dict(state).result(),
-    }
-    rates: dict[str, list[float]] = {"no save": []}
-    # Each in-flight rate over the no-save rate measured right after it: drift and other work
-    # on the machine hit both alike.
-    ratios: dict[str, list[float]] = {}
-    save_s: dict[str, list[float]] = {}
-    landed: dict[str, int] = {}
-    sync_s: dict[str, list[float]] = {name: [] for name in payloads}
-
-    def train_while(busy: Callable[[], bool]) -> float:
-        n, t0 = 0, time.perf_counter()
-        while busy():
-            step()
-            n += 1
-        return n / (time.perf_counter() - t0)
-
-    try:
-        # Warm-up: pools, DCP, the checkpoint process group. Each checkpoint reads the writer's
-        # nice value at its first async save.
-        for (name, writer), cp in cps.items():
-            nice = WRITERS[writer]
-            if nice is None:
-                os.environ.pop(contract.CHECKPOINT_WRITER_NICE, None)
-            else:
-                os.environ[contract.CHECKPOINT_WRITER_NICE] = nice
-            start(name, writer)
-            cp.wait()
-        deadline = time.perf_counter() + 2
-        train_while(lambda: time.perf_counter() < deadline)
-        for _ in range(rounds):
-            for name in payloads:
-                sync_s[name].append(timed(sync[name]))  # what training would stop for
-                for writer in WRITERS:
-                    key = f"{name}, {writer}"
-                    t0 = time.perf_counter()
-                    fut = start(name, writer)
-                    cap = t0 + SAVE_CAP_S
-                    rates.setdefault(key, []).append(train_while(
-                        lambda fut=fut, cap=cap: not fut.done() and time.perf_counter() < cap))
-                    save_s.setdefault(key, []).append(time.perf_counter() - t0)
-                    landed[key] = landed.get(key, 0) + fut.done()
-                    fut.result()
-                    end = time.perf_counter() + window
-                    rates["no save"].append(train_while(lambda end=end: time.perf_counter() < end))
-                    ratios.setdefault(key, []).append(rates[key][-1] / rates["no save"][-1])
-    finally:
-        for cp in cps.values():
-            cp.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    return {"rates": rates, "ratios": ratios, "save_s": save_s, "sync_s": sync_s,
-            "landed": landed, "rounds": rounds}
-
-
-# ---------------------------------------------------------------------------------------------
-# Child 4: s3:// against loopback moto
-# ---------------------------------------------------------------------------------------------
-
-def child_s3(size: int, rounds: int, where: Path) -> dict[str, Any]:
-    from concurrent.futures import ThreadPoolExecutor
-
-    import obstore
-    from obstore.store import S3Store
-
-    from shoal import _contract as contract
-    from shoal._storage.checkpoints import Checkpoint
-    from shoal._storage.objstore import CHUNK, ObjectStore
-    from shoal._storage.store import store_for
-
-    endpoint = os.environ[contract.S3_ENDPOINT]
-    raw_store = S3Store.from_url(f"s3://{BUCKET}", endpoint=endpoint,
-                                 client_options={"allow_http": True})
-    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-s3-", dir=where))
-    cp = Checkpoint(f"s3://{BUCKET}/ckpt", local_dir=tmp / "local", keep=1)
-    data = os.urandom(size)
-    src = tmp / "model.bin"
-    write_fsync(src, data)
-    conc = ObjectStore.parallelism
-
-    def raw_put(key: str) -> None:
-        obstore.put(raw_store, key, data, chunk_size=CHUNK, max_concurrency=conc)
-
-    def raw_put_file(key: str) -> None:
-        with open(src, "rb") as f:
-            obstore.put(raw_store, key, f, chunk_size=CHUNK, max_concurrency=conc)
-
-    t: dict[str, list[float]] = {k: [] for k in (
-        "raw put", "save bytes", "raw get", "load bytes", "load bytes one get", "raw put file",
-        "save file", "raw get ranged")}
-    store = store_for(cp.uri)
-    assert isinstance(store, ObjectStore)
-    ranges = ThreadPoolExecutor(conc)  # the raw ranged GETs' connections, made once
-
-    def load_one_get(step: int | None) -> object:
-        ranged, store.ranged_get_min = store.ranged_get_min, None  # SHOAL_RANGED_GET_MIN_MIB=off
-        try:
-            return cp.load_sync(step=step)
-        finally:
-            store.ranged_get_min = ranged
-
-    def raw_get_ranged(key: str) -> int:
-        """The ranged GETs the store makes for this size, raw: each part's bytes, not joined
-        (the cheapest a raw caller can have them)."""
-        part = store._range_size(size)
-        parts = list(ranges.map(
-            lambda start: obstore.get(raw_store, key, options={
-                "range": (start, min(start + part, size))}).bytes(), range(0, size, part)))
-        return sum(len(memoryview(p)) for p in parts)
-
-    try:
-        cp.save_sync(b"warm-up")
-        raw_put("raw/warm")
-        for r in range(rounds):
-            t["raw put"].append(timed(lambda r=r: raw_put(f"raw/{r}")))
-            t["save bytes"].append(timed(lambda: cp.save_sync(data)))
-            step = cp.latest()
-            if raw_get_ranged(f"raw/{r}") != size:
-                raise RuntimeError("the raw ranged GETs did not fetch the whole object")
-            # Each load right beside its raw form: after 8 ranged GETs moto is slower for a
-            # while (each read the whole object), which would otherwise land on one side only.
-            loads: list[tuple[str, Callable[[], object]]] = [
-                ("raw get", lambda r=r: obstore.get(raw_store, f"raw/{r}").bytes()),
-                ("load bytes one get", lambda s=step: load_one_get(s)),
-                ("raw get ranged", lambda r=r: raw_get_ranged(f"raw/{r}")),
-                ("load bytes", lambda s=step: cp.load_sync(step=s))]
-            for name, fn in loads if r % 2 == 0 else loads[::-1]:
-                if name == "raw get ranged":
-                    t[name].append(timed(fn))
-                else:
-                    t[name].append(timed_read(fn, size))
-            t["raw put file"].append(timed(lambda r=r: raw_put_file(f"raw/file-{r}")))
-            t["save file"].append(timed(lambda: cp.save_sync(src)))
-            for key in (f"raw/{r}", f"raw/file-{r}"):
-                obstore.delete(raw_store, key)
-    finally:
-        ranges.shutdown()
-        cp.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {"times": t}
-
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Child 5: torch state dicts, file:// and s3://
-# ---------------------------------------------------------------------------------------------
-
-def child_state(size: int, rounds: int, where: Path, scheme: str) -> dict[str, Any]:
-    import io
-    import warnings
-
-    import torch
-
-    from shoal._storage.checkpoints import Checkpoint
-
-    warnings.filterwarnings("ignore")  # DCP's notes on a one-process group
-    _init_gloo()
-    tmp = Path(tempfile.mkdtemp(prefix="ckpt-io-state-", dir=where))
-    state = _state_dict(size)
-    into = {k: torch.empty_like(v) for k, v in state.items()}  # what load_state_dict fills
-    raw_path = tmp / "raw.pt"
-    if scheme == "s3":
-        import obstore
-        from obstore.store import S3Store
-
-        from shoal import _contract as contract
-        from shoal._storage.objstore import CHUNK, ObjectStore
-
-        raw_store = S3Store.from_url(f"s3://{BUCKET}", endpoint=os.environ[contract.S3_ENDPOINT],
-                                     client_options={"allow_http": True})
-        uri = f"s3://{BUCKET}/state"
-
-        def raw_save() -> None:
-            buffer = io.BytesIO()
-            torch.save(state, buffer)
-            obstore.put(raw_store, "raw/state.pt", buffer.getbuffer(), chunk_size=CHUNK,
-                        max_concurrency=ObjectStore.parallelism)
-
-        def raw_load() -> object:
-            data = obstore.get(raw_store, "raw/state.pt").bytes()
-            return torch.load(io.BytesIO(memoryview(data)), weights_only=True)
-
-        from concurrent.futures import ThreadPoolExecutor
-
-        from shoal._storage.store import store_for
-
-        shoal_store = store_for(uri)
-        assert isinstance(shoal_store, ObjectStore)
-        ranges = ThreadPoolExecutor(ObjectStore.parallelism)
-
-        def raw_load_ranged() -> object:
-            """The ranged GETs the store makes for an object this size, raw, each copied into
-            its place in one buffer, then torch.load: the raw twin of a ranged load."""
-            total = obstore.head(raw_store, "raw/state.pt")["size"]
-            part = shoal_store._range_size(total)
-            buffer = bytearray(total)
-
-            def fetch(start: int) -> None:
-                end = min(start + part, total)
-                buffer[start:end] = memoryview(obstore.get(raw_store, "raw/state.pt", options={
-                    "range": (start, end)}).bytes())
-
-            list(ranges.map(fetch, range(0, total, part)))
-            return torch.load(io.BytesIO(buffer), weights_only=True)
-    else:
-        uri = (tmp / "store").as_uri()
-
-        def raw_save() -> None:
-            with open(raw_path, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-
-        def raw_load() -> object:
-            return torch.load(raw_path, weights_only=True)
-
-    t: dict[str, list[float]] = {k: [] for k in (
-        "raw save", "save state dict", "raw load", "load state dict")}
-    if scheme == "s3":
-        t["load state dict one get"] = []
-        t["raw load ranged"] = []
-    into_one = {k: torch.empty_like(v) for k, v in state.items()}
-
-    def load_one_get(cp_uri: str, local: Path) -> object:
-        """load_state_dict() with one GET per object, not parallel ranged GETs: where the
-        time goes on moto, which reads the whole object for every range it serves."""
-        from shoal._storage.store import store_for
-
-        store = store_for(cp_uri)
-        assert isinstance(store, ObjectStore)
-        ranged, store.ranged_get_min = store.ranged_get_min, None  # SHOAL_RANGED_GET_MIN_MIB=off
-        try:
-            return Checkpoint(cp_uri, local_dir=local).load_state_dict(into_one)
-        finally:
-            store.ranged_get_min = ranged
-
-    try:
-        # Round -1 is a warm-up, dropped (DCP's imports, the checkpoint process group). Each
-        # round saves into a fresh checkpoint folder, removed once the round is over, as the
-        # raw file is replaced by a new one: what a save costs, not what deleting an old
-        # version costs, and (in a VM) no side writing into memory the other side freed.
-        for r in range(-1, rounds):
-            cp = Checkpoint(f"{uri}/round-{r + 1}", local_dir=tmp / f"local-{r + 1}")
-            saves: list[tuple[str, Callable[[], object]]] = [
-                ("raw save", raw_save),
-                ("save state dict", lambda cp=cp: cp.save_state_dict(state).result())]
-            loads: list[tuple[str, Callable[[], object]]] = [
-                ("raw load", raw_load),
-                ("load state dict", lambda cp=cp: cp.load_state_dict(into))]
-            if scheme == "s3":  # a fresh local_dir: no download cached by the load before
-                loads.append(("load state dict one get", lambda cp=cp, r=r: load_one_get(
-                    cp.uri, tmp / f"local-one-get-{r + 1}")))
-                loads.append(("raw load ranged", raw_load_ranged))
-            for pairs in (saves, loads):
-                for name, fn in pairs if r % 2 == 0 else pairs[::-1]:
-                    if name == "raw save" and scheme != "s3":
-                        raw_path.unlink(missing_ok=True)  # a new file, as the checkpoint's
-                    os.sync()
-                    t[name].append(timed(fn))
-            for k, v in state.items():  # the loads really filled the tensors
-                for filled in (into, into_one) if scheme == "s3" else (into,):
-                    if not torch.equal(filled[k], v):
-                        raise RuntimeError(f"load_state_dict left {k} different from what was "
-                                           "saved")
-                    filled[k].zero_()
-            cp.close()
-            if scheme != "s3":
-                shutil.rmtree(tmp / "store" / f"round-{r + 1}")
-            shutil.rmtree(tmp / f"local-{r + 1}")
-            shutil.rmtree(tmp / f"local-one-get-{r + 1}", ignore_errors=True)
-            if r < 0:
-                for times in t.values():
-                    times.clear()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    return {"times": t}
-
+from _report import Frame, write_results
 
 # ---------------------------------------------------------------------------------------------
 # The parent: run the children, print and write the tables
@@ -691,168 +95,6 @@ def child_state(size: int, rounds: int, where: Path, scheme: str) -> dict[str, A
 def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), *args]
     return run_marked(cmd, MARK, env=env, timeout=900, what=f"child {shlex.join(args)}")
-
-
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def spread(xs: list[float], fmt: str = "{:.0f}") -> str:
-    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
-
-
-def mibs(size: int, secs: list[float]) -> list[float]:
-    return [size / MiB / s for s in secs]
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "NOT met"
-
-
-def file_table(res: dict[int, dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
-    head = ["what", "size", "raw MiB/s (min–max)", "shoal MiB/s (min–max)", "shoal / raw",
-            f"goal ≥ {GOAL_THROUGHPUT}x"]
-    save = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    load = list(save)
-    goals: list[str] = []
-    rows = [
-        (save, "save_sync(bytes) vs write+fsync", "save bytes", "raw write+fsync", True),
-        # A file save must copy the file (see FILE_SAVE_RAW): its raw is a copy, not a write.
-        (save, "save_sync(file) vs copyfile+fsync", "save file", "raw copy+fsync", True),
-        (save, "save_sync(file) vs write+fsync of the bytes in memory", "save file",
-         "raw write+fsync", False),
-        (load, "load_sync() bytes vs read(), cold", "load bytes cold", "raw read cold", True),
-        (load, "load_sync() bytes vs read(), warm", "load bytes warm", "raw read warm", True),
-        (load, "load_sync() file vs copyfile, cold", "load file cold", "raw copy cold", False),
-        (load, "load_sync() bytes on the plain path (read, then copied into LoadedBytes) vs "
-         "read(), warm", "load bytes warm, copied", "raw read warm", False),
-    ]
-    for size, r in res.items():
-        t = r["times"]
-        for table, label, mine, base, goal in rows:
-            ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
-            mark = verdict(ratio >= GOAL_THROUGHPUT) if goal else "(reference)"
-            table.append(f"| {label} | {size // MiB} MiB | {spread(mibs(size, t[base]))} | "
-                         f"{spread(mibs(size, t[mine]))} | {ratio:.2f}x | {mark} |")
-            if goal:
-                goals.append(f"file:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
-                             f"{verdict(ratio >= GOAL_THROUGHPUT)}")
-    return save, load, goals
-
-
-def async_table(r: dict[str, Any]) -> tuple[list[str], list[str]]:
-    t = r["times"]
-    head = ["payload", "blocked ms (min–max)", "floor: one copy ms (min–max)",
-            f"blocked / copy (goal ≤ {GOAL_BLOCKED}x)", "sync save ms", "blocked / sync save",
-            "background write ms"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    goals = []
-    for name in ("bytes", "bytearray", "state dict"):
-        ms = {k: [x * 1e3 for x in t[f"{k} {name}"]] for k in
-              ("blocked", "copy", "sync", "background")}
-        ratio = med(ms["blocked"]) / med(ms["copy"])
-        lines.append(f"| {name} | {spread(ms['blocked'], '{:.1f}')} | "
-                     f"{spread(ms['copy'], '{:.1f}')} | {ratio:.2f}x, "
-                     f"{verdict(ratio <= GOAL_BLOCKED)} | {spread(ms['sync'])} | "
-                     f"{med(ms['blocked']) / med(ms['sync']):.0%} | {spread(ms['background'])} |")
-        goals.append(f"async {name}: blocked {ratio:.2f}x one copy, "
-                     f"{verdict(ratio <= GOAL_BLOCKED)}")
-    return lines, goals
-
-
-def train_table(r: dict[str, Any]) -> tuple[list[str], list[str], list[tuple[str, float]]]:
-    """The training rows, the goals, and (payload, ratio) of Shoal's default writer."""
-    head = ["training", "steps/s (min–max)",
-            f"vs no save right after (min–max; goal ≥ {GOAL_TRAINING}x)",
-            "save in flight s (min–max)", "in flight / sync save", "training time lost s",
-            "a sync save blocks s"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rates = r["rates"]
-    lines.append(f"| no save | {spread(rates['no save'], '{:.1f}')} | 1.00x | - | - | - | - |")
-    goals, worst = [], []
-    for name in ("bytes", "state dict"):
-        for writer in WRITERS:
-            key = f"{name}, {writer}"
-            x = med(r["ratios"][key])
-            ok = x >= GOAL_TRAINING and r["landed"][key] == r["rounds"]
-            # Steps not taken while the save ran, in seconds of training at the no-save rate.
-            lost = [secs * (1 - ratio) for secs, ratio in zip(r["save_s"][key], r["ratios"][key],
-                                                               strict=True)]
-            note = "" if r["landed"][key] == r["rounds"] else \
-                f", {r['landed'][key]}/{r['rounds']} landed within {SAVE_CAP_S:.0f} s"
-            mark = f", {verdict(ok)}" if writer == "lowered" else " (before)"
-            label = "writer lowered (default)" if writer == "lowered" else \
-                "writer at training's priority, SHOAL_CHECKPOINT_WRITER_NICE=0"
-            lines.append(f"| async {name} save in flight, {label} | "
-                         f"{spread(rates[key], '{:.1f}')} | "
-                         f"{spread(r['ratios'][key], '{:.2f}x')}{mark} | "
-                         f"{spread(r['save_s'][key], '{:.2f}')}{note} | "
-                         f"{med(r['save_s'][key]) / med(r['sync_s'][name]):.1f}x | "
-                         f"{med(lost):.2f} | {med(r['sync_s'][name]):.2f} |")
-            if writer == "lowered":
-                goals.append(f"training with an async {name} save in flight: {x:.2f}x "
-                             f"its steps/s, the save in flight {med(r['save_s'][key]):.1f} s "
-                             f"({r['landed'][key]}/{r['rounds']} landed), {verdict(ok)}")
-                worst.append((name, x))
-    return lines, goals, worst
-
-
-def s3_table(size: int, r: dict[str, Any]) -> tuple[list[str], list[str]]:
-    t = r["times"]
-    head = ["what", "raw obstore MiB/s (min–max)", "shoal MiB/s (min–max)", "shoal / raw",
-            f"goal ≥ {GOAL_THROUGHPUT}x"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    goals = []
-    for label, mine, base, goal in (
-            ("save_sync(bytes) vs put", "save bytes", "raw put", True),
-            ("save_sync(file) vs put(open file)", "save file", "raw put file", True),
-            ("load_sync() bytes, one GET vs get().bytes()", "load bytes one get", "raw get",
-             True),
-            ("load_sync() bytes, ranged GETs vs the same ranged GETs raw", "load bytes",
-             "raw get ranged", True),
-            ("raw ranged GETs vs one raw get().bytes() (moto reads the whole object per range)",
-             "raw get ranged", "raw get", False)):
-        if mine not in t:  # a results file from before the row existed
-            continue
-        ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
-        mark = verdict(ratio >= GOAL_THROUGHPUT) if goal else "(reference)"
-        lines.append(f"| {label}, {size // MiB} MiB | {spread(mibs(size, t[base]))} | "
-                     f"{spread(mibs(size, t[mine]))} | {ratio:.2f}x | {mark} |")
-        if goal:
-            goals.append(f"s3:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
-                         f"{verdict(ratio >= GOAL_THROUGHPUT)}")
-    return lines, goals
-
-
-def state_table(res: dict[str, tuple[int, dict[str, Any]]]) -> tuple[list[str], list[str]]:
-    head = ["store", "what", "size", "raw MiB/s (min–max)", "shoal MiB/s (min–max)",
-            "shoal / raw", f"goal ≥ {GOAL_THROUGHPUT}x"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    goals = []
-    raw_names = {"file": ("torch.save+fsync", "torch.load"),
-                 "s3": ("torch.save+put", "get+torch.load")}
-    for scheme, (size, r) in res.items():
-        t = r["times"]
-        save_raw, load_raw = raw_names[scheme]
-        for label, mine, base, goal in (
-                (f"save_state_dict() vs {save_raw}", "save state dict", "raw save", True),
-                (f"load_state_dict() vs {load_raw}", "load state dict", "raw load",
-                 scheme == "file"),
-                (f"load_state_dict(), one GET per object vs {load_raw}",
-                 "load state dict one get", "raw load", True),
-                ("load_state_dict(), ranged GETs vs the same ranged GETs raw + torch.load",
-                 "load state dict", "raw load ranged", True)):
-            if mine not in t or base not in t:  # file://, or results from before the row
-                continue
-            ratio = med(mibs(size, t[mine])) / med(mibs(size, t[base]))
-            mark = verdict(ratio >= GOAL_THROUGHPUT) if goal else "(reference)"
-            lines.append(f"| {scheme}:// | {label} | {size // MiB} MiB | "
-                         f"{spread(mibs(size, t[base]))} | {spread(mibs(size, t[mine]))} | "
-                         f"{ratio:.2f}x | {mark} |")
-            if goal:
-                goals.append(f"{scheme}:// {label}, {size // MiB} MiB: {ratio:.2f}x, "
-                             f"{verdict(ratio >= GOAL_THROUGHPUT)}")
-    return lines, goals
 
 
 def headlines(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any], s3_size: int,
@@ -865,7 +107,7 @@ def headlines(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any], s3
 
     def ratios(size: int, t: dict[str, list[float]], pairs: list[tuple[str, str, str]],
                ) -> list[tuple[str, float]]:
-        return [(f"{label}, {size // MiB} MiB", med(mibs(size, t[mine])) / med(mibs(size, t[base])))
+        return [(f"{label}, {size // MiB} MiB", throughput_ratio(size, t, mine, base))
                 for label, mine, base in pairs]
 
     save, load = [], []
@@ -881,7 +123,7 @@ def headlines(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any], s3
             headline(section, figure, f"{r:.2f}x ({which})", f"≥ {GOAL_THROUGHPUT}x",
                      r >= GOAL_THROUGHPUT)
     t = async_res["times"]
-    which, r = worst([(name, med(t[f"blocked {name}"]) / med(t[f"copy {name}"]))
+    which, r = worst([(name, median(t[f"blocked {name}"]) / median(t[f"copy {name}"]))
                       for name in ("bytes", "bytearray", "state dict")], higher_is_better=False)
     headline(section, "async save: time the caller is blocked / one in-memory copy (worst)",
              f"{r:.2f}x ({which})", f"≤ {GOAL_BLOCKED}x", r <= GOAL_BLOCKED)
@@ -893,7 +135,7 @@ def headlines(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any], s3
              f"{r:.2f}x ({which})", f"≥ {GOAL_THROUGHPUT}x", r >= GOAL_THROUGHPUT)
 
 
-def machine(where: Path) -> str:
+def machine_and_disk(where: Path) -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     # The filesystem holding ``where``: the longest mount point above it.
     mounts = [line.split()[:3] for line in Path("/proc/mounts").read_text().splitlines()]
@@ -954,27 +196,25 @@ def main() -> None:
     if args.child:
         size = args.size * MiB
         if args.child == "file":
-            emit(child_file(size, args.rounds, where))
+            emit(file_io.child_file(size, args.rounds, where))
         elif args.child == "async":
-            emit(child_async(size, args.rounds, where))
+            emit(async_save.child_async(size, args.rounds, where))
         elif args.child == "train":
-            emit(child_train(size, args.rounds, where, args.window))
+            emit(training.child_train(size, args.rounds, where, args.window))
         elif args.child == "state":
-            emit(child_state(size, args.rounds, where, args.scheme))
+            emit(state_dicts.child_state(size, args.rounds, where, args.scheme))
         else:
-            emit(child_s3(size, args.rounds, where))
+            emit(s3.child_s3(size, args.rounds, where))
         return
 
     command = shlex.join([os.path.relpath(sys.executable, REPO), "benchmarks/checkpoint_io.py",
                           *sys.argv[1:]])
-    command = f"PYTHONPATH=src {command}"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (args.src, env.get("PYTHONPATH")) if p)
     idle_before = cpu_idle_share(3.0)
-    started = time.perf_counter()
-    load_start = os.getloadavg()
+    frame = Frame(f"PYTHONPATH=src {command}", os.getloadavg())
     meter = CpuMeter()  # other work on the machine; this process and its children left out
-    facts = machine(where)
+    facts = machine_and_disk(where)
     common = ["--dir", str(where)]
     small, big = ["--rounds", str(args.rounds)], ["--rounds", str(args.big_rounds)]
     sizes = []
@@ -1012,15 +252,23 @@ def main() -> None:
         state_res["s3"] = (args.s3_mib * MiB, run_child(
             ["--child", "state", "--scheme", "s3", "--size", str(args.s3_mib), *common, *big],
             s3_env))
-    elapsed = time.perf_counter() - started
-    load_end = os.getloadavg()
-    others = meter.others_seconds()
+    frame.stop()
+    quiet = (f"CPUs {idle_before:.0%} idle in the 3 s before the start; other processes used "
+             f"{meter.others_seconds():.1f} CPU-s during the run")
+    report(file_res, async_res, train_res, s3_res, state_res, skipped,
+           f"{facts}. {versions()}", quiet, frame, args)
 
-    save_rows, load_rows, goals = file_table(file_res)
-    async_rows, async_goals = async_table(async_res)
-    train_rows, train_goals, train_worst = train_table(train_res)
-    s3_rows, s3_goals = s3_table(args.s3_mib * MiB, s3_res)
-    state_rows, state_goals = state_table(state_res)
+
+def report(file_res: dict[int, dict[str, Any]], async_res: dict[str, Any],
+           train_res: dict[str, Any], s3_res: dict[str, Any],
+           state_res: dict[str, tuple[int, dict[str, Any]]], skipped: list[str], facts: str,
+           quiet: str, frame: Frame, args: argparse.Namespace) -> None:
+    """Each section's table, the goals and notes: printed, as headlines, and written."""
+    save_rows, load_rows, goals = file_io.file_table(file_res)
+    async_rows, async_goals = async_save.async_table(async_res)
+    train_rows, train_goals, train_worst = training.train_table(train_res)
+    s3_rows, s3_goals = s3.s3_table(args.s3_mib * MiB, s3_res)
+    state_rows, state_goals = state_dicts.state_table(state_res)
     goals += async_goals + train_goals + s3_goals + state_goals
     headlines(file_res, async_res, args.s3_mib * MiB, s3_res)
     which, r = min(train_worst, key=lambda p: p[1])
@@ -1029,7 +277,7 @@ def main() -> None:
     first = async_res["first_blocked"]
     resident = {mib // MiB: r["resident_after_evict"] for mib, r in file_res.items()}
     notes = [
-        FILE_SAVE_RAW,
+        file_io.FILE_SAVE_RAW,
         "Cold loads: each file's pages evicted with posix_fadvise(DONTNEED) after fsync; "
         f"resident bytes right after, by fincore (None: fincore missing): {resident}.",
         f"First async save of a fresh Checkpoint (thread pools, DCP imports, the checkpoint "
@@ -1058,27 +306,20 @@ def main() -> None:
     summary = ["Goals:", *[f"- {g}" for g in goals], "", "Notes:", *[f"- {n}" for n in notes]]
     print()
     print("\n".join(body + summary))
-    quiet = (f"CPUs {idle_before:.0%} idle in the 3 s before the start; other processes used "
-             f"{others:.1f} CPU-s during the run")
-    print(f"whole benchmark {elapsed:.0f} s; load average {load_start[0]:.2f} at the start, "
-          f"{load_end[0]:.2f} at the end; {quiet}")
+    print(f"whole benchmark {frame.elapsed:.0f} s; load average {frame.load[0]:.2f} at the "
+          f"start, {frame.load_end[0]:.2f} at the end; {quiet}")
     if args.no_write:
         return
-    path = results_file("checkpoint-io")
-    today = path.name[:10]
-    md = [
-        f"# Checkpoint I/O, {today}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {facts}. {versions()}. Shoal commit {git_commit()}. Each section in its own "
-        f"subprocess, rounds interleaved; median (min–max) of {args.rounds} rounds (256 MiB "
-        f"file://, async) or {args.big_rounds} (larger files, training, s3://); whole run "
-        f"{elapsed:.0f} s; load average {load_start[0]:.2f} / {load_start[1]:.2f} / "
-        f"{load_start[2]:.2f} (1/5/15 min) at the start, {load_end[0]:.2f} at the end; {quiet} "
-        "(other work on the machine shows up as noise).", "",
-        *body, *summary, "",
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+    load, load_end = frame.load, frame.load_end
+    machine = (
+        f"Machine: {facts}. Shoal commit {git_commit()}. Each section in its own subprocess, "
+        f"rounds interleaved; median (min–max) of {args.rounds} rounds (256 MiB file://, async) "
+        f"or {args.big_rounds} (larger files, training, s3://); whole run {frame.elapsed:.0f} s; "
+        f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the "
+        f"start, {load_end[0]:.2f} at the end; {quiet} (other work on the machine shows up as "
+        "noise).")
+    write_results("checkpoint-io", "Checkpoint I/O", command=frame.command, machine=machine,
+                  body=[*body, *summary, ""])
 
 
 if __name__ == "__main__":

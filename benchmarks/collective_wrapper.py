@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -26,15 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import (  # benchmarks/_common.py, next to this script
-    REPO,
-    command_line,
-    cpu_model,
-    git_commit,
-    headline,
-    ncpu,
-    results_file,
-)
+from _common import alternating_rounds, headline
+from _report import Frame, machine_line, spread, table, write_results
 
 from shoal._runtime import rank_status
 
@@ -67,7 +59,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="measurements per row")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
-    command = command_line("collective_wrapper.py")
+    frame = Frame.start("collective_wrapper.py", warn_busy=False)
     import torch
     import torch.distributed as dist
 
@@ -89,47 +81,40 @@ def main() -> None:
                                                                    real_calls),
             "status file rewrite (flusher thread)": lambda: publish_cost(Path(tmp), 2000),
         }
-        rows: dict[str, list[float]] = {}
-        for i in range(args.rounds):
-            order = list(measures) if i % 2 == 0 else list(measures)[::-1]
-            for row in order:
-                rows.setdefault(row, []).append(measures[row]())
-            print(f"round {i + 1}/{args.rounds}: " + ", ".join(
-                f"{row} {rows[row][-1]:.2f} µs" for row in measures), flush=True)
+        rows = alternating_rounds(measures, args.rounds)
     dist.destroy_process_group()
+    report(rows, frame, args, torch.__version__)
+
+
+def report(rows: dict[str, list[float]], frame: Frame, args: argparse.Namespace,
+           torch_version: str) -> None:
+    """The table and the headlines, printed; the results file unless ``--no-write``."""
     med = {row: statistics.median(got) for row, got in rows.items()}
     wrapper = med["no-op, wrapped"] - med["no-op, bare"]
     real = med["all_reduce (1 rank, gloo), wrapped"] - med["all_reduce (1 rank, gloo), bare"]
-    table = ["| row | µs per call, median (min–max) |", "|---|---|"]
-    table += [f"| {row} | {med[row]:.2f} ({min(got):.2f}–{max(got):.2f}) |"
-              for row, got in rows.items()]
+    lines = table(["row", "µs per call, median (min–max)"],
+                  [f"| {row} | {spread(got)} |" for row, got in rows.items()])
     headline(SECTION, "collective wrapper, µs per call (wrapped no-op - bare)", f"{wrapper:.2f}",
              f"≤ {GOAL_US:g}", wrapper <= GOAL_US)
     headline(SECTION, "status file rewrite on the flusher thread, µs (≤ 2 per s)",
              f"{med['status file rewrite (flusher thread)']:.1f}")
-    print("\n".join(table))
+    print("\n".join(lines))
     print(f"wrapper: {wrapper:+.2f} µs per call on a no-op, {real:+.2f} µs on a real "
           "all_reduce (noise at that scale)")
     if args.no_write:
         return
-    path = results_file("collective-wrapper")
-    md = [
-        f"# Hang diagnosis: collective wrapper cost, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, torch {torch.__version__}. Shoal commit "
-        f"{git_commit()}. {args.rounds} rounds per row, rows interleaved; load average "
-        f"{os.getloadavg()[0]:.2f} at the end.", "",
-        *table, "",
+    machine = machine_line(f". {args.rounds} rounds per row, rows interleaved; load average "
+                           f"{os.getloadavg()[0]:.2f} at the end.", f"torch {torch_version}")
+    write_results("collective-wrapper", "Hang diagnosis: collective wrapper cost",
+                  command=frame.command, machine=machine, end="\n", body=[
+        *lines, "",
         f"- The wrapper costs {wrapper:.2f} µs per call (wrapped no-op minus bare no-op); goal "
         f"≈ {GOAL_US:g} µs: {'met' if wrapper <= GOAL_US else 'NOT met'}. On a real one-rank "
         f"all_reduce the difference is {real:+.2f} µs, within the noise of a call that "
         f"takes {med['all_reduce (1 rank, gloo), bare']:.0f} µs.",
         "- The status file is rewritten by the metrics flusher thread, at most every 0.5 s "
         "and only when the step or the collective changed.",
-    ]
-    path.write_text("\n".join(md) + "\n")
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":

@@ -28,14 +28,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +41,21 @@ from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     child_env,
-    closing_sections,
-    command_line,
-    cpu_model,
-    git_commit,
     headline,
-    load_note,
     ncpu,
-    print_outcome,
-    results_file,
     run_logged,
     run_marked,
     shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    Frame,
+    attempt,
+    closing_sections,
+    machine_line,
+    print_tables,
     spread,
+    table,
+    write_results,
 )
 
 EXAMPLE = REPO / "examples" / "pretrain"
@@ -164,12 +164,7 @@ def main() -> None:
               flush=True)
         return
 
-    command = command_line("data_step.py")
-    load = os.getloadavg()
-    if load[0] > 1.0:
-        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
-              flush=True)
-    started = time.perf_counter()
+    frame = Frame.start("data_step.py")
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-tokenizer-"))
     cache: list[dict[str, float]] = []
     tok: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
@@ -182,38 +177,46 @@ def main() -> None:
                              env=env(), timeout=args.timeout, what="train_tokenizer")
         for i in range(args.rounds):
             print(f"round {i + 1}/{args.rounds}", flush=True)
-            try:
-                both = cold_and_cached(args)
+            both = attempt("prepare_data", lambda: cold_and_cached(args))
+            if isinstance(both, str):
+                failures.append(f"prepare_data: {both}")
+            else:
                 cache.append(both)
                 print(f"  prepare_data: cold {both['cold']:.2f} s, cached {both['cached']:.2f} s",
                       flush=True)
-            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-                failures.append(f"prepare_data: {str(e).strip().splitlines()[0][:300]}")
-                print(f"  prepare_data: FAILED: {str(e)[-2500:]}", flush=True)
             for workers in ((1, 2) if i % 2 == 0 else (2, 1)):
-                try:
-                    one = tokenize(tokenizer, workers, args)
+                label = f"tokenize, {workers} worker(s)"
+                one = attempt(label, partial(tokenize, tokenizer, workers, args))
+                if isinstance(one, str):
+                    failures.append(f"{label}: {one}")
+                else:
                     tok[workers].append(one)
-                    print(f"  tokenize, {workers} worker(s): {one['tokens']:,} tokens in "
-                          f"{one['seconds']:.2f} s", flush=True)
-                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-                    failures.append(f"tokenize, {workers} worker(s): "
-                                    f"{str(e).strip().splitlines()[0][:300]}")
-                    print(f"  tokenize, {workers} worker(s): FAILED: {str(e)[-2500:]}",
+                    print(f"  {label}: {one['tokens']:,} tokens in {one['seconds']:.2f} s",
                           flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    load_end = os.getloadavg()
+    frame.stop()
 
     goal_lines: list[str] = []
-    cache_rows = ["| run | runs ok | wall s (min–max) | vs cold | CPU used by others, % "
-                  "(worst run) |", "|---|---|---|---|---|"]
+    cache_rows = cache_table(cache, args.rounds, goal_lines)
+    tok_rows = tokenize_table(tok, args.rounds, goal_lines, failures)
+    print_tables({"(1) prepare_data, cold vs cache hit": cache_rows,
+                  "(2) corpus.tokenize": tok_rows})
+    frame.print_outcome(goal_lines, failures)
+    if not args.no_write:
+        write_report(frame, args, trained, cache_rows, tok_rows,
+                     closing_sections(goal_lines, failures))
+
+
+def cache_table(cache: list[dict[str, float]], rounds: int, goal_lines: list[str]) -> list[str]:
+    """(1)'s rows; its goal line (and headline) into ``goal_lines``."""
+    cache_rows = table(["run", "runs ok", "wall s (min–max)", "vs cold",
+                        "CPU used by others, % (worst run)"])
     if cache:
         cold = statistics.median(c["cold"] for c in cache)
         cached = statistics.median(c["cached"] for c in cache)
         for kind, value in (("cold", cold), ("cached", cached)):
-            cache_rows.append(f"| {kind} | {len(cache)}/{args.rounds} | "
+            cache_rows.append(f"| {kind} | {len(cache)}/{rounds} | "
                               f"{spread([c[kind] for c in cache])} | {value / cold:.3f}x | "
                               f"{max(c[f'{kind} others'] for c in cache):.0f} |")
         goal_lines.append(f"prepare_data: cold {cold:.2f} s, cache hit {cached:.2f} s: the "
@@ -221,14 +224,21 @@ def main() -> None:
                           f"({cold / cached:.0f}x faster; reported, no goal).")
         headline(SECTION, "prepare_data wall time, cold / cache hit",
                  f"{cold / cached:.0f}x ({cold:.1f} s vs {cached:.2f} s)")
-    tok_rows = ["| workers | runs ok | tokens | seconds (min–max) | tokens/s (min–max) | "
-                "vs 1 worker | CPU used by others, % (worst run) |", "|" + "---|" * 7]
+    return cache_rows
+
+
+def tokenize_table(tok: dict[int, list[dict[str, Any]]], rounds: int, goal_lines: list[str],
+                   failures: list[str]) -> list[str]:
+    """(2)'s rows; its goal line (and headline) into ``goal_lines``, different tokens from
+    the two worker counts into ``failures``."""
+    tok_rows = table(["workers", "runs ok", "tokens", "seconds (min–max)", "tokens/s (min–max)",
+                      "vs 1 worker", "CPU used by others, % (worst run)"])
     rates = {w: [r["tokens"] / r["seconds"] for r in got] for w, got in tok.items()}
     for w, got in tok.items():
         if not got:
             continue
         vs = statistics.median(rates[w]) / statistics.median(rates[1]) if rates[1] else None
-        tok_rows.append(f"| {w} | {len(got)}/{args.rounds} | {got[0]['tokens']:,} | "
+        tok_rows.append(f"| {w} | {len(got)}/{rounds} | {got[0]['tokens']:,} | "
                         f"{spread([r['seconds'] for r in got])} | {spread(rates[w], '{:,.0f}')} | "
                         f"{'-' if vs is None else f'{vs:.2f}x'} | "
                         f"{max(r['others'] for r in got):.0f} |")
@@ -242,24 +252,17 @@ def main() -> None:
                           f"{'' if len(digests) == 1 else ' (but their tokens differ!)'}.")
         headline(SECTION, "corpus.tokenize, 2 workers / 1 worker, tokens/s", f"{speedup:.2f}x",
                  f"≥ {GOAL_SPEEDUP}x", speedup >= GOAL_SPEEDUP and len(digests) == 1)
+    return tok_rows
 
-    print()
-    print("\n".join(["(1) prepare_data, cold vs cache hit", *cache_rows, "",
-                     "(2) corpus.tokenize", *tok_rows, ""]))
-    print_outcome(goal_lines, failures, elapsed, load, load_end)
-    if args.no_write:
-        return
 
-    path = results_file("data-step")
+def write_report(frame: Frame, args: argparse.Namespace, trained: dict[str, Any],
+                 cache_rows: list[str], tok_rows: list[str], closing: list[str]) -> None:
     corpus_note = "the whole corpus" if not args.max_files else \
         f"the first {args.max_files} corpus files"
-    md = [
-        f"# Data step, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}. Shoal commit {git_commit()}. {args.rounds} "
-        f"rounds, each (1) then (2); median (min–max). Whole run {elapsed:.0f} s; "
-        f"{load_note(load, load_end)}.", "",
+    machine = machine_line(
+        f". {args.rounds} rounds, each (1) then (2); median (min–max). Whole run "
+        f"{frame.elapsed:.0f} s; {frame.load_note()}.")
+    write_results("data-step", "Data step", command=frame.command, machine=machine, body=[
         "## (1) `shoal run examples/pretrain/pipeline.py prepare_data`: cold, then a cache hit",
         "",
         *cache_rows, "",
@@ -275,10 +278,8 @@ def main() -> None:
         f"({trained['seconds']:.1f} s). Each call in its own child process, the call alone "
         "timed (the pool's start-up included); the worker counts' order alternates round by "
         "round; `TOKENIZERS_PARALLELISM=false`.", "",
-        *closing_sections(goal_lines, failures),
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+        *closing,
+    ])
 
 
 if __name__ == "__main__":

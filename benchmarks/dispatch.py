@@ -30,11 +30,8 @@ exists.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -46,20 +43,16 @@ from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
-    command_line,
-    cpu_model,
-    git_commit,
+    child_env,
     headline,
-    ncpu,
-    results_file,
     run_marked,
 )
+from _flyte import ensure_flyte_venv, flyte_env, flyte_python, remove_local_runs
+from _report import Frame, machine_line, ratio, table, write_results
 
 # Only the standard library at module level: this file also runs as the measuring child inside
 # the Flyte venv, where shoal is not installed.
 HERE = Path(__file__).resolve().parent
-FLYTE_VENV = HERE / ".venv-flyte"
-FLYTE_SPEC = "flyte>=2,<3"
 MARK = "DISPATCH-RESULT "  # the child's result line; engines may log to stdout too
 ENGINES = ("in-process", "shoal local", "flyte 2 local")
 # The issue's goal for the shoal row.
@@ -114,7 +107,6 @@ def _child_shoal(ns: list[int], rounds: int) -> dict[str, list[float]]:
 
 
 def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
-    import shutil
 
     import flyte
     import programs_dispatch_flyte as prog
@@ -135,12 +127,7 @@ def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
     try:
         return _time_runs(call, ns, rounds)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True)
-        for empty in ("/tmp/flyte/metadata", "/tmp/flyte"):
-            with contextlib.suppress(OSError):
-                os.rmdir(empty)  # only if nothing else (another flyte user) is in there
+        remove_local_runs(scratch, made)
 
 
 def child(kind: str, ns: list[int], rounds: int) -> None:
@@ -157,45 +144,6 @@ def child(kind: str, ns: list[int], rounds: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # The parent: make the Flyte venv, run the children, time imports, print and write the table.
 # ---------------------------------------------------------------------------------------------
-
-def _shoal_env() -> dict[str, str]:
-    """This environment with the repo's src first on PYTHONPATH (works with or without an
-    editable install; the engine's worker processes inherit it)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
-                                        if p)
-    return env
-
-
-def _flyte_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # nothing of Shoal's inside the Flyte venv
-    # flyte's Sentry crash reporting (flyte/_sentry.py) is on by default; keep the run offline.
-    env["DO_NOT_TRACK"] = "1"
-    return env
-
-
-def _flyte_python() -> Path:
-    return FLYTE_VENV / "bin" / "python"
-
-
-def ensure_flyte_venv() -> str | None:
-    """Make ``benchmarks/.venv-flyte`` with Flyte 2 if it is not there; None when ready, else
-    why not."""
-    py = _flyte_python()
-    check = [str(py), "-c", "import flyte"]
-    if py.exists() and subprocess.run(check, capture_output=True, env=_flyte_env()).returncode == 0:
-        return None
-    print(f"making {FLYTE_VENV} with {FLYTE_SPEC} (once)...", flush=True)
-    steps = [[sys.executable, "-m", "venv", "--clear", str(FLYTE_VENV)],
-             [str(py), "-m", "pip", "install", "-q", FLYTE_SPEC]]
-    for cmd in steps:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=_flyte_env(), timeout=900)
-        if p.returncode != 0:
-            last = ((p.stderr or p.stdout).strip().splitlines() or ["no output"])[-1]
-            return f"`{shlex.join(cmd)}` failed: {last[:300]}"
-    return None
-
 
 def run_child(kind: str, python: str, env: dict[str, str], ns: list[int],
               rounds: int) -> dict[str, Any]:
@@ -229,9 +177,9 @@ def importtime_cumulative(python: str, module: str, env: dict[str, str], runs: i
 
 def import_times(runs: int, flyte_ok: bool) -> dict[str, dict[str, float]]:
     out = {}
-    targets = [("shoal", sys.executable, _shoal_env())]
+    targets = [("shoal", sys.executable, child_env())]
     if flyte_ok:
-        targets.append(("flyte", str(_flyte_python()), _flyte_env()))
+        targets.append(("flyte", str(flyte_python()), flyte_env()))
     for module, python, env in targets:
         bare = wall_median([python, "-c", "pass"], env, runs)
         full = wall_median([python, "-c", f"import {module}"], env, runs)
@@ -251,24 +199,11 @@ def summarize(times: dict[str, list[float]], ns: list[int]) -> dict[int, dict[st
     return rows
 
 
-def machine() -> str:
-    return f"{ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, " \
-           f"Python {platform.python_version()}"
-
-
-
-
-def _ratio(x: float | None, ref: float | None) -> str:
-    if x is None or ref is None or ref <= 0:
-        return "-"
-    r = x / ref
-    return f"{r:.3g}x"
-
-
-def table(results: dict[str, dict[int, dict[str, float]] | str], ns: list[int]) -> list[str]:
+def engine_table(results: dict[str, dict[int, dict[str, float]] | str],
+                 ns: list[int]) -> list[str]:
     head = ["engine", "N", "total s (min–max)", "ms/call amortized", "ms/call total",
             "vs flyte 2 local", "vs in-process"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
     for engine in ENGINES:
         res = results.get(engine)
         if isinstance(res, str) or res is None:
@@ -277,15 +212,16 @@ def table(results: dict[str, dict[int, dict[str, float]] | str], ns: list[int]) 
         for n in ns:
             r = res[n]
 
-            def ref(name: str, n: int = n) -> float | None:
+            def vs(r: dict[str, float], name: str, n: int = n) -> str:
                 other = results.get(name)
-                return None if isinstance(other, str) or other is None \
+                ref = None if isinstance(other, str) or other is None \
                     else other[n]["amortized_ms"]
+                return ratio(r["amortized_ms"], ref, "{:.3g}x")
 
             spread = f"{r['total_s']:.3f} ({r['min_s']:.3f}–{r['max_s']:.3f})"
             lines.append(f"| {engine} | {n} | {spread} | {r['amortized_ms']:.4f} | "
-                         f"{r['total_ms']:.4f} | {_ratio(r['amortized_ms'], ref('flyte 2 local'))}"
-                         f" | {_ratio(r['amortized_ms'], ref('in-process'))} |")
+                         f"{r['total_ms']:.4f} | {vs(r, 'flyte 2 local')} | "
+                         f"{vs(r, 'in-process')} |")
     return lines
 
 
@@ -324,19 +260,17 @@ def main() -> None:
         child(args.child, ns, args.rounds)
         return
 
-    command = command_line("dispatch.py")
-    started = time.perf_counter()
-    load = os.getloadavg()[0]
+    frame = Frame.start("dispatch.py", warn_busy=False)
     results: dict[str, dict[int, dict[str, float]] | str] = {}
     flyte_version = "-"
     flyte_problem = "--no-flyte" if args.no_flyte else ensure_flyte_venv()
 
     for engine, kind in (("in-process", "in-process"), ("shoal local", "shoal")):
-        got = run_child(kind, sys.executable, _shoal_env(), ns, args.rounds)
+        got = run_child(kind, sys.executable, child_env(), ns, args.rounds)
         results[engine] = summarize(got["times"], ns)
     if flyte_problem is None:
         try:
-            got = run_child("flyte", str(_flyte_python()), _flyte_env(), ns, args.rounds)
+            got = run_child("flyte", str(flyte_python()), flyte_env(), ns, args.rounds)
             results["flyte 2 local"] = summarize(got["times"], ns)
             flyte_version = str(got["version"])
         except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -344,9 +278,15 @@ def main() -> None:
     if flyte_problem is not None:
         results["flyte 2 local"] = flyte_problem
     imports = import_times(args.import_runs, flyte_problem is None)
-    elapsed = time.perf_counter() - started
+    frame.stop()
+    report(results, imports, ns, flyte_version, frame, args)
 
-    rows = table(results, ns)
+
+def report(results: dict[str, dict[int, dict[str, float]] | str],
+           imports: dict[str, dict[str, float]], ns: list[int], flyte_version: str,
+           frame: Frame, args: argparse.Namespace) -> None:
+    """The table, goals and import times: printed, as headlines, and written."""
+    rows = engine_table(results, ns)
     sh = imports["shoal"]
     import_lines = [
         f"`import shoal`: {sh['over_bare']:.3f} s over a bare interpreter "
@@ -386,19 +326,17 @@ def main() -> None:
     print()
     for line in [*goal_lines, t1_line, *import_lines]:
         print(line)
-    print(f"whole benchmark {elapsed:.0f} s")
+    print(f"whole benchmark {frame.elapsed:.0f} s")
 
     if args.no_write:
         return
-    path = results_file("dispatch")
-    today = path.name[:10]
-    md = [
-        f"# Dispatch overhead, {today}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {machine()}. Shoal commit {git_commit()}; flyte {flyte_version} "
-        f"(local mode, in `benchmarks/.venv-flyte`). Median of {args.rounds} rounds after one "
-        f"warm-up run; each engine in its own subprocess; whole run {elapsed:.0f} s; load "
-        f"average {load:.1f} at the start (other work on the machine shows up as noise).", "",
+    machine = machine_line(
+        f"; flyte {flyte_version} (local mode, in `benchmarks/.venv-flyte`). Median of "
+        f"{args.rounds} rounds after one warm-up run; each engine in its own subprocess; whole "
+        f"run {frame.elapsed:.0f} s; load average {frame.load[0]:.1f} at the start (other work "
+        "on the machine shows up as noise).")
+    write_results("dispatch", "Dispatch overhead", command=frame.command, machine=machine,
+                  body=[
         "## Per-call overhead: N trivial calls fanned out with asyncio.gather", "",
         *rows, "",
         "ms/call amortized = (t(N) - t(1)) / (N - 1); ms/call total = t(N) / N, run start-up "
@@ -409,9 +347,7 @@ def main() -> None:
         *[f"- {line}" for line in goal_lines], f"- {t1_line}", "",
         "## Import time", "",
         *[f"- {line}" for line in import_lines], "",
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":

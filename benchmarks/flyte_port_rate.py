@@ -46,15 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _common import (  # benchmarks/_common.py, next to this script
-    REPO,
     child_env,
-    command_line,
     cpu_model,
     git_commit,
     headline,
     ncpu,
-    results_file,
 )
+from _report import Frame, table, write_results
 
 # (path under examples/, why it is on the list). Chosen to run on a CPU-only laptop in principle
 # (no cloud, no secrets, no remote-only feature at their core) and to cover what Flyte's users
@@ -341,9 +339,9 @@ def recorded_runs(home: Path) -> list[tuple[str, str, str]]:
     return [(r.name, r.state, r.error or "") for r in records.list_runs(limit=10_000)]
 
 
-def table(outcomes: list[Outcome]) -> list[str]:
-    rows = ["| # | example | result | s | why | first error | `__main__` | Shoal lacks |",
-            "|---|---|---|---|---|---|---|---|"]
+def outcome_table(outcomes: list[Outcome]) -> list[str]:
+    rows = table(["#", "example", "result", "s", "why", "first error", "`__main__`",
+                  "Shoal lacks"])
     for i, o in enumerate(outcomes, 1):
         err = o.error.replace("|", "\\|")
         rows.append(f"| {i} | {o.example} | {'passed' if o.passed else 'FAILED'} | "
@@ -409,15 +407,13 @@ def main() -> None:
     chosen = [(p, w) for p, w in listed
               if not args.only or any(s in p for s in args.only.split(","))]
 
-    command = command_line("flyte_port_rate.py")
-    load = os.getloadavg()
+    frame = Frame.start("flyte_port_rate.py", warn_busy=False)
     scratch = Path(tempfile.mkdtemp(prefix="shoal-flyte-port-"))
-    started = time.perf_counter()
     outcomes: list[Outcome] = []
     try:
         for rel, why in chosen:
             path = root / "examples" / rel
-            left = args.budget - (time.perf_counter() - started)
+            left = args.budget - (time.perf_counter() - frame.started)
             if not path.exists():
                 outcomes.append(Outcome(rel, False, 0.0, "not in this checkout", "missing example"))
             elif left < 5:
@@ -433,34 +429,36 @@ def main() -> None:
             print(f"scratch kept: {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    load_end = os.getloadavg()
+    frame.stop()
 
     passed = sum(o.passed for o in outcomes)
     ratio = f"{passed} of {len(outcomes)} ran ({passed / len(outcomes):.0%})" if outcomes else "-"
-    rows = table(outcomes)
+    rows = outcome_table(outcomes)
     print()
     print("\n".join(rows))
     print()
     print(ratio)
     headline("flyte port", "Flyte 2 public examples that run with only the import changed",
              f"{passed}/{len(outcomes)} ({passed / max(1, len(outcomes)):.0%})")
-    print(f"whole benchmark {elapsed:.0f} s")
-    if args.no_write:
-        return
+    print(f"whole benchmark {frame.elapsed:.0f} s")
+    if not args.no_write:
+        write_report(frame, args, root, chosen, outcomes, rows, ratio)
 
-    path = results_file("flyte-port-wide" if args.wide else "flyte-port")
+
+def write_report(frame: Frame, args: argparse.Namespace, root: Path,
+                 chosen: list[tuple[str, str]], outcomes: list[Outcome], rows: list[str],
+                 ratio: str) -> None:
     which = f"every runnable example under {args.wide}" if args.wide else "the fixed list"
-    md = [
-        f"# Flyte 2 examples on Shoal, only the import changed, {path.name[:10]}, {ncpu()} CPUs",
-        "", f"Set: {which}.",
-        "",
-        f"Command: `{command}`", "",
+    machine = (
         f"Machine: {ncpu()} CPUs ({cpu_model()}), Python {sys.version.split()[0]}. Shoal commit "
         f"{git_commit()}; flyte-sdk checkout {flyte_sdk_commit(root)}. Each example copied "
         "with only its imports renamed and run as `python example.py` in a fresh SHOAL_HOME; "
-        f"{args.timeout:g} s per example, {args.budget:g} s in all; whole run {elapsed:.0f} s; "
-        f"load average {load[0]:.2f} at the start, {load_end[0]:.2f} at the end.", "",
+        f"{args.timeout:g} s per example, {args.budget:g} s in all; whole run "
+        f"{frame.elapsed:.0f} s; load average {frame.load[0]:.2f} at the start, "
+        f"{frame.load_end[0]:.2f} at the end.")
+    write_results("flyte-port-wide" if args.wide else "flyte-port",
+                  "Flyte 2 examples on Shoal, only the import changed", command=frame.command,
+                  machine=machine, preamble=[f"Set: {which}.", ""], body=[
         f"**{ratio}.**", "",
         "Passed: exit 0 and every run it recorded ended succeeded. `__main__` says what the "
         "example's own main block asks for: `mode='remote'`/`mode='local'` passed to "
@@ -470,14 +468,12 @@ def main() -> None:
         "not, from a scan of the source, so it shows gaps past the first error too.", "",
         *rows, "",
         "## Failures by reason", "",
-        "| why | examples |", "|---|---|", *why_counts(outcomes), "",
+        *table(["why", "examples"], why_counts(outcomes)), "",
         "## Names Shoal lacks, by how many examples use them", "",
-        "| name | examples |", "|---|---|", *lack_counts(outcomes), "",
+        *table(["name", "examples"], lack_counts(outcomes)), "",
         "## Why each example is on the list", "",
         *[f"- `{p}`: {w}" for p, w in chosen], "",
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":

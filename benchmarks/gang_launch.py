@@ -64,15 +64,24 @@ from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     child_env,
-    command_line,
-    cpu_model,
     free_port,
-    git_commit,
     headline,
     ncpu,
-    print_outcome,
-    results_file,
+    read_marks,
     shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    Frame,
+    attempt,
+    failure_lines,
+    machine_line,
+    med,
+    print_tables,
+    ratio,
+    runs_ok,
+    spread,
+    table,
+    write_results,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -235,17 +244,6 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def read_marks(path: Path) -> dict[str, float]:
-    """``NAME <t>`` lines of a rank's output; ``FIRST_STEP ... restart n`` as FIRST_STEP<n>."""
-    marks: dict[str, float] = {}
-    with contextlib.suppress(OSError):
-        for line in path.read_text(errors="replace").splitlines():
-            m = MARK.match(line.strip())
-            if m:
-                name = m.group(1) + (m.group(3) or "")
-                marks.setdefault(name, float(m.group(2)))
-    return marks
-
 
 @dataclass
 class Outcome:
@@ -343,7 +341,7 @@ def run_bare(steps: int, interval: float, pss_interval: float, timeout: float) -
         logs = [work / "node0.log", work / "node1.log"]
         t0, total, sampler, cpu = _run_processes(cmds, _env(), logs, False, interval,
                                                  pss_interval, timeout)
-        marks = read_marks(logs[0])  # rank 0 runs on node 0, torchrun passes its stdout on
+        marks = read_marks(logs[0], MARK)  # rank 0 runs on node 0, torchrun passes its stdout on
         if "FIRST_STEP" not in marks:
             raise RuntimeError(f"no FIRST_STEP mark in {logs[0]}")
         stages = _stages(marks, sampler, t0, t0, "agent")
@@ -371,15 +369,15 @@ def run_shoal(row: str, task: str, steps: int, interval: float, pss_interval: fl
         if not gang:
             raise RuntimeError(f"no gang logs under {home}/runs:\n{log.read_text()[-3000:]}")
         if kill_at is None:
-            marks = read_marks(gang[0] / "r0" / "rank0.log")
+            marks = read_marks(gang[0] / "r0" / "rank0.log", MARK)
             if "FIRST_STEP0" not in marks:
                 raise RuntimeError(f"no FIRST_STEP mark in {gang[0]}/r0/rank0.log")
             stages = _stages(marks, sampler, t0, t0, "launcher", restart="0")
             stages["all exited"] = total
             done = True
             return Outcome(marks["FIRST_STEP0"] - t0, total, stages, _rss(sampler), cpu=cpu)
-        killed = read_marks(gang[0] / "r0" / "rank1.log").get("KILL")
-        marks = read_marks(gang[0] / "r1" / "rank0.log")
+        killed = read_marks(gang[0] / "r0" / "rank1.log", MARK).get("KILL")
+        marks = read_marks(gang[0] / "r1" / "rank0.log", MARK)
         if killed is None or "FIRST_STEP1" not in marks:
             raise RuntimeError(f"no KILL in r0/rank1.log or no FIRST_STEP restart 1 in "
                                f"r1/rank0.log under {gang[0]}:\n{log.read_text()[-3000:]}")
@@ -434,27 +432,8 @@ def reference_costs(runs: int) -> list[tuple[str, float]]:
 # Tables.
 # ---------------------------------------------------------------------------------------------
 
-def spread(values: list[float], digits: int = 2) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–" \
-           f"{max(values):.{digits}f})"
-
-
-def ratio(x: float | None, ref: float | None) -> str:
-    return "-" if x is None or not ref else f"{x / ref:.2f}x"
-
-
-def med(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 Results = dict[str, list[Outcome]]  # row -> the outcomes of its runs that succeeded
 Failures = dict[str, list[str]]  # row -> why each of its failed runs failed
-
-
-def runs(got: list[Outcome], failed: list[str]) -> str:
-    return f"{len(got)}/{len(got) + len(failed)}"
 
 
 def noise(got: list[Outcome]) -> str:
@@ -467,17 +446,17 @@ def launch_table(res: Results, failures: Failures) -> list[str]:
     head = ["launcher", "runs ok", "launch → first step s (min–max)", "vs bare torchrun",
             "total wall s (min–max)", "vs bare torchrun", "CPU used by others / stolen, % "
             "(worst run)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
     base = res.get(BASELINE, [])
     ref_first = med([o.first_step for o in base])
     ref_total = med([o.total for o in base])
     for row in LAUNCH_ROWS:
         got, failed = res.get(row, []), failures.get(row, [])
         if not got:
-            lines.append(f"| {row} | {runs(got, failed)} | | | | | |")
+            lines.append(f"| {row} | {runs_ok(got, failed)} | | | | | |")
             continue
         first, total = [o.first_step for o in got], [o.total for o in got]
-        lines.append(f"| {row} | {runs(got, failed)} | {spread(first)} | "
+        lines.append(f"| {row} | {runs_ok(got, failed)} | {spread(first)} | "
                      f"{ratio(med(first), ref_first)} | {spread(total)} | "
                      f"{ratio(med(total), ref_total)} | {noise(got)} |")
     return lines
@@ -492,8 +471,7 @@ def stage_table(res: Results, rows: tuple[str, ...], origin: str) -> list[str]:
              "torch imported", "process group", "first step", "last step", "ranks exited",
              "node processes exited", "all exited"]
     names = [n for n in order if n in names]
-    lines = ["| " + " | ".join([f"s from {origin}", *names]) + " |",
-             "|" + "---|" * (len(names) + 1)]
+    lines = table([f"s from {origin}", *names])
     for row in rows:
         got = res.get(row, [])
         if not got:
@@ -511,16 +489,16 @@ def recovery_table(res: Results, launch: Results, failures: Failures) -> list[st
             "vs bare torchrun launch → first step", "vs same launcher's launch → first step",
             "rank named as failing first, per run (rank 1 was killed)",
             "CPU used by others / stolen, % (worst run)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
     ref = med([o.first_step for o in launch.get(BASELINE, [])])
     for row in RECOVERY_ROWS:
         got, failed = res.get(row, []), failures.get(row, [])
         if not got:
-            lines.append(f"| {row} | {runs(got, failed)} | | | | | |")
+            lines.append(f"| {row} | {runs_ok(got, failed)} | | | | | |")
             continue
         own = med([o.first_step for o in launch.get(row, [])])
         values = [o.first_step for o in got]
-        lines.append(f"| {row} | {runs(got, failed)} | {spread(values)} | "
+        lines.append(f"| {row} | {runs_ok(got, failed)} | {spread(values)} | "
                      f"{ratio(med(values), ref)} | "
                      f"{ratio(med(values), own)} | {', '.join(o.blamed for o in got)} | "
                      f"{noise(got)} |")
@@ -532,10 +510,13 @@ def memory_table(res: Results) -> list[str]:
             "torchrun agent, per node", "all non-rank processes", "vs bare torchrun",
             "rank, per rank", "PSS: non-rank processes", "PSS: all processes",
             "PSS all vs bare torchrun"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
 
     def per_run(got: list[Outcome], role: str) -> list[float]:
         return [max(o.rss[role]) for o in got if o.rss.get(role)]
+
+    def mib(values: list[float]) -> str:
+        return spread(values, "{:.0f}")
 
     def overhead(o: Outcome) -> float:
         return sum(sum(o.rss.get(r, [])) for r in ("engine", "launcher", "agent"))
@@ -547,12 +528,12 @@ def memory_table(res: Results) -> list[str]:
         got = res.get(row, [])
         if not got:
             continue
-        cells = [spread(per_run(got, role), 0) for role in ("engine", "launcher", "agent")]
+        cells = [mib(per_run(got, role)) for role in ("engine", "launcher", "agent")]
         total = [overhead(o) for o in got]
         pss_all = per_run(got, "pss all")
-        lines.append(f"| {row} | " + " | ".join(cells) + f" | {spread(total, 0)} | "
-                     f"{ratio(med(total), ref)} | {spread(per_run(got, 'rank'), 0)} | "
-                     f"{spread(per_run(got, 'pss non-rank'), 0)} | {spread(pss_all, 0)} | "
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | {mib(total)} | "
+                     f"{ratio(med(total), ref)} | {mib(per_run(got, 'rank'))} | "
+                     f"{mib(per_run(got, 'pss non-rank'))} | {mib(pss_all)} | "
                      f"{ratio(med(pss_all), ref_pss)} |")
     return lines
 
@@ -560,17 +541,6 @@ def memory_table(res: Results) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # The run.
 # ---------------------------------------------------------------------------------------------
-
-def machine() -> str:
-    import platform
-
-    import torch
-
-    return f"{ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, Python " \
-           f"{platform.python_version()}, torch {torch.__version__}, psutil {psutil.__version__}"
-
-
-
 
 def failure_summary(why: str) -> str:
     """One line for a failed run: ``shoal run``'s own verdict when it printed one."""
@@ -580,12 +550,9 @@ def failure_summary(why: str) -> str:
 
 
 def measure(label: str, fn: Any, *args: Any, **kwargs: Any) -> Outcome | str:
-    try:
-        o: Outcome = fn(*args, **kwargs)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        why = str(e).strip() or type(e).__name__
-        print(f"  {label}: FAILED: {why[-2500:]}", flush=True)
-        return failure_summary(why)
+    o: Outcome | str = attempt(label, lambda: fn(*args, **kwargs), failure_summary)
+    if isinstance(o, str):
+        return o
     stages = ", ".join(f"{name} {secs:.2f}" for name, secs in o.stages.items())
     print(f"  {label}: first step {o.first_step:.2f} s, total {o.total:.2f} s ({stages}; "
           f"others' CPU {o.cpu.get('others', 0.0):.0f}%)", flush=True)
@@ -613,12 +580,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
 
-    command = command_line("gang_launch.py")
-    load = os.getloadavg()
-    if load[0] > 1.0:
-        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
-              flush=True)
-    started = time.perf_counter()
+    frame = Frame.start("gang_launch.py")
     interval = args.sample_ms / 1000
     common = {"interval": interval, "pss_interval": args.pss_ms / 1000,
               "timeout": args.timeout}
@@ -646,26 +608,40 @@ def main() -> None:
             collect(recovery, failures["b"], row,
                     measure(f"(b) {row}", run_shoal, row, "train_recover", args.steps,
                             kill_at=args.kill_at, **common))
-    load_end = os.getloadavg()
-    elapsed = time.perf_counter() - started
+    frame.stop()
 
-    a_rows = launch_table(launch, failures["a"])
-    a_stages = stage_table(launch, LAUNCH_ROWS, "launch")
-    b_rows = recovery_table(recovery, launch, failures["b"])
-    b_stages = stage_table(recovery, RECOVERY_ROWS, "kill")
-    c_rows = memory_table(launch)
-    ref_rows = ["| one process alone | s (median) |", "|---|---|",
-                *[f"| {label} | {secs:.3f} |" for label, secs in refs]]
-    failure_lines = [f"({part}) {row}: {why}" for part, by_row in failures.items()
-                     for row, whys in by_row.items() for why in whys]
-    run_rows = ["| part | row | each run: first step s / total s / others' CPU % |",
-                "|---|---|---|"]
+    tables = {"(a) launch, 2 nodes x 2 processes": launch_table(launch, failures["a"]),
+              "(a) stages, median seconds from launch": stage_table(launch, LAUNCH_ROWS,
+                                                                    "launch"),
+              "(b) recovery after a rank is SIGKILLed": recovery_table(recovery, launch,
+                                                                       failures["b"]),
+              "(b) stages, median seconds from the kill": stage_table(recovery, RECOVERY_ROWS,
+                                                                      "kill"),
+              "(c) peak RSS, MiB, during (a)": memory_table(launch),
+              "reference costs": table(["one process alone", "s (median)"],
+                                       [f"| {label} | {secs:.3f} |" for label, secs in refs])}
+    failed_runs = [line for part, by_row in failures.items()
+                   for line in failure_lines(by_row, prefix=f"({part}) ")]
+    goal_lines = goals(launch, recovery)
+    print_tables(tables)
+    frame.print_outcome(goal_lines, failed_runs)
+    if not args.no_write:
+        write_report(frame, args, list(tables.values()), goal_lines, failed_runs,
+                     every_run(launch, recovery))
+
+
+def every_run(launch: Results, recovery: Results) -> list[str]:
+    run_rows = table(["part", "row", "each run: first step s / total s / others' CPU %"])
     for part, res in (("a", launch), ("b", recovery)):
         for row, got in res.items():
             each = "; ".join(f"{o.first_step:.2f} / {o.total:.2f} / "
                              f"{o.cpu.get('others', 0.0):.0f}" for o in got)
             run_rows.append(f"| {part} | {row} | {each} |")
+    return run_rows
 
+
+def goals(launch: Results, recovery: Results) -> list[str]:
+    """The goal lines; the summary's figures as headlines."""
     goal_lines = []
     base = launch.get(BASELINE, [])
     for row in SHOAL_ROWS:
@@ -692,34 +668,22 @@ def main() -> None:
     if recovery.get("shoal direct"):
         headline(SECTION, "shoal direct, kill → first step after the gang restart (seed DDP)",
                  f"{statistics.median(o.first_step for o in recovery['shoal direct']):.2f} s")
+    return goal_lines
 
-    print()
-    for title, rows in (("(a) launch, 2 nodes x 2 processes", a_rows),
-                        ("(a) stages, median seconds from launch", a_stages),
-                        ("(b) recovery after a rank is SIGKILLed", b_rows),
-                        ("(b) stages, median seconds from the kill", b_stages),
-                        ("(c) peak RSS, MiB, during (a)", c_rows),
-                        ("reference costs", ref_rows)):
-        print(title)
-        print("\n".join(rows))
-        print()
-    print_outcome(goal_lines, failure_lines, elapsed, load, load_end)
 
-    if args.no_write:
-        return
-    path = results_file("gang-launch")
-    today = path.name[:10]
+def write_report(frame: Frame, args: argparse.Namespace, tables: list[list[str]],
+                 goal_lines: list[str], failure_lines: list[str], run_rows: list[str]) -> None:
+    import torch
+
+    a_rows, a_stages, b_rows, b_stages, c_rows, ref_rows = tables
     bytecode = " PYTHONDONTWRITEBYTECODE=1 was set." if os.environ.get(
         "PYTHONDONTWRITEBYTECODE") else ""
-    md = [
-        f"# Gang launch, {today}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {machine()}. Shoal commit {git_commit()}. {args.steps} training steps; "
-        f"{args.repeats} runs per row after one unmeasured warm-up run of each kind, rows "
-        f"interleaved round by round; median (min–max). Whole run {elapsed:.0f} s; load "
-        f"average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the start, "
-        f"{load_end[0]:.2f} at the end (other work on the machine shows up as noise)."
-        f"{bytecode}", "",
+    machine = machine_line(
+        f". {args.steps} training steps; {args.repeats} runs per row after one unmeasured "
+        "warm-up run of each kind, rows interleaved round by round; median (min–max). Whole "
+        f"run {frame.elapsed:.0f} s; {frame.load_note()}.{bytecode}",
+        f"torch {torch.__version__}", f"psutil {psutil.__version__}")
+    write_results("gang-launch", "Gang launch", command=frame.command, machine=machine, body=[
         "## (a) Launch: the seed DDP example, 2 nodes x 2 processes, gloo on CPU", "",
         *a_rows, "",
         "Launch → first step: from just before the first process is started to rank 0's "
@@ -783,9 +747,7 @@ def main() -> None:
         f"Each command alone, run first (before any gang), median of {args.reference_runs}; "
         f"in the runs above 4 ranks and 2 node processes start at once on {ncpu()} CPUs, so "
         "the same work takes longer there.", "",
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import sys
@@ -40,22 +39,25 @@ from pathlib import Path
 from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
-    REPO,
     CpuMeter,
     child_env,
-    closing_sections,
-    command_line,
-    cpu_model,
-    git_commit,
     headline,
     interleaved_rounds,
-    load_note,
     ncpu,
-    print_outcome,
-    results_file,
     run_marked,
 )
-from dispatch import _flyte_env, _flyte_python, ensure_flyte_venv  # the same Flyte venv
+from _flyte import ensure_flyte_venv, flyte_env, flyte_python, remove_local_runs
+from _report import (  # benchmarks/_report.py, next to this script
+    Frame,
+    closing_sections,
+    failure_lines,
+    machine_line,
+    median_of,
+    ratio,
+    spread,
+    table,
+    write_results,
+)
 
 MARK = "MAP-SCALE-RESULT "
 ROWS = ("shoal map", "shoal gather", "flyte 2 local map")
@@ -106,9 +108,7 @@ def _child_shoal(row: str, n: int) -> dict[str, Any]:
 
 
 def _child_flyte(n: int) -> dict[str, Any]:
-    import contextlib
     import logging
-    import shutil
 
     import flyte
     import programs_map_scale_flyte as prog
@@ -130,12 +130,7 @@ def _child_flyte(n: int) -> dict[str, Any]:
         got["version"] = flyte.__version__
         return got
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True)
-        for empty in ("/tmp/flyte/metadata", "/tmp/flyte"):
-            with contextlib.suppress(OSError):
-                os.rmdir(empty)
+        remove_local_runs(scratch, made)
 
 
 def child(row: str, n: int) -> None:
@@ -151,15 +146,11 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:.1f}"
 
 
-def _median(runs: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
-
-
-def table(res: dict[str, list[dict[str, Any]]], problems: dict[str, str]) -> list[str]:
+def rows_table(res: dict[str, list[dict[str, Any]]], problems: dict[str, str]) -> list[str]:
     head = ["row", "calls/s (min–max)", "s for N", "vs shoal map", "peak RSS MiB",
             "largest worker peak MiB", "RSS growth over the run MiB", "runs"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ref = _median(res["shoal map"], "calls_per_s") if res.get("shoal map") else None
+    lines = table(head)
+    ref = median_of(res["shoal map"], "calls_per_s") if res.get("shoal map") else None
     for row in ROWS:
         runs = res.get(row)
         if not runs:
@@ -167,12 +158,12 @@ def table(res: dict[str, list[dict[str, Any]]], problems: dict[str, str]) -> lis
                          + " |" * (len(head) - 2))
             continue
         rate = [r["calls_per_s"] for r in runs]
-        vs = f"{_median(runs, 'calls_per_s') / ref:.2f}x" if ref else "-"
-        kids = _median(runs, "peak_rss_children")
+        vs = ratio(median_of(runs, "calls_per_s"), ref)
+        kids = median_of(runs, "peak_rss_children")
         growth = statistics.median(r["rss_after"] - r["rss_before"] for r in runs)
-        lines.append(f"| {row} | {statistics.median(rate):.0f} ({min(rate):.0f}–{max(rate):.0f})"
-                     f" | {_median(runs, 'seconds'):.2f} | {vs} | "
-                     f"{_mib(_median(runs, 'peak_rss'))} | {_mib(kids) if kids else '-'} | "
+        lines.append(f"| {row} | {spread(rate, '{:.0f}')} | {median_of(runs, 'seconds'):.2f} | "
+                     f"{vs} | "
+                     f"{_mib(median_of(runs, 'peak_rss'))} | {_mib(kids) if kids else '-'} | "
                      f"{_mib(growth)} | {len(runs)} |")
     return lines
 
@@ -189,8 +180,7 @@ def main() -> None:
         child(args.child, args.n)
         return
 
-    command = command_line("map_scale.py")
-    started, load, meter = time.perf_counter(), os.getloadavg(), CpuMeter()
+    frame, meter = Frame.start("map_scale.py", warn_busy=False), CpuMeter()
     problems: dict[str, str] = {}
     flyte_problem = "--no-flyte" if args.no_flyte else ensure_flyte_venv()
     rows = [r for r in ROWS if not (r.startswith("flyte") and flyte_problem)]
@@ -201,8 +191,8 @@ def main() -> None:
     def measure(row: str) -> dict[str, Any] | str:
         nonlocal flyte_version
         flyte = row.startswith("flyte")
-        python = str(_flyte_python()) if flyte else sys.executable
-        env = _flyte_env() if flyte else child_env()
+        python = str(flyte_python()) if flyte else sys.executable
+        env = flyte_env() if flyte else child_env()
         cmd = [python, str(Path(__file__).resolve()), "--child", row, "--n", str(args.n)]
         try:
             got = run_marked(cmd, MARK, env=env, timeout=900, what=row)
@@ -214,13 +204,19 @@ def main() -> None:
         return got
 
     res, failed = interleaved_rounds(rows, args.rounds, measure, rotate=True)
-    elapsed, load_end = time.perf_counter() - started, os.getloadavg()
+    frame.stop()
     others = meter.others_percent()
     for row, why in failed.items():
         problems.setdefault(row, why[-1])
+    report(res, failed, problems, frame, others, flyte_version, args)
 
-    lines = table(res, problems)
-    rate = {row: _median(runs, "calls_per_s") for row, runs in res.items() if runs}
+
+def report(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]],
+           problems: dict[str, str], frame: Frame, others: float, flyte_version: str,
+           args: argparse.Namespace) -> None:
+    """The table and the goals: printed, as headlines, and written."""
+    lines = rows_table(res, problems)
+    rate = {row: median_of(runs, "calls_per_s") for row, runs in res.items() if runs}
     section = "(g) map at scale"
     goal_lines: list[str] = []
     if "shoal map" in rate:
@@ -235,23 +231,20 @@ def main() -> None:
         growth = statistics.median(r["rss_after"] - r["rss_before"] for r in res["shoal map"])
         headline(section, f"shoal.map, engine RSS growth over {args.n} calls",
                  f"{_mib(growth)} MiB")
-    failures = [f"{row}: {why}" for row, whys in failed.items() for why in whys]
+    failures = failure_lines(failed)
     print()
     print("\n".join(lines))
     print()
-    print_outcome(goal_lines, failures, elapsed, load, load_end)
+    frame.print_outcome(goal_lines, failures)
     if args.no_write:
         return
-    path = results_file("map-scale")
-    md = [
-        f"# A map of {args.n:,} trivial calls, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}. Shoal commit {git_commit()}; flyte "
-        f"{flyte_version} (local mode, in `benchmarks/.venv-flyte`). {args.rounds} round(s), "
-        f"each row in a fresh subprocess after a warm-up run of {WARM_UP} calls; whole run "
-        f"{elapsed:.0f} s; {load_note(load, load_end)}; other work used {others:.0f}% of the "
-        "CPUs meanwhile.", "",
+    machine = machine_line(
+        f"; flyte {flyte_version} (local mode, in `benchmarks/.venv-flyte`). {args.rounds} "
+        f"round(s), each row in a fresh subprocess after a warm-up run of {WARM_UP} calls; "
+        f"whole run {frame.elapsed:.0f} s; {frame.load_note()}; other work used {others:.0f}% "
+        "of the CPUs meanwhile.")
+    write_results("map-scale", f"A map of {args.n:,} trivial calls", command=frame.command,
+                  machine=machine, body=[
         f"## {args.n:,} calls of a trivial task from a driver task", "",
         *lines, "",
         f"shoal map: `shoal.map(inc, range(n), concurrency={CONCURRENCY})` in a sync driver task;"
@@ -263,9 +256,7 @@ def main() -> None:
         "largest worker peak: the largest of Shoal's worker processes. RSS growth: the "
         "measuring process's RSS after the timed run minus before it (after the warm-up).", "",
         *closing_sections(goal_lines, failures),
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":

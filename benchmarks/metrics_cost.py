@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -28,15 +27,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import (  # benchmarks/_common.py, next to this script
-    REPO,
-    command_line,
-    cpu_model,
-    git_commit,
-    headline,
-    ncpu,
-    results_file,
-)
+from _common import alternating_rounds, headline
+from _report import Frame, machine_line, spread, table, write_results
 
 import shoal
 from shoal._runtime import metrics as runtime_metrics
@@ -49,7 +41,7 @@ def _nothing(metrics: dict[str, float], step: int | None = None) -> None:
     return None
 
 
-def timed(log: Callable[..., None], calls: int) -> float:
+def log_cost(log: Callable[..., None], calls: int) -> float:
     """Microseconds per call of ``log`` with a fresh 4-metric dict, as a training loop makes."""
     start = time.perf_counter()
     for step in range(calls):
@@ -69,7 +61,7 @@ def in_scope(home: Path, calls: int, slow_disk: bool) -> float:
                 write(text)
 
             writer._write = stalled  # type: ignore[method-assign]
-        return timed(shoal.log_metrics, calls)
+        return log_cost(shoal.log_metrics, calls)
 
 
 def main() -> None:
@@ -78,30 +70,28 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="measurements per row")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
-    command = command_line("metrics_cost.py")
+    frame = Frame.start("metrics_cost.py", warn_busy=False)
     warnings.simplefilter("ignore")
-    rows: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="shoal-bench-metrics-") as tmp:
         measures: dict[str, Callable[[], float]] = {
-            "baseline (a no-op function)": lambda: timed(_nothing, args.calls),
+            "baseline (a no-op function)": lambda: log_cost(_nothing, args.calls),
             "log_metrics": lambda: in_scope(Path(tmp) / "a", args.calls, False),
             "log_metrics, slow disk (each flush stalls 1 s)":
                 lambda: in_scope(Path(tmp) / "b", args.calls, True),
-            "log_metrics, outside a task": lambda: timed(shoal.log_metrics, args.calls),
+            "log_metrics, outside a task": lambda: log_cost(shoal.log_metrics, args.calls),
         }
-        for i in range(args.rounds):
-            order = list(measures) if i % 2 == 0 else list(measures)[::-1]
-            for row in order:
-                rows.setdefault(row, []).append(measures[row]())
-            print(f"round {i + 1}/{args.rounds}: " + ", ".join(
-                f"{row} {rows[row][-1]:.2f} µs" for row in measures), flush=True)
+        rows = alternating_rounds(measures, args.rounds)
         points = sum(1 for _ in (Path(tmp) / "a").rglob("*.jsonl"))
+    report(rows, points, frame, args)
+
+
+def report(rows: dict[str, list[float]], points: int, frame: Frame,
+           args: argparse.Namespace) -> None:
+    """The table and the headlines, printed; the results file unless ``--no-write``."""
     base = statistics.median(rows["baseline (a no-op function)"])
-    table = ["| row | µs per call, median (min–max) | over the baseline, µs |", "|---|---|---|"]
-    for row, got in rows.items():
-        med = statistics.median(got)
-        table.append(f"| {row} | {med:.2f} ({min(got):.2f}–{max(got):.2f}) | "
-                     f"{med - base:+.2f} |")
+    lines = table(["row", "µs per call, median (min–max)", "over the baseline, µs"],
+                  [f"| {row} | {spread(got)} | {statistics.median(got) - base:+.2f} |"
+                   for row, got in rows.items()])
     cost = statistics.median(rows["log_metrics"])
     slow = statistics.median(rows["log_metrics, slow disk (each flush stalls 1 s)"])
     met = max(cost, slow) <= GOAL_US
@@ -109,18 +99,14 @@ def main() -> None:
              f"≤ {GOAL_US:g}", cost <= GOAL_US)
     headline(SECTION, "log_metrics while every flush stalls 1 s, µs per call", f"{slow:.2f}",
              f"≤ {GOAL_US:g}", slow <= GOAL_US)
-    print("\n".join(table))
+    print("\n".join(lines))
     if args.no_write:
         return
-    path = results_file("metrics-cost")
-    md = [
-        f"# shoal.log_metrics cost per call, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}. Shoal commit {git_commit()}. {args.rounds} "
-        f"rounds of {args.calls:,} calls per row, rows interleaved; load average "
-        f"{os.getloadavg()[0]:.2f} at the end.", "",
-        *table, "",
+    machine = machine_line(f". {args.rounds} rounds of {args.calls:,} calls per row, rows "
+                           f"interleaved; load average {os.getloadavg()[0]:.2f} at the end.")
+    write_results("metrics-cost", "shoal.log_metrics cost per call", command=frame.command,
+                  machine=machine, end="\n", body=[
+        *lines, "",
         "Each call passes a new dict of 4 metrics (loss, lr, grad_norm, tokens_per_s) and a "
         "step. The baseline calls a function that does nothing with them. log_metrics runs "
         "inside a call's metrics scope as in a task, the background thread appending to a "
@@ -130,10 +116,7 @@ def main() -> None:
         f"- log_metrics: {cost:.2f} µs per call ({cost - base:+.2f} µs over the baseline); "
         f"with a stalled disk {slow:.2f} µs; goal ≤ {GOAL_US:g} µs: "
         f"{'met' if met else 'NOT met'}.",
-    ]
-    path.write_text("\n".join(md) + "\n")
-    print(f"wrote {path.relative_to(REPO)}")
-
+    ])
 
 if __name__ == "__main__":
     main()

@@ -19,21 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from _common import (  # benchmarks/_common.py, next to this script
-    REPO,
-    command_line,
-    cpu_model,
-    git_commit,
-    headline,
-    ncpu,
-    results_file,
-)
+from _common import headline
+from _report import Frame, machine_line, table, write_results
 
 import shoal
 from shoal._runtime import metrics as runtime_metrics
@@ -84,7 +76,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=1024, help="the MLP's hidden width")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
-    command = command_line("profile_overhead.py")
+    frame = Frame.start("profile_overhead.py", warn_busy=False)
     first, last = (int(v) for v in args.window.split("-"))
     runs: dict[str, list[list[float]]] = {"off": [], "on": []}
     sizes: list[int] = []
@@ -99,6 +91,14 @@ def main() -> None:
                 if size:
                     sizes.append(size)
             print(f"round {i + 1}/{args.rounds}", flush=True)
+
+    report(runs, sizes, (first, last), frame, args.rounds, args.steps, args.no_write)
+
+
+def report(runs: dict[str, list[list[float]]], sizes: list[int], window: tuple[int, int],
+           frame: Frame, rounds: int, steps: int, no_write: bool) -> None:
+    """The figures from each loop's step times: printed, as headlines, and written."""
+    first, last = window
 
     def window_s(times: list[float]) -> float:
         return sum(times[first:last + 1])
@@ -121,10 +121,9 @@ def main() -> None:
     on_out = statistics.median(outside_ms(t) for t in runs["on"])
     size_step = statistics.median(sizes) / (last - first + 1)
     n = last - first + 1
-    table = ["| row | window of steps, s (median of rounds) | a step outside it, ms |",
-             "|---|---|---|",
-             f"| off (no profile) | {off_w:.3f} | {off_out:.2f} |",
-             f"| on, steps={first}-{last} | {on_w:.3f} | {on_out:.2f} |"]
+    lines = table(["row", "window of steps, s (median of rounds)", "a step outside it, ms"],
+                  [f"| off (no profile) | {off_w:.3f} | {off_out:.2f} |",
+                   f"| on, steps={first}-{last} | {on_w:.3f} | {on_out:.2f} |"])
     headline(SECTION, f"profiled window of {n} CPU steps, slowdown (export included)",
              f"{slowdown:+.0%}")
     headline(SECTION, "a profiled step (median, the export left out), slowdown",
@@ -134,27 +133,22 @@ def main() -> None:
              f"ms on {off_out:.2f} ms", "≈ 0")
     headline(SECTION, "trace per rank and window", f"{statistics.median(sizes) / 1e6:.2f} MB "
              f"({size_step / 1e3:.0f} kB per step)")
-    print("\n".join(table))
+    print("\n".join(lines))
     print(f"closing the window (stop + export of the trace): {close_ms:.0f} ms")
-    if args.no_write:
+    if no_write:
         return
-    path = results_file("profile-overhead")
-    md = [
-        f"# Profiling a window of steps: cost and trace size, {path.name[:10]}, {ncpu()} CPUs",
-        "", f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}. Shoal commit {git_commit()}. {args.rounds} "
-        f"rounds of {args.steps} steps per row, rows interleaved; load average "
-        f"{os.getloadavg()[0]:.2f} at the end.", "", *table, "",
+    machine = machine_line(f". {rounds} rounds of {steps} steps per row, rows "
+                           f"interleaved; load average {os.getloadavg()[0]:.2f} at the end.")
+    write_results("profile-overhead", "Profiling a window of steps: cost and trace size",
+                  command=frame.command, machine=machine, end="\n", body=[
+        *lines, "",
         f"- the window's {n} steps take {slowdown:+.0%} with the profiler on (closing it, "
         f"stop + writing the trace: {close_ms:.0f} ms, counted in the last step);",
         f"- a step inside it, the export left out: {inside:+.0%} (median);",
         f"- a step outside the window: {on_out:.2f} ms on, {off_out:.2f} ms off;",
         f"- the trace: {statistics.median(sizes) / 1e6:.2f} MB per rank ({size_step / 1e3:.0f} "
         "kB per step of this loop; it grows with the ops per step).",
-    ]
-    path.write_text("\n".join(md) + "\n")
-    print(f"wrote {path.relative_to(REPO)}")
+    ])
 
 
 if __name__ == "__main__":

@@ -43,36 +43,36 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import platform
 import re
 import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     build_pretrain_data,
     child_env,
-    closing_sections,
-    command_line,
-    cpu_model,
-    git_commit,
     headline,
     interleaved_rounds,
-    load_note,
-    ncpu,
-    print_outcome,
-    results_file,
     run_logged,
     shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    Frame,
+    attempt,
+    closing_sections,
+    failure_lines,
+    machine_line,
+    runs_ok,
     spread,
+    table,
+    write_results,
 )
 
 PIPELINE = REPO / "examples" / "pretrain" / "pipeline.py"
@@ -227,12 +227,9 @@ def analyse(w: LogWatcher, launched: float, wall: float, others: float,
 
 
 def measure(row: str, data: Path, args: argparse.Namespace) -> Outcome | str:
-    try:
-        o = run(data, args, kill=row == "rank killed")
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        why = str(e).strip() or type(e).__name__
-        print(f"  {row}: FAILED: {why[-2500:]}", flush=True)
-        return why.splitlines()[0][:300]
+    o = attempt(row, lambda: run(data, args, kill=row == "rank killed"))
+    if isinstance(o, str):
+        return o
     extra = "" if row == "uninterrupted" else (
         f"; killed before step {o.kill_step}, resumed from {o.resumed}; kill → first step "
         f"{o.stages.get('first step', float('nan')):.2f} s"
@@ -258,12 +255,7 @@ def main() -> None:
     if not 0 < args.kill_at < args.steps:
         ap.error("--kill-at must be inside the run: 0 < kill-at < steps")
 
-    command = command_line("recovery.py")
-    load = os.getloadavg()
-    if load[0] > 1.0:
-        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
-              flush=True)
-    started = time.perf_counter()
+    frame = Frame.start("recovery.py")
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-recovery-data-"))
     try:
         print("preparing the data folder (corpus.build), once", flush=True)
@@ -272,15 +264,28 @@ def main() -> None:
                                          lambda row: measure(row, work / "data", args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    load_end = os.getloadavg()
+    frame.stop()
 
-    base, hit = res.get("uninterrupted", []), res.get("rank killed", [])
-    main_rows = ["| row | runs ok | wall s (min–max) | vs uninterrupted | launch → first step s | "
-                 "s/step | CPU used by others, % (worst run) |", "|" + "---|" * 7]
+    main_rows = main_table(res, failed)
+    side_rows = side_table(res)
+    stage_rows = stage_table(res)
+    goal_lines = goals(res, args)
+    failures = failure_lines(failed)
+    print()
+    print("\n".join([*main_rows, "", *side_rows, "", *stage_rows, ""]))
+    frame.print_outcome(goal_lines, failures)
+    if not args.no_write:
+        write_report(frame, args, meta, main_rows, side_rows, stage_rows,
+                     closing_sections(goal_lines, failures, every_run(res)))
+
+
+def main_table(res: dict[str, list[Outcome]], failed: dict[str, list[str]]) -> list[str]:
+    base = res.get("uninterrupted", [])
+    main_rows = table(["row", "runs ok", "wall s (min–max)", "vs uninterrupted",
+                       "launch → first step s", "s/step", "CPU used by others, % (worst run)"])
     for row in ROWS:
         got = res.get(row, [])
-        ok = f"{len(got)}/{len(got) + len(failed.get(row, []))}"
+        ok = runs_ok(got, failed.get(row, []))
         if not got:
             main_rows.append(f"| {row} | {ok} |" + " |" * 5)
             continue
@@ -290,13 +295,21 @@ def main() -> None:
                          f"{spread([o.first_step for o in got], '{:.1f}')} | "
                          f"{spread([o.step_s for o in got])} | "
                          f"{max(o.others for o in got):.0f} |")
+    return main_rows
+
+
+def stage_table(res: dict[str, list[Outcome]]) -> list[str]:
+    hit = res.get("rank killed", [])
     stage_names = ["Shoal restarts the gang", "rank 0's process group up", "checkpoint loaded",
                    "first step"]
-    stage_rows = ["| s from the kill | " + " | ".join(stage_names) + " |",
-                  "|" + "---|" * (len(stage_names) + 1)]
+    stage_rows = table(["s from the kill", *stage_names])
     if hit:
         stage_rows.append("| rank killed, median (min–max) | " + " | ".join(
             spread([o.stages[n] for o in hit if n in o.stages]) for n in stage_names) + " |")
+    return stage_rows
+
+
+def every_run(res: dict[str, list[Outcome]]) -> list[str]:
     each = ["| row | each run: wall s / kill step → resumed step / kill → first step s / "
             "rank named / node launchers of the restart / others' CPU % |", "|---|---|"]
     for row in ROWS:
@@ -308,7 +321,12 @@ def main() -> None:
                                   f" / {'same launchers' if o.in_place else 'new launchers'}")
             + f" / {o.others:.0f}"
             for o in res.get(row, [])) + " |")
+    return each
 
+
+def side_table(res: dict[str, list[Outcome]]) -> list[str]:
+    """A restart against a fresh launch of the same gang."""
+    base, hit = res.get("uninterrupted", []), res.get("rank killed", [])
     side_rows: list[str] = []
     if hit and base:
         fresh = [o.first_step for o in base]
@@ -318,6 +336,12 @@ def main() -> None:
                      f"| fresh launch → first step (uninterrupted row) | {spread(fresh)} |",
                      f"| kill → first step after the restart | {spread(again)} |",
                      f"| restart / fresh | {ratio:.2f}x |"]
+    return side_rows
+
+
+def goals(res: dict[str, list[Outcome]], args: argparse.Namespace) -> list[str]:
+    """The goal lines, each printed as a headline too."""
+    base, hit = res.get("uninterrupted", []), res.get("rank killed", [])
     goal_lines: list[str] = []
     if hit:
         to_step = statistics.median(o.stages["first step"] for o in hit)
@@ -356,22 +380,18 @@ def main() -> None:
                 "s/step) account for it (reported, no goal).")
             headline(SECTION, "pretrain example, total wall with a rank killed / uninterrupted",
                      f"{w_hit / w_base:.2f}x (+{w_hit - w_base:.1f} s)")
-    failure_lines = [f"{row}: {why}" for row, whys in failed.items() for why in whys]
+    return goal_lines
 
-    print()
-    print("\n".join([*main_rows, "", *side_rows, "", *stage_rows, ""]))
-    print_outcome(goal_lines, failure_lines, elapsed, load, load_end)
-    if args.no_write:
-        return
 
-    path = results_file("recovery")
-    md = [
-        f"# Recovery after a rank is killed, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}. Shoal commit {git_commit()}. {args.rounds} runs "
-        f"per row, rows interleaved round by round (their order alternating); median "
-        f"(min–max). Whole run {elapsed:.0f} s; {load_note(load, load_end)}.", "",
+def write_report(frame: Frame, args: argparse.Namespace, meta: dict[str, Any],
+                 main_rows: list[str], side_rows: list[str], stage_rows: list[str],
+                 closing: list[str]) -> None:
+    machine = machine_line(
+        f". {args.rounds} runs per row, rows interleaved round by round (their order "
+        f"alternating); median (min–max). Whole run {frame.elapsed:.0f} s; "
+        f"{frame.load_note()}.")
+    write_results("recovery", "Recovery after a rank is killed", command=frame.command,
+                  machine=machine, body=[
         f"## The pretrain example, {args.steps} steps, a checkpoint every "
         f"{args.checkpoint_every}, the last rank killed before step {args.kill_at}", "",
         *main_rows, "",
@@ -398,10 +418,8 @@ def main() -> None:
         "naming the failed rank and restarting the gang, rank 0's `N ranks on M nodes` line "
         "(process group up, data downloaded), its `resumed from the checkpoint` line and its "
         "first `step` line after the restart.", "",
-        *closing_sections(goal_lines, failure_lines, each),
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+        *closing,
+    ])
 
 
 if __name__ == "__main__":

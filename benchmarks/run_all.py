@@ -22,7 +22,6 @@ PATH`` line). When every benchmark ran, the table also goes to
 from __future__ import annotations
 
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -30,15 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import (  # benchmarks/_common.py, next to this script
-    Headline,
-    cpu_model,
-    git_commit,
-    load_note,
-    ncpu,
-    read_headline,
-    results_file,
-)
+from _common import Headline, ncpu, read_headline  # benchmarks/_common.py, next to this script
+from _report import Frame, machine_line, results_file, save_results
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -113,14 +105,12 @@ def main() -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH"))
                                         if p)
-    load = os.getloadavg()
-    started = time.perf_counter()
+    frame = Frame(".venv/bin/python benchmarks/run_all.py", os.getloadavg())
     outcomes = []
     for script in chosen:
         print(f"\n=== {script.relative_to(REPO)} ===", flush=True)
         outcomes.append(run(script, env))
-    elapsed = time.perf_counter() - started
-    load_end = os.getloadavg()
+    frame.stop()
 
     print("\n=== summary ===")
     for o in outcomes:
@@ -128,15 +118,13 @@ def main() -> None:
     print()
     print("\n".join(summary_table(outcomes, None)))
     missed = sum(h.met == "NOT met" for o in outcomes for h in o.headlines)
-    print(f"\n{missed} goal(s) not met; whole run {elapsed:.0f} s")
+    print(f"\n{missed} goal(s) not met; whole run {frame.elapsed:.0f} s")
     if len(chosen) == len(found):
         path = results_file("summary")
         md = [
             f"# Benchmarks summary, {path.name[:10]}, {ncpu()} CPUs", "",
             "Command: `.venv/bin/python benchmarks/run_all.py` (`make bench`)", "",
-            f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}. Shoal commit "
-            f"{git_commit()}. Whole run {elapsed:.0f} s; {load_note(load, load_end)}.", "",
+            machine_line(f". Whole run {frame.elapsed:.0f} s; {frame.load_note()}."), "",
             "Each figure is a ratio or a time measured side by side within one benchmark's "
             "run; the linked file has its tables, its method and every run.", "",
             *summary_table(outcomes, path.parent), "",
@@ -147,8 +135,7 @@ def main() -> None:
                   f"[{p}]({os.path.relpath(REPO / p, path.parent)})" for p in o.wrote)
                   or "no results file") for o in outcomes], "",
         ]
-        path.write_text("\n".join(md))
-        print(f"wrote {path.relative_to(REPO)}")
+        save_results("summary", "\n".join(md))
     else:
         print("(only some benchmarks ran: no summary file written)")
     if any(o.rc for o in outcomes):

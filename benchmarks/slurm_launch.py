@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -55,19 +54,26 @@ from pathlib import Path
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     child_env,
-    closing_sections,
-    command_line,
-    cpu_model,
     free_port,
-    git_commit,
     headline,
     interleaved_rounds,
-    load_note,
     ncpu,
-    print_outcome,
-    results_file,
+    read_marks,
     shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    Frame,
+    attempt,
+    closing_sections,
+    failure_lines,
+    machine_line,
+    med,
+    print_tables,
+    ratio,
+    runs_ok,
     spread,
+    table,
+    write_results,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -179,16 +185,6 @@ def job_env(s: Slurm, **extra: str) -> dict[str, str]:
     return env
 
 
-def read_marks(path: Path) -> dict[str, float]:
-    """Rank 0's (and rank 1's KILL) ``NAME <t>`` marks; ``... restart n`` as NAME<n>."""
-    marks: dict[str, float] = {}
-    with suppress(OSError):
-        for line in path.read_text(errors="replace").splitlines():
-            m = MARK.search(line.strip())
-            if m:
-                marks.setdefault(m.group(1) + (m.group(3) or ""), float(m.group(2)))
-    return marks
-
 
 def noted(s: Slurm, kind: str, job: str) -> float | None:
     """The time a shim noted for Shoal's ``job``: ``SBATCH`` (submitted) or ``BATCH_START``."""
@@ -297,7 +293,7 @@ def run_bare(s: Slurm, steps: int, timeout: float) -> Outcome:
     out = s.work / f"bare-{time.time_ns()}.out"
     job, t0 = submit_bare(s, out, steps, None)
     wait_ended(s, job, timeout, 0.25)
-    marks = read_marks(out)
+    marks = read_marks(out, MARK)
     started, ended = batch_line(out, "BATCH_START"), batch_line(out, "BATCH_END")
     if "FIRST_STEP" not in marks or started is None or ended is None:
         raise RuntimeError(f"bare job {job} ({job_state(s, job)}) left no FIRST_STEP / "
@@ -354,7 +350,7 @@ def shoal_run(s: Slurm, task: str, launch: dict[str, str], steps: int, timeout: 
 def run_shoal(s: Slurm, row: str, steps: int, timeout: float) -> Outcome:
     home, t0, wall, job = shoal_run(s, "train_ddp", SHOAL_ROWS[row], steps, timeout)
     gang = next(home.glob("runs/*/logs/gang/a0.0"), None)
-    marks = read_marks(gang / "r0" / "rank0.log") if gang else {}
+    marks = read_marks(gang / "r0" / "rank0.log", MARK) if gang else {}
     submitted, started = noted(s, "SBATCH", job), noted(s, "BATCH_START", job)
     if "FIRST_STEP0" not in marks or submitted is None or started is None:
         raise RuntimeError(f"no FIRST_STEP in rank 0's log or no SBATCH/BATCH_START mark of "
@@ -371,8 +367,8 @@ def run_shoal_restart(s: Slurm, steps: int, kill_at: int, timeout: float) -> Out
     home, _, wall, _ = shoal_run(s, "train_recover", SHOAL_ROWS["shoal"], steps, timeout,
                                     kill_at)
     gang = next(home.glob("runs/*/logs/gang/a0.0"), None)
-    killed = read_marks(gang / "r0" / "rank1.log").get("KILL") if gang else None
-    marks = read_marks(gang / "r1" / "rank0.log") if gang else {}
+    killed = read_marks(gang / "r0" / "rank1.log", MARK).get("KILL") if gang else None
+    marks = read_marks(gang / "r1" / "rank0.log", MARK) if gang else {}
     if killed is None or "FIRST_STEP1" not in marks:
         raise RuntimeError(f"no KILL in r0/rank1.log or no FIRST_STEP restart 1 under {home}")
     srun_steps = allocation_starts(home)
@@ -391,7 +387,7 @@ def run_bare_resubmit(s: Slurm, steps: int, kill_at: int, timeout: float,
     job, t0 = submit_bare(s, first, steps, kill_at)
     ended = wait_ended(s, job, timeout, watch)
     state = job_state(s, job)
-    killed = read_marks(first).get("KILL")
+    killed = read_marks(first, MARK).get("KILL")
     if killed is None or state == "COMPLETED":
         raise RuntimeError(f"bare job {job} ended {state} without its rank 1 killed:\n"
                            f"{first.read_text(errors='replace')[-3000:]}")
@@ -399,7 +395,7 @@ def run_bare_resubmit(s: Slurm, steps: int, kill_at: int, timeout: float,
     second = s.work / f"bare-again-{time.time_ns()}.out"
     again, _ = submit_bare(s, second, steps, None)
     wait_ended(s, again, timeout, 0.25)
-    marks, started = read_marks(second), batch_line(second, "BATCH_START")
+    marks, started = read_marks(second, MARK), batch_line(second, "BATCH_START")
     if "FIRST_STEP" not in marks or started is None:
         raise RuntimeError(f"the resubmitted job {again} left no FIRST_STEP:\n"
                            f"{second.read_text(errors='replace')[-3000:]}")
@@ -412,12 +408,9 @@ def run_bare_resubmit(s: Slurm, steps: int, kill_at: int, timeout: float,
 
 
 def measure(label: str, fn: Callable[..., Outcome], *args: object) -> Outcome | str:
-    try:
-        o = fn(*args)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        why = str(e).strip() or type(e).__name__
-        print(f"  {label}: FAILED: {why[-2500:]}", flush=True)
-        return why.splitlines()[0][:300]
+    o = attempt(label, lambda: fn(*args))
+    if isinstance(o, str):
+        return o
     stages = ", ".join(f"{k} {v:.2f}" for k, v in o.stages.items())
     print(f"  {label}: first step {o.first_step:.2f} s, total {o.total:.2f} s ({stages})",
           flush=True)
@@ -428,26 +421,18 @@ def measure(label: str, fn: Callable[..., Outcome], *args: object) -> Outcome | 
 # Tables.
 # ---------------------------------------------------------------------------------------------
 
-def med(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def ratio(x: float | None, ref: float | None) -> str:
-    return "-" if x is None or not ref else f"{x / ref:.2f}x"
-
-
-def table(rows: list[str], res: dict[str, list[Outcome]], failed: dict[str, list[str]],
+def figures_table(rows: list[str], res: dict[str, list[Outcome]], failed: dict[str, list[str]],
           baseline: str, first_label: str) -> list[str]:
     seen = {n for row in rows for o in res.get(row, []) for n in o.stages}
     stage_names = [n for n in STAGES if n in seen]
     head = ["row", "runs ok", f"{first_label} s", f"vs {baseline}", "total s",
             f"vs {baseline}", *stage_names]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
     base = res.get(baseline, [])
     ref_first, ref_total = med([o.first_step for o in base]), med([o.total for o in base])
     for row in rows:
         got = res.get(row, [])
-        ok = f"{len(got)}/{len(got) + len(failed.get(row, []))}"
+        ok = runs_ok(got, failed.get(row, []))
         if not got:
             lines.append(f"| {row} | {ok} |" + " |" * (len(head) - 2))
             continue
@@ -462,7 +447,7 @@ def table(rows: list[str], res: dict[str, list[Outcome]], failed: dict[str, list
 
 
 def every_run(res: dict[str, list[Outcome]]) -> list[str]:
-    lines = ["| row | each run: first step s / total s / load (1 min) at its end |", "|---|---|"]
+    lines = table(["row", "each run: first step s / total s / load (1 min) at its end"])
     for row, got in res.items():
         lines.append(f"| {row} | " + "; ".join(f"{o.first_step:.2f} / {o.total:.2f} / "
                                                f"{o.load:.2f}" for o in got) + " |")
@@ -481,13 +466,6 @@ def other_tests() -> int:
     return count
 
 
-def machine() -> str:
-    import torch
-
-    return (f"{ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, Python "
-            f"{platform.python_version()}, torch {torch.__version__}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50, help="training steps (the seed's default)")
@@ -502,12 +480,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
 
-    command = command_line("slurm_launch.py")
-    load = os.getloadavg()
-    if load[0] > 1.0:
-        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
-              flush=True)
-    started = time.perf_counter()
+    frame = Frame.start("slurm_launch.py")
     others_start = other_tests()
     with ExitStack() as stack:
         try:
@@ -537,20 +510,28 @@ def main() -> None:
         restart, restart_failed = interleaved_rounds(RESTART_ROWS, args.restart_repeats,
                                                      restart_one)
         others_end = other_tests()
-    load_end = os.getloadavg()
-    elapsed = time.perf_counter() - started
+    frame.stop()
     others = (f"Other test runs were going on meanwhile (pytest processes not this "
               f"benchmark's: {others_start} at its start, {others_end} at its end)"
               if others_start or others_end else
               "No other test run was going on at its start or end")
 
-    a_rows = table(LAUNCH_ROWS, launch, launch_failed, BASELINE, "submit → first step")
-    b_rows = table(RESTART_ROWS, restart, restart_failed, RESTART_ROWS[1],
-                   "kill → first step")
-    failures = [f"({part}) {row}: {why}" for part, by_row in (("a", launch_failed),
-                                                               ("b", restart_failed))
-                for row, whys in by_row.items() for why in whys]
+    a_rows = figures_table(LAUNCH_ROWS, launch, launch_failed, BASELINE, "submit → first step")
+    b_rows = figures_table(RESTART_ROWS, restart, restart_failed, RESTART_ROWS[1],
+                           "kill → first step")
+    failures = [*failure_lines(launch_failed, prefix="(a) "),
+                *failure_lines(restart_failed, prefix="(b) ")]
+    goal_lines = goals(launch, restart)
+    print_tables({"(a) submit → first step, 2 nodes x 2 processes": a_rows,
+                  "(b) kill → first step of the restart": b_rows})
+    frame.print_outcome(goal_lines, failures)
+    if not args.no_write:
+        write_report(frame, args, s, others, a_rows, b_rows, closing_sections(
+            goal_lines, failures, every_run({**launch, **restart})))
 
+
+def goals(launch: dict[str, list[Outcome]], restart: dict[str, list[Outcome]]) -> list[str]:
+    """The goal lines; the summary's figures as headlines."""
     goal_lines = []
     base = launch.get(BASELINE, [])
     for row in SHOAL_ROWS:
@@ -589,26 +570,20 @@ def main() -> None:
                  f"{r_b:.2f}x")
         goal_lines.append(f"restart inside the allocation: kill → first step {r_b:.2f}x a "
                           "fresh sbatch of the bare job (medians).")
+    return goal_lines
 
-    print()
-    for title, rows in (("(a) submit → first step, 2 nodes x 2 processes", a_rows),
-                        ("(b) kill → first step of the restart", b_rows)):
-        print(title)
-        print("\n".join(rows))
-        print()
-    print_outcome(goal_lines, failures, elapsed, load, load_end)
-    if args.no_write:
-        return
 
-    path = results_file("slurm-launch")
-    md = [
-        f"# Slurm launch and restart, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {machine()}. Shoal commit {git_commit()}. Slurm: {s.version}, {s.where}. "
-        f"{args.steps} training steps; {args.repeats} runs per row of (a) and "
-        f"{args.restart_repeats} of (b) after one unmeasured warm-up run of bare sbatch and of "
-        f"shoal, rows interleaved round by round; median (min–max). Whole run {elapsed:.0f} s; "
-        f"{load_note(load, load_end)}.", "",
+def write_report(frame: Frame, args: argparse.Namespace, s: Slurm, others: str,
+                 a_rows: list[str], b_rows: list[str], closing: list[str]) -> None:
+    import torch
+
+    machine = machine_line(
+        f". Slurm: {s.version}, {s.where}. {args.steps} training steps; {args.repeats} runs "
+        f"per row of (a) and {args.restart_repeats} of (b) after one unmeasured warm-up run of "
+        "bare sbatch and of shoal, rows interleaved round by round; median (min–max). Whole "
+        f"run {frame.elapsed:.0f} s; {frame.load_note()}.", f"torch {torch.__version__}")
+    write_results("slurm-launch", "Slurm launch and restart", command=frame.command,
+                  machine=machine, body=[
         "## (a) Submit → first step: the seed DDP example, 2 nodes x 2 processes, gloo on CPU",
         "", *a_rows, "",
         "Submit → first step: from just before `sbatch` (bare) or `shoal run` (shoal) starts "
@@ -659,10 +634,8 @@ def main() -> None:
         "Compare "
         "ratios within this file; each run's figures and load are below.", "",
         "## Goals", "",
-        *closing_sections(goal_lines, failures, every_run({**launch, **restart})),
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+        *closing,
+    ])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Writes ``benchmarks/results/<date>-cpu<N>-store-backends.md``; takes well under 
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import os
 import statistics
@@ -31,6 +30,7 @@ from functools import partial
 from pathlib import Path
 
 from _common import headline, moto_server  # benchmarks/_common.py, next to this script
+from _report import Frame, results_md, save_results, table
 
 from shoal import _contract as contract
 from shoal._storage.store import Store, join, open_store, put_dir
@@ -40,7 +40,6 @@ BIG, BIG_N = 8 * MiB, 8
 SMALL, SMALL_N = 4096, 200
 ROUNDS = 3
 BUCKET = "shoal-bench"
-RESULTS = Path(__file__).resolve().parent / "results"
 _fresh = itertools.count()  # new object names for the file:// runs
 
 
@@ -199,16 +198,10 @@ def _put_one(put: Callable[[str, bytes], None], data: bytes, i: int) -> None:
     put(f"s{i}", data)
 
 
-def table(rows: dict[str, dict[str, float]], base: str, higher_is_better: set[str]) -> str:
+def ratio_table(rows: dict[str, dict[str, float]], base: str, higher_is_better: set[str]) -> str:
     names = list(rows)
     metrics = list(rows[names[0]])
-    head = (
-        "| metric | "
-        + " | ".join(names)
-        + " | "
-        + " | ".join(f"{n} vs {base}" for n in names if n != base)
-    )
-    lines = [head + " |", "|" + "---|" * (1 + 2 * len(names) - 1)]
+    lines = table(["metric", *names, *(f"{n} vs {base}" for n in names if n != base)])
     for m in metrics:
         cells = [f"{rows[n][m]:.2f}" for n in names]
         ratios = []
@@ -222,8 +215,8 @@ def table(rows: dict[str, dict[str, float]], base: str, higher_is_better: set[st
 
 
 def main() -> None:
-    started = time.perf_counter()
-    load = os.getloadavg()
+    frame = Frame("PYTHONPATH=src .venv/bin/python benchmarks/store_backends.py",
+                  os.getloadavg())
     faster = {"big put MiB/s", "big get MiB/s"}
     with tempfile.TemporaryDirectory() as tmpdir, moto_server(BUCKET) as endpoint:
         tmp = Path(tmpdir)
@@ -240,41 +233,36 @@ def main() -> None:
             "shoal/obstore": measure(shoal_client(open_store(f"s3://{BUCKET}/obstore"), tmp), "r"),
         }
         local = local_rows(tmp)
-    elapsed = time.perf_counter() - started
+    frame.stop()
+    report(remote, local, faster, frame)
 
+
+def report(remote: dict[str, dict[str, float]], local: dict[str, dict[str, float]],
+           faster: set[str], frame: Frame) -> None:
+    """The two tables, printed and written; the headlines."""
     # Ratios read "how many times better than the baseline" (throughput up, time down).
-    cpu = os.cpu_count() or 0
-    text = "\n".join(
-        [
-            f"# Store backends, {dt.date.today().isoformat()}, {cpu} CPUs",
-            "",
-            "Command: `PYTHONPATH=src .venv/bin/python benchmarks/store_backends.py`",
-            "",
-            f"Python {sys.version.split()[0]}; {_versions()}; loopback moto server; "
-            f"median of {ROUNDS} rounds; whole run {elapsed:.0f} s; load average "
-            f"{load[0]:.1f} at the start (other work on the machine shows up as noise).",
-            "",
-            f"## s3:// on loopback moto ({BIG_N} x {BIG // MiB} MiB; {SMALL_N} x "
-            f"{SMALL // 1024} KiB)",
-            "",
-            table(remote, "fsspec/s3fs", faster),
-            "",
-            "## file:// (tmp on this machine's disk)",
-            "",
-            table(local, "raw write+fsync", faster),
-            "",
-            "Ratios: how many times better than the baseline column (higher throughput, or "
-            "lower time). moto is a Python server and bounds the remote figures; read the "
-            "ratios, not the absolute numbers.",
-            "",
-        ]
-    )
+    machine = (f"Python {sys.version.split()[0]}; {_versions()}; loopback moto server; "
+               f"median of {ROUNDS} rounds; whole run {frame.elapsed:.0f} s; load average "
+               f"{frame.load[0]:.1f} at the start (other work on the machine shows up as "
+               "noise).")
+    text = results_md("Store backends", command=frame.command, machine=machine, body=[
+        f"## s3:// on loopback moto ({BIG_N} x {BIG // MiB} MiB; {SMALL_N} x "
+        f"{SMALL // 1024} KiB)",
+        "",
+        ratio_table(remote, "fsspec/s3fs", faster),
+        "",
+        "## file:// (tmp on this machine's disk)",
+        "",
+        ratio_table(local, "raw write+fsync", faster),
+        "",
+        "Ratios: how many times better than the baseline column (higher throughput, or "
+        "lower time). moto is a Python server and bounds the remote figures; read the "
+        "ratios, not the absolute numbers.",
+        "",
+    ])
     print(text)
     headlines(remote, local)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{dt.date.today().isoformat()}-cpu{cpu}-store-backends.md"
-    out.write_text(text)
-    print(f"wrote {out}")
+    save_results("store-backends", text)
 
 
 def headlines(remote: dict[str, dict[str, float]], local: dict[str, dict[str, float]]) -> None:

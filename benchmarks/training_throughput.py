@@ -39,11 +39,7 @@ The defaults, 110 steps with a log line every 10, put two async saves (steps 50 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,25 +47,27 @@ from pathlib import Path
 from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
-    REPO,
     CpuMeter,
     build_pretrain_data,
     child_env,
-    closing_sections,
-    command_line,
-    cpu_model,
     free_port,
-    git_commit,
     headline,
     interleaved_rounds,
-    load_note,
     marked,
-    ncpu,
-    print_outcome,
-    results_file,
     run_logged,
     shoal_cli,
+)
+from _report import (  # benchmarks/_report.py, next to this script
+    Frame,
+    attempt,
+    closing_sections,
+    failure_lines,
+    machine_line,
+    median_of,
+    runs_ok,
     spread,
+    table,
+    write_results,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -128,43 +126,34 @@ def run_shoal(data: Path, args: argparse.Namespace, checkpoint_every: int,
 
 
 def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | str:
-    try:
-        if row == BASELINE:
-            got = run_bare(data, args)
-        else:
-            got = run_shoal(data, args, args.checkpoint_every if row == CHECKPOINTS else 0,
-                            log_metrics=row == METRICS)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        why = str(e).strip() or type(e).__name__
-        print(f"  {row}: FAILED: {why[-2500:]}", flush=True)
-        return why.splitlines()[0][:300]
+    got = attempt(row, lambda: run_bare(data, args) if row == BASELINE else run_shoal(
+        data, args, args.checkpoint_every if row == CHECKPOINTS else 0,
+        log_metrics=row == METRICS))
+    if isinstance(got, str):
+        return got
     print(f"  {row}: {got['window_tokens_per_s']:,.0f} tokens/s steady state (loop's median "
           f"{got['tokens_per_s']:,.0f}), loop {got['seconds']:.1f} s, wall {got['wall_s']:.1f} "
           f"s; others' CPU {got['others_pct']:.0f}%", flush=True)
     return got
 
 
-def med(runs: list[dict[str, Any]], key: str) -> float:
-    return float(statistics.median(r[key] for r in runs))
-
-
-def table(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]]) -> list[str]:
+def main_table(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]]) -> list[str]:
     head = ["row", "runs ok", "tokens/s, steady state (min–max)", "vs bare torchrun",
             "loop's tokens/s (median of intervals)", "vs bare torchrun", "loop s", "wall s",
             "vs bare torchrun", "CPU used by others, % (worst run)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = table(head)
     base = res.get(BASELINE, [])
     for row in ROWS:
         if row not in res and row not in failed:
             continue  # not asked for (--rows)
         got = res.get(row, [])
-        ok = f"{len(got)}/{len(got) + len(failed.get(row, []))}"
+        ok = runs_ok(got, failed.get(row, []))
         if not got:
             lines.append(f"| {row} | {ok} |" + " |" * (len(head) - 2))
             continue
 
         def vs(key: str, got: list[dict[str, Any]] = got) -> str:
-            return f"{med(got, key) / med(base, key):.3f}x" if base else "-"
+            return f"{median_of(got, key) / median_of(base, key):.3f}x" if base else "-"
 
         lines.append(
             f"| {row} | {ok} | {spread([r['window_tokens_per_s'] for r in got], '{:,.0f}')} | "
@@ -205,12 +194,7 @@ def main() -> None:
         ap.error("--steps must be at least twice --log-every (two logged steps bound the "
                  "steady-state window)")
 
-    command = command_line("training_throughput.py")
-    load = os.getloadavg()
-    if load[0] > 1.0:
-        print(f"load average {load[0]:.2f}: other work is running, the figures will be noisy",
-              flush=True)
-    started = time.perf_counter()
+    frame = Frame.start("training_throughput.py")
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-train-data-"))
     try:
         print("preparing the data folder (corpus.build), once", flush=True)
@@ -222,11 +206,24 @@ def main() -> None:
                                          rotate=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    load_end = os.getloadavg()
+    frame.stop()
 
-    rows = table(res, failed)
+    rows = main_table(res, failed)
+    goal_lines = goals(res, failed, args)
+    failures = failure_lines(failed)
+    print()
+    print("\n".join(rows))
+    print()
+    frame.print_outcome(goal_lines, failures)
+    if not args.no_write:
+        write_report(frame, args, meta, data_s, rows, goal_lines, failures, every_run(res))
+
+
+def goals(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]],
+          args: argparse.Namespace) -> list[str]:
+    """The goal lines, each printed as a headline too."""
     base = res.get(BASELINE, [])
+    key = "window_tokens_per_s"
     goal_lines: list[str] = []
     for row in (SHOAL, CHECKPOINTS, METRICS):
         got = res.get(row, [])
@@ -241,7 +238,7 @@ def main() -> None:
         if not got:
             goal_lines.append(f"{row}: not measured ({len(failed.get(row, []))} failed runs)")
             continue
-        r = med(got, "window_tokens_per_s") / med(against, "window_tokens_per_s")
+        r = median_of(got, key) / median_of(against, key)
         if row == METRICS:
             m = r
             goal_lines.append(f"{row}: {m:.3f}x shoal's steady-state tokens/s without "
@@ -257,7 +254,7 @@ def main() -> None:
                      f"≥ {GOAL}x", r >= GOAL)
         else:
             vs_plain = "" if not plain else (
-                f", {med(got, 'window_tokens_per_s') / med(plain, 'window_tokens_per_s'):.3f}x "
+                f", {median_of(got, 'window_tokens_per_s') / median_of(plain, key):.3f}x "
                 "shoal's without checkpoints")
             goal_lines.append(f"{row} (every {args.checkpoint_every} steps): {r:.3f}x bare "
                               f"torchrun's steady-state tokens/s{vs_plain} (reported, no goal).")
@@ -265,34 +262,32 @@ def main() -> None:
                      "steps / bare torchrun, steady-state tokens/s", f"{r:.3f}x")
     if base:
         headline(SECTION, "bare torchrun, steady-state tokens/s (2 nodes x 2 ranks, tiny)",
-                 f"{med(base, 'window_tokens_per_s'):,.0f}")
-    failure_lines = [f"{row}: {why}" for row, whys in failed.items() for why in whys]
+                 f"{median_of(base, 'window_tokens_per_s'):,.0f}")
+    return goal_lines
+
+
+def every_run(res: dict[str, list[dict[str, Any]]]) -> list[str]:
     each = ["| row | each run: tokens/s steady state / loop's / wall s / others' CPU % |",
             "|---|---|"]
     for row in ROWS:
         each.append(f"| {row} | " + "; ".join(
             f"{r['window_tokens_per_s']:,.0f} / {r['tokens_per_s']:,.0f} / {r['wall_s']:.1f} / "
             f"{r['others_pct']:.0f}" for r in res.get(row, [])) + " |")
+    return each
 
-    print()
-    print("\n".join(rows))
-    print()
-    print_outcome(goal_lines, failure_lines, elapsed, load, load_end)
-    if args.no_write:
-        return
 
+def write_report(frame: Frame, args: argparse.Namespace, meta: dict[str, Any], data_s: float,
+                 rows: list[str], goal_lines: list[str], failures: list[str],
+                 each: list[str]) -> None:
     import torch
 
-    path = results_file("training-throughput")
     window = f"steps {args.log_every}→{args.steps}"
-    md = [
-        f"# Training throughput, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command}`", "",
-        f"Machine: {ncpu()} CPUs ({cpu_model()}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, torch {torch.__version__}. Shoal commit "
-        f"{git_commit()}. {args.rounds} runs per row, rows interleaved round by round (their "
-        f"order rotated each round); median (min–max). Whole run {elapsed:.0f} s; "
-        f"{load_note(load, load_end)}.", "",
+    machine = machine_line(
+        f". {args.rounds} runs per row, rows interleaved round by round (their order rotated "
+        f"each round); median (min–max). Whole run {frame.elapsed:.0f} s; "
+        f"{frame.load_note()}.", f"torch {torch.__version__}")
+    write_results("training-throughput", "Training throughput", command=frame.command,
+                  machine=machine, body=[
         f"## The pretrain example's training loop, 2 nodes x 2 processes, {args.steps} steps",
         "",
         *rows, "",
@@ -321,10 +316,8 @@ def main() -> None:
         "the first process started to the last exited. CPU used by others: the machine's busy "
         "CPU time (/proc/stat) minus this benchmark's and its children's, in % of the "
         "machine's capacity: the noise in that run.", "",
-        *closing_sections(goal_lines, failure_lines, each),
-    ]
-    path.write_text("\n".join(md))
-    print(f"wrote {path.relative_to(REPO)}")
+        *closing_sections(goal_lines, failures, each),
+    ])
 
 
 if __name__ == "__main__":

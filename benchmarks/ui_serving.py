@@ -31,7 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import child_env, command_line, git_commit, headline, ncpu, results_file
+from _common import child_env, command_line, git_commit, headline
+from _report import write_results
 
 GOAL_MS = 300.0
 
@@ -105,30 +106,31 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+    report(cold, size, live, latencies, args.points, args.rounds)
 
+
+def report(cold: float, size: int, live: list[float], latencies: list[float], points: int,
+           rounds: int) -> None:
+    """The figures: printed, as headlines, and written."""
     live_ms = statistics.median(live) * 1e3
     tail_ms = statistics.median(latencies) * 1e3
     section = "(h) metrics and UI"
-    headline(section, f"metrics JSON of 4 ranks x {args.points:,} points, live poll",
+    headline(section, f"metrics JSON of 4 ranks x {points:,} points, live poll",
              f"{live_ms:.0f} ms", f"< {GOAL_MS:.0f} ms", live_ms < GOAL_MS)
     headline(section, "the same, first request (reads every file)", f"{cold * 1e3:.0f} ms")
     headline(section, "log line -> live-tail client", f"{tail_ms:.0f} ms", "< 1000 ms",
              tail_ms < 1000)
-    lines = [f"- metrics JSON, 4 ranks x {args.points:,} points, live poll: median "
+    lines = [f"- metrics JSON, 4 ranks x {points:,} points, live poll: median "
              f"{live_ms:.0f} ms (min {min(live) * 1e3:.0f}, max {max(live) * 1e3:.0f}) over "
-             f"{args.rounds} rounds; goal < {GOAL_MS:.0f} ms",
+             f"{rounds} rounds; goal < {GOAL_MS:.0f} ms",
              f"- first request (reads every file once): {cold * 1e3:.0f} ms; answer "
              f"{size / 1024:.0f} KiB (~1,000 buckets per rank)",
              f"- log line -> live-tail client: median {tail_ms:.0f} ms (max "
-             f"{max(latencies) * 1e3:.0f}) over {args.rounds} lines; goal < 1000 ms"]
+             f"{max(latencies) * 1e3:.0f}) over {rounds} lines; goal < 1000 ms"]
     print("\n".join(lines))
-    path = results_file("ui-serving")
-    path.write_text("\n".join([
-        f"# shoal ui serving, {path.name[:10]}, {ncpu()} CPUs", "",
-        f"Command: `{command_line('ui_serving.py')}`", "",
-        f"Shoal commit {git_commit()}. A real `shoal ui` process over loopback HTTP.", "",
-        *lines, ""]))
-    print(f"wrote {path.relative_to(Path(__file__).resolve().parent.parent)}")
+    write_results("ui-serving", "shoal ui serving", command=command_line("ui_serving.py"),
+                  machine=f"Shoal commit {git_commit()}. A real `shoal ui` process over "
+                          "loopback HTTP.", body=[*lines, ""])
 
 
 def _tail_latencies(url: str, token: str, log: Path, rounds: int) -> list[float]:
