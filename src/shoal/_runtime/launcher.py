@@ -40,9 +40,9 @@ from typing import Any, NoReturn
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
+from shoal._runtime.log_files import redirect_output
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
-from shoal._runtime.redirect import redirect_output
 from shoal._runtime.zygote import Zygote
 
 _PR_SET_CHILD_SUBREAPER = 36

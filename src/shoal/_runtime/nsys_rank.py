@@ -24,8 +24,8 @@ from pathlib import Path
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
+from shoal._runtime.log_files import redirect_output
 from shoal._runtime.profiling import copy_to_store, profile_folder, setting, store_folder
-from shoal._runtime.redirect import redirect_output
 from shoal._spec.profile import ProfileSpec
 
 RANK_ARGV = (sys.executable, "-m", "shoal._runtime.rank")

@@ -22,9 +22,9 @@ from shoal._contract import NodeEnv
 from shoal._runtime import rank_status
 from shoal._runtime.context import TaskContext, running
 from shoal._runtime.frameworks import prepare_runtime
+from shoal._runtime.log_files import redirect_output
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
-from shoal._runtime.redirect import redirect_output
 from shoal._runtime.report_scope import report_scope
 from shoal._runtime.tracebacks import user_traceback
 

@@ -32,7 +32,7 @@ import signal
 import sys
 from typing import Any
 
-from shoal._runtime.redirect import redirect_output
+from shoal._runtime.log_files import redirect_output
 
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
