@@ -47,6 +47,7 @@ from shoal._engines.local.node_net import NodeNet, node_nets, partition
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime.hang import timed_out
 from shoal._runtime.log_files import log_tail
+from shoal._runtime.ports import free_port
 from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
@@ -64,14 +65,6 @@ LAUNCHER = (sys.executable, "-m", "shoal._runtime.launcher")
 FAILURE_GRACE = 2.0
 # Seconds past a stop's grace period for a launcher to say its ranks ended, before it is ended.
 STOP_ANSWER = 15.0
-
-
-def free_port() -> int:
-    """A port free on loopback now. Another process could take it before rank 0 binds it; the
-    window is milliseconds and a restart picks a new one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pid_namespace_prefix() -> tuple[str, ...]:
