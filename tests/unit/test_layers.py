@@ -124,17 +124,18 @@ def _imports(path: Path) -> set[str]:
 #                rules of names in _spec/names.py)
 #   _storage     the store, codecs, records, checkpoints
 #   _runtime     what runs in a task process: the task context, worker, ranks, launcher
-#   _api | _engines | _ui    what users write | the engines | the web UI: side by side
+#   _api | _engines    what users write | the engines: side by side
 #   _driver      one run on any engine; shoal.run / init / Run / with_runcontext
-#   public       shoal/__init__.py, io.py, report.py, clustered.py, _image.py
+#   public | _ui       shoal/__init__.py, io.py, report.py, clustered.py, _image.py | the web
+#                UI, which asks a run to stop as the CLI does (_driver/stop_requests.py)
 #   cli          the commands
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("foundation",),
     ("_storage",),
     ("_runtime",),
-    ("_api", "_engines", "_ui"),
+    ("_api", "_engines"),
     ("_driver",),
-    ("public",),
+    ("public", "_ui"),
     ("cli",),
 )
 RANK = {layer: rank for rank, names in enumerate(LAYERS) for layer in names}

@@ -152,7 +152,7 @@ def test_an_input_that_cannot_be_recorded_is_refused_before_running() -> None:
 
 
 def test_ranks_of_a_clustered_task_run_it_untraced_with_one_warning() -> None:
-    import shoal._api.trace as trace_module
+    import shoal._api.trace_calls as trace_module
 
     trace_module._warned_in_gang[0] = False
     calls.clear()

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
-from shoal._api.io import _check_path
+from shoal._api.io import check_store_uri
 from shoal.errors import SpecError
 
 __all__ = ["DataFrame"]
@@ -39,7 +39,7 @@ class DataFrame:
 
     def __post_init__(self) -> None:
         if self.uri is not None:
-            _check_path("DataFrame", self.uri)
+            check_store_uri("DataFrame", self.uri)
         if self.format not in (_FORMAT, ""):
             raise SpecError("DataFrame.format", self.format,
                             "Shoal stores and reads data frames as parquet only",

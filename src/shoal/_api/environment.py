@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
 from shoal._api.image_checks import env_name_guess
+from shoal._api.pod_template import PodTemplate, with_queue
 from shoal._api.secret import secret_specs
+from shoal._api.task import TaskTemplate
+from shoal._api.task_settings import TaskSettings
 from shoal._runtime import task_registry
 from shoal._spec.call import CacheSpec, ClusterSpec, EnvSpec, frozen_map
 from shoal._spec.names import check_env_name
 from shoal._spec.secret_names import shown
 from shoal.errors import SpecError
-
-if TYPE_CHECKING:
-    from shoal._api.task import TaskTemplate
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,7 +39,7 @@ def registered_environments() -> Mapping[str, TaskEnvironment]:
     return task_registry.ENVIRONMENTS
 
 
-def _check_env_vars(field: str, value: object) -> dict[str, str]:
+def check_env_vars(field: str, value: object) -> dict[str, str]:
     """``env_vars``: names as POSIX has them, values strings (or numbers) without a NUL byte.
     A `shoal.NotSecret` value stays one, so the engines show it as it is."""
     if value is None:
@@ -72,26 +72,6 @@ def _check_env_vars(field: str, value: object) -> dict[str, str]:
                             "remove the NUL byte from the value")
         out[key] = text
     return out
-
-
-def with_queue(field: str, queue: object, pod_template: Any, *, replace: bool = False) -> Any:
-    """``pod_template`` with Flyte's ``queue=`` as its Kueue queue label: the LocalQueue that
-    admits the task on Kubernetes, the local queue it is admitted from locally. ``replace``:
-    the queue replaces the template's (an override), instead of conflicting with it."""
-    from shoal._api.pod_template import KUEUE_QUEUE_NAME_LABEL, PodTemplate
-
-    if queue is None:
-        return pod_template
-    if not isinstance(queue, str) or not queue:
-        raise SpecError(field, queue, "must be a non-empty string", 'e.g. queue="team-a"')
-    pt = pod_template
-    if pt is not None and pt.queue_name not in (None, queue) and not replace:
-        raise SpecError(field, queue, f"differs from the pod template's queue label "
-                        f"({pt.queue_name!r}): both name the queue", "give one of them")
-    return PodTemplate(labels={**(pt.labels if pt else {}), KUEUE_QUEUE_NAME_LABEL: queue},
-                       annotations=pt.annotations if pt else None,
-                       pod_spec=pt.pod_spec if pt else None,
-                       primary_container_name=pt.primary_container_name if pt else "primary")
 
 
 class TaskEnvironment:
@@ -127,7 +107,6 @@ class TaskEnvironment:
         profile: Any = None,
     ) -> None:
         from shoal._api.image import Image
-        from shoal._api.pod_template import PodTemplate
         from shoal._api.resources import Resources
         from shoal._api.reuse import ReusePolicy
 
@@ -152,7 +131,7 @@ class TaskEnvironment:
             )
         self.resources = resources
         self.env_vars: Mapping[str, str] = frozen_map(
-            _check_env_vars(f"{kind}({name!r}).env_vars", env_vars)
+            check_env_vars(f"{kind}({name!r}).env_vars", env_vars)
         )
         self.secrets = secret_specs(f"{kind}({name!r}).secrets", secrets)
         self.cache: Cache = to_cache(cache, field_name=f"{kind}({name!r}).cache")
@@ -312,9 +291,6 @@ class TaskEnvironment:
         `shoal.report` in the run's store. The other settings are Flyte 2's; see
         `shoal._api.task_settings` for what each means here and which are refused.
         """
-        from shoal._api.task import TaskTemplate
-        from shoal._api.task_settings import TaskSettings
-
         settings = TaskSettings.check(
             self, short_name=short_name, docs=docs, pod_template=pod_template,
             interruptible=interruptible, links=links, entrypoint=entrypoint,

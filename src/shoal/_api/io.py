@@ -76,7 +76,8 @@ __all__ = ["Dir", "File"]
 _MANIFEST_SUFFIX = ".manifest.json"
 
 
-def _check_path(kind: str, path: str) -> None:
+def check_store_uri(kind: str, path: str) -> None:
+    """The path of a ``File``, ``Dir`` or ``DataFrame`` (``kind``) is a store URI."""
     scheme = split_scheme(path)[0] if "://" in path else ""
     if scheme not in SCHEMES:
         raise SpecError(
@@ -144,7 +145,7 @@ class File:
     format: str = ""
 
     def __post_init__(self) -> None:
-        _check_path("File", self.path)
+        check_store_uri("File", self.path)
         if not self.name:
             object.__setattr__(self, "name", PurePosixPath(self.path).name)
         # A download puts the file at <folder>/<name>: a name from a stored value (a cache
@@ -269,7 +270,7 @@ class Dir:
     format: str = ""
 
     def __post_init__(self) -> None:
-        _check_path("Dir", self.path)
+        check_store_uri("Dir", self.path)
         object.__setattr__(self, "path", join(self.path))
         if not self.name:
             object.__setattr__(self, "name", PurePosixPath(self.path).name)

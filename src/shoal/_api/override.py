@@ -21,7 +21,8 @@ from dataclasses import replace
 from typing import Any
 
 from shoal._api.cache import to_cache
-from shoal._api.environment import _check_env_vars
+from shoal._api.environment import check_env_vars
+from shoal._api.pod_template import PodTemplate, with_queue
 from shoal._api.secret import secret_specs
 from shoal._api.task import TaskTemplate
 from shoal._api.task_options import retry_settings, timeout_settings
@@ -112,7 +113,6 @@ def _copy(task: TaskTemplate[Any]) -> _Overridden:
 
 def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
                  earlier: dict[str, Any]) -> dict[str, Any]:
-    from shoal._api.pod_template import PodTemplate
     from shoal._api.resources import Resources
 
     env = task.env
@@ -132,7 +132,7 @@ def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
                             'use shoal.Resources(cpu=2, memory="4Gi")')
         out["resources"] = given["resources"]
     if "env_vars" in given:
-        added = _check_env_vars(f"{kind}({env.name!r}).env_vars", given["env_vars"])
+        added = check_env_vars(f"{kind}({env.name!r}).env_vars", given["env_vars"])
         out["env_vars"] = {**earlier.get("env_vars", {}), **added}
     if "secrets" in given:
         out["secrets"] = secret_specs(f"{kind}({env.name!r}).secrets", given["secrets"])
@@ -143,8 +143,6 @@ def _env_changes(task: TaskTemplate[Any], given: dict[str, Any],
                             'use shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "team-a"})')
         out["pod_template"] = given["pod_template"]
     if "queue" in given:
-        from shoal._api.environment import with_queue
-
         base = out.get("pod_template", task.spec().env.pod_template)
         out["pod_template"] = with_queue(f"{task.name}.override(queue=...)", given["queue"],
                                          base, replace=True)

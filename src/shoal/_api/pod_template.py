@@ -25,6 +25,7 @@ __all__ = [
     "KUEUE_PRIORITY_CLASS_LABEL",
     "KUEUE_QUEUE_NAME_LABEL",
     "PodTemplate",
+    "with_queue",
 ]
 
 KUEUE_PREFIX = "kueue.x-k8s.io/"
@@ -141,6 +142,24 @@ class PodTemplate:
     def priority_class(self) -> str | None:
         """The Kueue WorkloadPriorityClass (label ``kueue.x-k8s.io/priority-class``), or None."""
         return dict(self._labels).get(KUEUE_PRIORITY_CLASS_LABEL)
+
+
+def with_queue(field: str, queue: object, pod_template: Any, *, replace: bool = False) -> Any:
+    """``pod_template`` with Flyte's ``queue=`` as its Kueue queue label: the LocalQueue that
+    admits the task on Kubernetes, the local queue it is admitted from locally. ``replace``:
+    the queue replaces the template's (an override), instead of conflicting with it."""
+    if queue is None:
+        return pod_template
+    if not isinstance(queue, str) or not queue:
+        raise SpecError(field, queue, "must be a non-empty string", 'e.g. queue="team-a"')
+    pt = pod_template
+    if pt is not None and pt.queue_name not in (None, queue) and not replace:
+        raise SpecError(field, queue, f"differs from the pod template's queue label "
+                        f"({pt.queue_name!r}): both name the queue", "give one of them")
+    return PodTemplate(labels={**(pt.labels if pt else {}), KUEUE_QUEUE_NAME_LABEL: queue},
+                       annotations=pt.annotations if pt else None,
+                       pod_spec=pt.pod_spec if pt else None,
+                       primary_container_name=pt.primary_container_name if pt else "primary")
 
 
 # --- validation --------------------------------------------------------------------------------

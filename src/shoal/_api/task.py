@@ -20,6 +20,7 @@ from shoal._api.custom_context import current_custom_context
 from shoal._api.group import current_group
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import TaskSettings
+from shoal._runtime import task_registry
 from shoal._runtime.context import ctx
 from shoal._runtime.task_registry import LoadableTask
 from shoal._spec.call import CallSpec, TaskSpec, frozen_map
@@ -199,9 +200,7 @@ class TaskTemplate(LoadableTask, Generic[F]):
     def _check_reachable(self, caller_env: str | None) -> None:
         if caller_env is None:
             return
-        from shoal._api.environment import registered_environments
-
-        caller = registered_environments().get(caller_env)
+        caller = task_registry.ENVIRONMENTS.get(caller_env)
         if caller is not None and self.env.name not in caller.reachable():
             raise MissingDependencyError(caller_env, self.env.name, self.name)
 

@@ -21,7 +21,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shoal._api.environment import with_queue
+from shoal._api.pod_template import PodTemplate, with_queue
 from shoal.errors import SpecError
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ class TaskSettings:
               entrypoint: object = False, max_inline_io_bytes: object = None,
               queue: object = None, triggers: object = (), task_resolver: object = None,
               produces_artifacts: object = False) -> TaskSettings:
-        from shoal._api.pod_template import PodTemplate
-
         where = f"@{env.name}.task"
         if short_name is not None and (not isinstance(short_name, str) or not short_name):
             raise SpecError(f"{where}(short_name=...)", short_name, "must be a non-empty string",

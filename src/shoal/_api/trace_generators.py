@@ -1,5 +1,5 @@
 """`@shoal.trace` on generator functions, sync and async: one traced call whose output is the
-list of the items it yielded (`shoal._api.trace` names, records and replays the call).
+list of the items it yielded (`shoal._api.trace_calls` names, records and replays the call).
 
 The call starts when its first item is asked for, as in Flyte, so a generator made but never
 iterated records nothing. Each item reaches the caller as soon as it is yielded; the list is
@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from shoal._api.trace import _Call, _Traced, _where
+from shoal._api.trace_calls import Traced, TracedCall, recording_scope
 from shoal.errors import SpecError
 
 
@@ -52,7 +52,7 @@ async def _anext_or_end(step: Callable[..., Any], arg: tuple[Any, ...]) -> Any:
 class _Steps:
     """One traced run of a generator: advance it in the trace's scope, record how it ended."""
 
-    def __init__(self, call: _Call) -> None:
+    def __init__(self, call: TracedCall) -> None:
         self.call = call
         self.t0 = time.monotonic()
         self.items: list[Any] = []
@@ -114,14 +114,14 @@ class _Steps:
             self.call.stopped(self.t0, why)
 
 
-def _refuse_sent(traced: _Traced, sent: Any) -> SpecError:
+def _refuse_sent(traced: Traced, sent: Any) -> SpecError:
     return SpecError(f"traced generator {traced.name!r}", sent,
                      "cannot be sent values: a replay yields its recorded items and could not "
                      "pass them on", "iterate it (for / async for) and pass what it needs as "
                      "arguments")
 
 
-def _run_sync(traced: _Traced, call: _Call, args: tuple[Any, ...],
+def _run_sync(traced: Traced, call: TracedCall, args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> Generator[Any, Any, None]:
     steps = _Steps(call)
     gen = traced.func(*args, **kwargs)
@@ -145,16 +145,16 @@ def _run_sync(traced: _Traced, call: _Call, args: tuple[Any, ...],
         step, arg = gen.__next__, ()
 
 
-def _sync(traced: _Traced) -> Callable[..., Generator[Any, Any, None]]:
+def _sync(traced: Traced) -> Callable[..., Generator[Any, Any, None]]:
     func = traced.func
 
     @functools.wraps(func)
     def traced_generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, None]:
-        scope = _where(traced)
+        scope = recording_scope(traced)
         if scope is None:
             yield from func(*args, **kwargs)
             return
-        call = _Call(traced, scope, args, kwargs)
+        call = TracedCall(traced, scope, args, kwargs)
         assert call.client is not None
         done, items = call.replayed(call.client.trace_start(call.call).result())
         if not done:
@@ -167,18 +167,18 @@ def _sync(traced: _Traced) -> Callable[..., Generator[Any, Any, None]]:
     return traced_generator
 
 
-def _async(traced: _Traced) -> Callable[..., AsyncGenerator[Any, Any]]:
+def _async(traced: Traced) -> Callable[..., AsyncGenerator[Any, Any]]:
     func = traced.func
 
     @functools.wraps(func)
     async def traced_async_generator(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-        scope = _where(traced)
+        scope = recording_scope(traced)
         if scope is None:
             async with contextlib.aclosing(func(*args, **kwargs)) as untraced:
                 async for item in untraced:
                     yield item
             return
-        call = _Call(traced, scope, args, kwargs)
+        call = TracedCall(traced, scope, args, kwargs)
         assert call.client is not None
         done, items = call.replayed(await asyncio.wrap_future(call.client.trace_start(call.call)))
         if done:
@@ -211,6 +211,6 @@ def _async(traced: _Traced) -> Callable[..., AsyncGenerator[Any, Any]]:
     return traced_async_generator
 
 
-def wrap(traced: _Traced) -> Callable[..., Any]:
+def wrap(traced: Traced) -> Callable[..., Any]:
     """The traced twin of a generator function: itself a generator function of the same kind."""
     return _async(traced) if inspect.isasyncgenfunction(traced.func) else _sync(traced)

@@ -20,7 +20,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,13 @@ MAX_BACKOFF = 30.0
 
 def _quiet(kind: str, action: str, data: dict[str, Any]) -> None:
     pass
+
+
+@dataclass(frozen=True)
+class _Shortcut:
+    """The outputs of an action that did not run: replayed or from the cache."""
+
+    output: Any
 
 
 class Controller:
@@ -207,11 +214,21 @@ class Controller:
         return self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
 
     async def _execute(self, call: CallSpec, action: str) -> Any:
+        """One action: its outputs without running it when it can (`_shortcut`), else from
+        its attempts on the engine (`_attempts`)."""
         call = self.options.apply(call)
-        task, rec = call.task, self.records
-        self._envs[action] = task.env.name
-        self._reach.setdefault(task.env.name, task.env.reachable)
+        self._envs[action] = call.task.env.name
+        self._reach.setdefault(call.task.env.name, call.task.env.reachable)
         key = self._key(call)
+        shortcut = self._shortcut(call, action, key)
+        if shortcut is not None:
+            return shortcut.output
+        return await self._attempts(call, action, key)
+
+    def _shortcut(self, call: CallSpec, action: str, key: str | None) -> _Shortcut | None:
+        """Record the action; outputs that need no run, when there are: a replay of the run
+        this one resumes, or a cache hit. None: it is recorded running, attempt 0 started."""
+        task, rec = call.task, self.records
         replayed = self._replay(call, action) if self.resumes else None
         hit = (self._cache_get(call, key) if key and task.cache.behavior != "disable"
                and replayed is None and self.options.cache_read else None)
@@ -238,10 +255,17 @@ class Controller:
                                   log_path=str(self._log_path(action, 0)))
         if replayed is not None:
             self.report("replayed", action, {"task": task.name, "from_run": replayed[0]})
-            return replayed[1]
+            return _Shortcut(replayed[1])
         if hit is not None:
             self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
-            return hit["output"]
+            return _Shortcut(hit["output"])
+        return None
+
+    async def _attempts(self, call: CallSpec, action: str, key: str | None) -> Any:
+        """Run the action's attempts (attempt 0 is recorded started) until one succeeds, the
+        task says a retry cannot help, the retries or the deadline run out; its outputs, or
+        the failure of its last attempt raised."""
+        task, rec = call.task, self.records
         failure: FailureInfo | None = None
         budget = Deadline(task.deadline, task.retries)
         for attempt in range(task.retries + 1):
@@ -254,26 +278,7 @@ class Controller:
             self.report("started", action, {"task": task.name, "attempt": attempt,
                                             "log": str(log), "group": list(call.group)})
             t0 = time.monotonic()
-            try:
-                outcome = await budget.bound(self.engine.run_attempt(
-                    budget.attempt_call(call), AttemptRef(self.run, action, attempt, log)))
-                if budget.spent() and outcome.failure is not None:
-                    outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
-            except PastDeadline:
-                outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
-            except asyncio.CancelledError:
-                with rec.batch():
-                    rec.finish_attempt(self.run, action, attempt, state="cancelled")
-                    rec.set_action_state(self.run, action, "cancelled")
-                self.report("cancelled", action, {"task": task.name})
-                raise
-            except BaseException as e:  # an engine fault: recorded, so nothing stays running
-                with rec.batch():
-                    rec.finish_attempt(self.run, action, attempt, state="failed",
-                                       error=f"{type(e).__name__}: {e}")
-                    rec.set_action_state(self.run, action, "failed",
-                                         error=f"{type(e).__name__}: {e}")
-                raise
+            outcome = await self._attempt(call, action, attempt, log, budget)
             elapsed = time.monotonic() - t0
             if outcome.failure is None:
                 if key is not None and self.options.cache_write:
@@ -290,16 +295,48 @@ class Controller:
             if failure.error_type == "NonRecoverableError" or budget.spent():
                 break  # the task said a retry cannot help (Flyte 2's rule), or no time is left
             if attempt < task.retries:
-                delay = (task.backoff.delay(attempt) if task.backoff is not None
-                         else min(self.backoff * 2**attempt, MAX_BACKOFF))
-                rec.add_event(self.run, "retry", f"{task.name} attempt {attempt} failed "
-                              f"({failure.message}); retrying in {delay:.1f}s",
-                              action_id=action)
-                self.report("retry", action, {"task": task.name, "attempt": attempt,
-                                              "message": failure.message, "delay": delay})
-                await asyncio.sleep(budget.pause(delay))
+                await self._pause_before_retry(call, action, attempt, failure, budget)
         assert failure is not None  # the loop ran at least once and did not return
         error = failure_error(failure)
         rec.set_action_state(self.run, action, "failed", error=str(error))
         self.report("failed", action, {"task": task.name, "message": failure.message})
         raise error
+
+    async def _attempt(self, call: CallSpec, action: str, attempt: int, log: Path,
+                       budget: Deadline) -> AttemptOutcome:
+        """One attempt on the engine, bounded by the deadline. A cancelled run and an engine
+        fault are recorded on the action before they propagate, so nothing stays running."""
+        task, rec = call.task, self.records
+        try:
+            outcome = await budget.bound(self.engine.run_attempt(
+                budget.attempt_call(call), AttemptRef(self.run, action, attempt, log)))
+            if budget.spent() and outcome.failure is not None:
+                outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
+            return outcome
+        except PastDeadline:
+            return AttemptOutcome(failure=budget.failure(task.name, action, attempt))
+        except asyncio.CancelledError:
+            with rec.batch():
+                rec.finish_attempt(self.run, action, attempt, state="cancelled")
+                rec.set_action_state(self.run, action, "cancelled")
+            self.report("cancelled", action, {"task": task.name})
+            raise
+        except BaseException as e:  # an engine fault: recorded, so nothing stays running
+            with rec.batch():
+                rec.finish_attempt(self.run, action, attempt, state="failed",
+                                   error=f"{type(e).__name__}: {e}")
+                rec.set_action_state(self.run, action, "failed",
+                                     error=f"{type(e).__name__}: {e}")
+            raise
+
+    async def _pause_before_retry(self, call: CallSpec, action: str, attempt: int,
+                                  failure: FailureInfo, budget: Deadline) -> None:
+        task = call.task
+        delay = (task.backoff.delay(attempt) if task.backoff is not None
+                 else min(self.backoff * 2**attempt, MAX_BACKOFF))
+        self.records.add_event(self.run, "retry", f"{task.name} attempt {attempt} failed "
+                               f"({failure.message}); retrying in {delay:.1f}s",
+                               action_id=action)
+        self.report("retry", action, {"task": task.name, "attempt": attempt,
+                                      "message": failure.message, "delay": delay})
+        await asyncio.sleep(budget.pause(delay))

@@ -1,6 +1,5 @@
-"""`shoal cancel` and `shoal preempt` for a run whose driver runs elsewhere (a Kubernetes
-driver pod): a request object in the run's store folder, which the driver polls as a local
-driver polls its records (`shoal._storage.remote_records`).
+"""What follows `shoal cancel` for a run whose driver runs elsewhere (a Kubernetes driver pod),
+once the request is in the run's store folder (`stop_requests`), and that driver's log.
 
 A driver that is gone (its pod deleted, evicted, or ended without publishing an end) can
 carry out nothing: cancel then deletes what would run it again (the driver Job) and records
@@ -16,9 +15,8 @@ from typing import Any
 from shoal import _contract as contract
 from shoal._engines.base import RemoteDriver
 from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import put_request, refresh, unreachable
-from shoal._storage.store import open_store
-from shoal.errors import EngineError, StoreError
+from shoal._storage.remote_records import refresh
+from shoal.errors import EngineError
 
 POLL_SECONDS = 0.2
 
@@ -34,23 +32,10 @@ def driver_of(run: RunRecord, where: dict[str, Any]) -> RemoteDriver:
                                        namespace=str(where.get("namespace") or "default")))
 
 
-def _ask(run: RunRecord, where: dict[str, Any], kind: str, by: str) -> None:
-    try:
-        put_request(open_store(run.store), str(where["io"]), kind, by)
-    except StoreError as e:
-        raise unreachable(run.name, run.store, e) from e
-
-
-def preempt(run: RunRecord, where: dict[str, Any]) -> None:
-    _ask(run, where, "preempt", "`shoal preempt`")
-
-
-def cancel(records: Records, run: RunRecord, where: dict[str, Any], *, wait: float,
-           say: Callable[[str], None]) -> RunRecord:
-    """Ask the driver to cancel the run and wait up to ``wait`` seconds for it to end; a
-    driver that is gone has its Job deleted and the run recorded cancelled. The run as it
-    stands at the end."""
-    _ask(run, where, "cancel", "`shoal cancel`")
+def follow_cancel(records: Records, run: RunRecord, where: dict[str, Any], *, wait: float,
+                  say: Callable[[str], None]) -> RunRecord:
+    """Wait up to ``wait`` seconds for a run asked to cancel to end; a driver that is gone has
+    its Job deleted and the run recorded cancelled. The run as it stands at the end."""
     driver = driver_of(run, where)
     say(f"cancel requested for {run.name}; waiting for its driver ({where.get('selector')} "
         f"in namespace {where.get('namespace')})")

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal._api.custom_context import check_custom_context
-from shoal._api.environment import _check_env_vars
+from shoal._api.environment import check_env_vars
 from shoal._api.task import TaskTemplate
 from shoal._driver.bridges.spec import check_installed, parse_bridges
 from shoal._driver.engine_choice import engine_from_env
@@ -148,7 +148,7 @@ def with_runcontext(mode: str | None = None, *, name: str | None = None,
     set_log_level(_W, log_level)
     set_user_log_level(_W, user_log_level)
     options = RunOptions(
-        env_vars=_check_env_vars(f"{_W}(env_vars=...)", env_vars),
+        env_vars=check_env_vars(f"{_W}(env_vars=...)", env_vars),
         interruptible=_bool("interruptible", interruptible, optional=True),
         overwrite_cache=_bool("overwrite_cache", overwrite_cache),
         disable_run_cache=_bool("disable_run_cache", disable_run_cache),

@@ -28,7 +28,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shoal import _contract as contract
+from shoal._runtime.ports import free_port
 from shoal._spec.names import check_node_name
 
 STATE_FILE = "allocation.json"
@@ -109,13 +109,6 @@ def node_address(name: str) -> str:
     return name
 
 
-def free_port() -> int:
-    """A port free on this node (the master: node rank 0 runs where the batch script does)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 class Allocation:
     def __init__(self, environ: dict[str, str]) -> None:
         from shoal._storage.store import join, open_store
@@ -162,7 +155,8 @@ class Allocation:
         nodes = hostnames(self.environ["SLURM_JOB_NODELIST"])
         master = node_address(nodes[0])
         start = Start(restart=restart, at=time.time(), nodes=nodes, master=master,
-                      port=free_port(), why=why, uses_restart=uses_restart)
+                      port=free_port(""),  # node rank 0 runs here, where the batch script does
+                      why=why, uses_restart=uses_restart)
         state.starts.append(start)
         state.phase = "running"
         self.save(state)

@@ -40,10 +40,10 @@ from typing import Any, NoReturn
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
+from shoal._runtime.log_files import redirect_output
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
 from shoal._runtime.zygote import Zygote
-from shoal._storage.private import FILE_MODE
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -142,12 +142,9 @@ class Node:
                             rank_log_dir=str(start["rank_log_dir"]))
         os.environ.update(self.node.to_env())
         self.log = str(start["node_log"])
-        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        redirect_output(self.log)
         self.children = {}
         self._diagnosed_at = float("-inf")
         self.stopping.clear()

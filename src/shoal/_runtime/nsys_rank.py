@@ -15,18 +15,16 @@ at its step reports (`profiling.NsysSteps`); without CUDA nsys records the whole
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
+from shoal._runtime.log_files import redirect_output
 from shoal._runtime.profiling import copy_to_store, profile_folder, setting, store_folder
 from shoal._spec.profile import ProfileSpec
 
@@ -45,76 +43,6 @@ def profile_argv(nsys: str, spec: ProfileSpec, out: Path, *, capture_steps: bool
     return [*argv, *RANK_ARGV]
 
 
-class NsysSteps:
-    """A ``steps`` window under Nsight Systems (`nsys_rank`): on CUDA, the rank opens and
-    closes nsys's ``cudaProfilerApi`` capture range at its step reports and marks each step
-    with an NVTX range ``ProfilerStep#N``."""
-
-    def __init__(self, spec: ProfileSpec) -> None:
-        assert spec.steps is not None
-        self.first, self.last = spec.steps
-        self.owner = threading.get_ident()
-        self.open = False
-        self.done = False
-        self.last_step: int | None = None
-
-    def _begin(self, step: int) -> None:
-        import torch
-
-        if not self.open:
-            torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
-            self.open = True
-        torch.cuda.nvtx.range_push(f"ProfilerStep#{step}")  # type: ignore[no-untyped-call]
-
-    def _end(self) -> None:
-        import torch
-
-        torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
-
-    def on_step(self, step: int) -> None:
-        if step == self.last_step or self.done or threading.get_ident() != self.owner:
-            return
-        self.last_step = step
-        if self.open:
-            self._end()
-            if step >= self.last:
-                self.close()
-                return
-            self._begin(step + 1)
-        elif self.first - 1 <= step < self.last:
-            self._begin(step + 1)
-
-    def close(self) -> None:
-        if self.open:
-            import torch
-
-            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
-        self.open, self.done = False, True
-
-
-@contextlib.contextmanager
-def nsys_steps(spec: ProfileSpec) -> Iterator[None]:
-    import torch
-
-    from shoal._runtime import metrics
-
-    writer = metrics.current()
-    if not torch.cuda.is_available() or writer is None:
-        yield  # nsys records the whole rank (see nsys_rank)
-        return
-    window = NsysSteps(spec)
-    writer.on_step = window.on_step
-    if window.first == 0:
-        window._begin(0)
-    try:
-        yield
-    finally:
-        writer.on_step = None
-        if window.open:
-            window._end()
-        window.close()
-
-
 def _exit_as(code: int) -> None:
     if code < 0:  # the rank died of a signal: so does this process, for the node's report
         signal.signal(-code, signal.SIG_DFL)
@@ -129,9 +57,7 @@ def main() -> None:
         os.execv(RANK_ARGV[0], list(RANK_ARGV))
     node = NodeEnv.from_env()
     if node.rank_log_dir:  # nsys's own lines go with the rank's
-        from shoal._runtime.rank import _redirect
-
-        _redirect(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
+        redirect_output(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
     nsys = shutil.which("nsys")
     if nsys is None:
         print(f"shoal: rank {rank} is to run under Nsight Systems (tool=nsys) but `nsys` is "

@@ -17,6 +17,9 @@ The trace (Chrome JSON with ``distributedInfo``, which HTA and Perfetto read) go
 ``$SHOAL_HOME/runs/<run>/profiles/<action>.<attempt>/r<restart>/<window>/rank<r>.json``, and to
 the same path under ``<store>/runs/`` when the store is not this machine's disk (a pod's home is
 gone with the pod). A window still open when the task ends is closed and written then.
+
+With ``tool="nsys"`` the rank runs under Nsight Systems (`nsys_rank`), and a ``steps`` window
+is nsys's capture range, opened and closed at the same step reports (`NsysSteps`).
 """
 
 from __future__ import annotations
@@ -220,6 +223,76 @@ class RankProfiler:
                   f"never opened: {why}", file=sys.stderr, flush=True)
 
 
+class NsysSteps:
+    """A ``steps`` window under Nsight Systems (the rank runs under `nsys_rank`): on CUDA, the
+    rank opens and closes nsys's ``cudaProfilerApi`` capture range at its step reports and
+    marks each step with an NVTX range ``ProfilerStep#N``."""
+
+    def __init__(self, spec: ProfileSpec) -> None:
+        assert spec.steps is not None
+        self.first, self.last = spec.steps
+        self.owner = threading.get_ident()
+        self.open = False
+        self.done = False
+        self.last_step: int | None = None
+
+    def _begin(self, step: int) -> None:
+        import torch
+
+        if not self.open:
+            torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+            self.open = True
+        torch.cuda.nvtx.range_push(f"ProfilerStep#{step}")  # type: ignore[no-untyped-call]
+
+    def _end(self) -> None:
+        import torch
+
+        torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+
+    def on_step(self, step: int) -> None:
+        if step == self.last_step or self.done or threading.get_ident() != self.owner:
+            return
+        self.last_step = step
+        if self.open:
+            self._end()
+            if step >= self.last:
+                self.close()
+                return
+            self._begin(step + 1)
+        elif self.first - 1 <= step < self.last:
+            self._begin(step + 1)
+
+    def close(self) -> None:
+        if self.open:
+            import torch
+
+            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+        self.open, self.done = False, True
+
+
+@contextlib.contextmanager
+def nsys_steps(spec: ProfileSpec) -> Iterator[None]:
+    import torch
+
+    from shoal._runtime import metrics
+
+    writer = metrics.current()
+    if not torch.cuda.is_available() or writer is None:
+        yield  # nsys records the whole rank (see nsys_rank)
+        return
+    window = NsysSteps(spec)
+    writer.on_step = window.on_step
+    if window.first == 0:
+        window._begin(0)
+    try:
+        yield
+    finally:
+        writer.on_step = None
+        if window.open:
+            window._end()
+        window.close()
+
+
 @contextlib.contextmanager
 def profiling_scope(*, home: str, store: str, run: str, action: str, attempt: int,
                     restart: int, rank: int) -> Iterator[None]:
@@ -229,8 +302,6 @@ def profiling_scope(*, home: str, store: str, run: str, action: str, attempt: in
         yield
         return
     if spec.tool == "nsys":
-        from shoal._runtime.nsys_rank import nsys_steps
-
         with nsys_steps(spec) if spec.steps is not None else contextlib.nullcontext():
             yield
         return

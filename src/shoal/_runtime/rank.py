@@ -22,11 +22,11 @@ from shoal._contract import NodeEnv
 from shoal._runtime import rank_status
 from shoal._runtime.context import TaskContext, running
 from shoal._runtime.frameworks import prepare_runtime
+from shoal._runtime.log_files import redirect_output
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
 from shoal._runtime.tracebacks import user_traceback
-from shoal._storage.private import FILE_MODE
 
 
 def attempt_folder(node: NodeEnv) -> str:
@@ -34,13 +34,6 @@ def attempt_folder(node: NodeEnv) -> str:
     from shoal._storage.store import join
 
     return join(node.io, f"r{node.restart_attempt}")
-
-
-def _redirect(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def _checkpoint(node: NodeEnv, rank: int) -> Any:
@@ -117,7 +110,7 @@ def main() -> None:
     rank = int(os.environ[contract.TORCH_RANK])
     local_rank = int(os.environ.get(contract.TORCH_LOCAL_RANK, "0"))
     if node.rank_log_dir:
-        _redirect(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
+        redirect_output(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
     try:
         run_rank(node, rank, local_rank)
     except BaseException as e:  # every failure of this rank is reported, then it exits non-zero

@@ -32,7 +32,7 @@ import signal
 import sys
 from typing import Any
 
-from shoal._storage.private import FILE_MODE
+from shoal._runtime.log_files import redirect_output
 
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
@@ -87,10 +87,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> No
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's, not a fresh process's
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         if request["log"]:  # "": the node's first log, which the zygote writes to already
-            log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.close(log)
+            redirect_output(str(request["log"]))
         env = request["env"]
         assert isinstance(env, dict)
         os.environ.clear()

@@ -1,9 +1,9 @@
 """The routes of `shoal ui`: pages, their JSON, log streams, and the two buttons that act.
 
-Only ``POST /api/runs/<run>/cancel`` and ``.../preempt`` change anything, through the same
-`Records` calls as `shoal cancel` and `shoal preempt`; for a run driven elsewhere (Kubernetes)
-the same request objects in its store folder (`shoal._storage.remote_records`), whose
-published records the pages merge in before they read them.
+Only ``POST /api/runs/<run>/cancel`` and ``.../preempt`` change anything, through the flow of
+`shoal cancel` and `shoal preempt` (`shoal._driver.stop_requests`): a request in the records,
+or for a run driven elsewhere (Kubernetes) in its store folder, whose published records the
+pages merge in before they read them.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
+from shoal._driver import stop_requests
+from shoal._driver.stop_requests import Kind
 from shoal._spec.names import check_action_id, check_run_name
 from shoal._storage.logs import LogSource
 from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import driver_folder, put_request, refresh
-from shoal._storage.store import open_store
+from shoal._storage.remote_records import refresh
 from shoal._ui import gang_view, logs_view, pages, views
 from shoal._ui.guard import Guard
 from shoal._ui.headers import SecurityHeaders
@@ -185,44 +186,29 @@ class UI:
         return FileResponse(source.path, media_type="text/plain", filename=name)
 
     # -- the two that act -------------------------------------------------------------------
-    def _ask_elsewhere(self, run: RunRecord, kind: str) -> Response | None:
-        """A run driven elsewhere: the request in its store folder, for its driver."""
-        where = driver_folder(self.records, run)
-        if where is None:
-            return None
-        fresh = self.fresh(run)
-        if isinstance(fresh, JSONResponse):
-            return fresh
-        if fresh.terminal:
-            return JSONResponse({"run": run.name, "requested": False,
-                                 "message": f"already ended ({fresh.state})"})
+    def _ask(self, request: Request, kind: Kind, done: str) -> Response:
+        """Ask the run's driver (`shoal._driver.stop_requests`, as `shoal cancel` and `shoal
+        preempt` do); ``done`` is what the answer says when it was asked of a driver here."""
+        run = self.run(request, exact=True)
         try:
-            put_request(open_store(run.store), str(where["io"]), kind, "the web UI")
+            asked = stop_requests.ask(self.records, run, kind, by="the web UI", home=self.home)
         except StoreError as e:
             return JSONResponse({"error": str(e)}, status_code=503)
-        return JSONResponse({"run": run.name, "requested": True, "message": (
-            f"{kind} requested; its driver on {run.engine} reads it within a second or two "
-            f"(if its pod is gone, `shoal cancel {run.name}` deletes its Job)")})
+        if not asked.requested:
+            message = f"already ended ({asked.run.state})"
+        elif asked.where is not None:
+            message = (f"{kind} requested; its driver on {run.engine} reads it within a second "
+                       f"or two (if its pod is gone, `shoal cancel {run.name}` deletes its Job)")
+        else:
+            message = done
+        return JSONResponse({"run": run.name, "requested": asked.requested,
+                             "message": message})
 
     def cancel_api(self, request: Request) -> Response:
-        run = self.run(request, exact=True)
-        elsewhere = self._ask_elsewhere(run, "cancel")
-        if elsewhere is not None:
-            return elsewhere
-        asked = self.records.request_cancel(run.name)
-        return JSONResponse({"run": run.name, "requested": asked,
-                             "message": "cancel requested" if asked
-                             else f"already ended ({run.state})"})
+        return self._ask(request, "cancel", "cancel requested")
 
     def preempt_api(self, request: Request) -> Response:
-        run = self.run(request, exact=True)
-        elsewhere = self._ask_elsewhere(run, "preempt")
-        if elsewhere is not None:
-            return elsewhere
-        asked = self.records.request_preempt(run.name, "the web UI")
-        return JSONResponse({"run": run.name, "requested": asked,
-                             "message": "preemption requested" if asked
-                             else f"already ended ({run.state})"})
+        return self._ask(request, "preempt", "preemption requested")
 
 
 def _missing(request: Request, exc: Exception) -> Response:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal import _contract as contract
+from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import first_failure, read_reports
 from shoal._storage.checkpoint_layout import Versions
 from shoal._storage.records import AttemptRecord, EventRecord, Records, RunRecord
@@ -81,7 +82,7 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
             first = {"rank": failure.rank, "node": failure.node, "message": failure.message,
                      "exit_code": failure.exit_code, "signal": failure.signal,
                      "traceback": failure.traceback, "error_type": failure.error_type,
-                     "log_tail": _tail(logs / f"rank{failure.rank}.log")
+                     "log_tail": log_tail(logs / f"rank{failure.rank}.log", TAIL_LINES)
                      if failure.rank is not None else ""}
         starts.append({
             "restart": restart, "ended": how,
@@ -120,16 +121,6 @@ def _how_it_ended(events: list[EventRecord], restart: int, last: bool, attempt: 
             if e.kind == "gang_preempted":
                 return "preempted"
     return attempt if last else "stopped"
-
-
-def _tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
 def checkpoints_json(records: Records, store: Store, run: RunRecord, action: str,

@@ -15,22 +15,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
+    from shoal._driver import stop_requests
     from shoal._storage.records import Records
-    from shoal._storage.remote_records import driver_folder
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
     run = records.get_run(args.run)
-    where = driver_folder(records, run)
-    if where is not None:
-        return _cancel_remote(records, run, where, args.wait)
-    if not records.request_cancel(run.name):
-        cleaned = _clean_up(run) if run.state == "crashed" else None
+    asked = stop_requests.ask(records, run, "cancel", by="`shoal cancel`", home=contract.home())
+    if not asked.requested:
+        cleaned = _clean_up(run) if asked.where is None and run.state == "crashed" else None
         if cleaned is not None:
             print(cleaned)
             return 0
-        print(f"run {run.name} already ended ({run.state}); nothing to cancel")
+        print(f"run {asked.run.name} already ended ({asked.run.state}); nothing to cancel")
         return 0
+    if asked.where is not None:
+        return _follow_remote(records, asked.run, asked.where, args.wait)
     print(f"cancel requested for {run.name}; waiting for its driver (pid {run.engine_pid})")
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
@@ -53,17 +53,11 @@ def _clean_up(run: Any) -> str | None:
     return clean_up(run.engine, run.name)
 
 
-def _cancel_remote(records: Any, run: Any, where: dict[str, Any], wait: float) -> int:
-    """A run whose driver runs elsewhere: the request goes through the store."""
-    from shoal import _contract as contract
+def _follow_remote(records: Any, run: Any, where: dict[str, Any], wait: float) -> int:
+    """A run whose driver runs elsewhere, asked through the store: wait for it to end."""
     from shoal._driver import remote_control
-    from shoal._storage.remote_records import refresh
 
-    run = refresh(records, run, home=contract.home())
-    if run.terminal:
-        print(f"run {run.name} already ended ({run.state}); nothing to cancel")
-        return 0
-    run = remote_control.cancel(records, run, where, wait=wait, say=print)
+    run = remote_control.follow_cancel(records, run, where, wait=wait, say=print)
     if run.terminal:
         print(f"run {run.name}: {run.state}")
         return 0

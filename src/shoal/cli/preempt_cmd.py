@@ -15,27 +15,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
+    from shoal._driver import stop_requests
     from shoal._storage.records import Records
-    from shoal._storage.remote_records import driver_folder, refresh
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
     run = records.get_run(args.run)
-    where = driver_folder(records, run)
-    if where is not None:
-        run = refresh(records, run, home=contract.home())
-        if run.terminal:
-            print(f"run {run.name} already ended ({run.state}); nothing to preempt")
-            return 1
-        from shoal._driver import remote_control
-
-        remote_control.preempt(run, where)
+    asked = stop_requests.ask(records, run, "preempt", by="`shoal preempt`",
+                              home=contract.home())
+    if not asked.requested:
+        print(f"run {asked.run.name} already ended ({asked.run.state}); nothing to preempt")
+        return 1
+    if asked.where is not None:
         print(f"preemption requested for {run.name}; its driver on {run.engine} carries it "
               "out when it next reads the store (about a second)")
         return 0
-    if not records.request_preempt(run.name, "`shoal preempt`"):
-        print(f"run {run.name} already ended ({run.state}); nothing to preempt")
-        return 1
     print(f"preemption requested for {run.name}; its driver (pid {run.engine_pid}) carries it "
           "out within a second")
     return 0

@@ -41,7 +41,7 @@ from shoal._engines.kubernetes.api_errors import (
     status_error,
     unreachable,
 )
-from shoal._engines.kubernetes.kubeconfig import SERVICE_ACCOUNT_DIR, TokenSource, _static
+from shoal._engines.kubernetes.kubeconfig import SERVICE_ACCOUNT_DIR, TokenSource, static_token
 from shoal._engines.kubernetes.resources import RESOURCES, Obj, Resource, resource_for
 
 # A watch asks the server to end each stream after this many seconds, then reconnects from the
@@ -251,7 +251,7 @@ class KubeClient:
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._prefix = parts.path.rstrip("/")
-        self._tokens = token_source or (_static(token) if token else None)
+        self._tokens = token_source or (static_token(token) if token else None)
         # Only a token that can change (a rotated file, an exec plugin) is worth asking again
         # after a 401.
         self._refreshable = token_source is not None

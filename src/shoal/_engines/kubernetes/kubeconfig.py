@@ -36,7 +36,8 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TokenSource = Callable[[bool], "str | None"]  # (refresh) -> current bearer token
 
 
-def _static(token: str) -> TokenSource:
+def static_token(token: str) -> TokenSource:
+    """A bearer token given as it is (``KubeClient(token=...)``): refreshing cannot renew it."""
     return lambda refresh: token
 
 

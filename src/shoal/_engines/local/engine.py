@@ -38,6 +38,7 @@ from shoal._engines.local.pool import Request, Reservation, ResourcePool, machin
 from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
 from shoal._runtime import messages as m
+from shoal._runtime.log_files import log_tail
 from shoal._runtime.metrics import open_writer
 from shoal._runtime.system_metrics import CallSampler
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
@@ -343,7 +344,7 @@ class LocalEngine(Engine):
             if done.failure is not None:
                 if done.failure.origin_action:  # it carries the log of the call that failed
                     return AttemptOutcome(failure=done.failure)
-                tail = procs.log_tail(ref.log_path)
+                tail = log_tail(ref.log_path)
                 return AttemptOutcome(failure=_with(done.failure, log_tail=tail))
             return AttemptOutcome(output=done.output)
         finally:
@@ -400,7 +401,7 @@ class LocalEngine(Engine):
 
     def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
                 exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:
-        tail = procs.log_tail(ref.log_path) or procs.log_tail(worker.log_path)
+        tail = log_tail(ref.log_path) or log_tail(worker.log_path)
         return AttemptOutcome(failure=FailureInfo(
             task=call.task.name, action=ref.action, attempt=ref.attempt, kind=kind,
             message=message, exit_code=exit_code, signal=signal, log_tail=tail))

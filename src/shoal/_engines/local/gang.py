@@ -46,6 +46,8 @@ from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import NodeNet, node_nets, partition
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime.hang import timed_out
+from shoal._runtime.log_files import log_tail
+from shoal._runtime.ports import free_port
 from shoal._runtime.rank_status import read_status
 from shoal._runtime.reports import FirstFailure, first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
@@ -63,14 +65,6 @@ LAUNCHER = (sys.executable, "-m", "shoal._runtime.launcher")
 FAILURE_GRACE = 2.0
 # Seconds past a stop's grace period for a launcher to say its ranks ended, before it is ended.
 STOP_ANSWER = 15.0
-
-
-def free_port() -> int:
-    """A port free on loopback now. Another process could take it before rank 0 binds it; the
-    window is milliseconds and a restart picks a new one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pid_namespace_prefix() -> tuple[str, ...]:
@@ -418,14 +412,14 @@ class GangRunner:
             return self._hang_failure(hung, restart, log_dir, None)
         first = first_failure(self.store, join(self.io, f"r{restart}"))
         if first is None:
-            tails = [procs.log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
+            tails = [log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"a node launcher failed (restart {restart})",
                                log_tail="\n".join(t for t in tails if t))
         if hung is not None and hung.verdict.culprits:
             return self._hang_failure(hung, restart, log_dir, first)
         rank = first.rank
-        tail = procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
+        tail = log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
         message = f"rank {rank} failed first (restart {restart}): {first.message}"
         if self.engine.gpus_emulated(self.call.task.env) and _CUDA_WORDS.search(first.message):
             message += EMULATED_GPU_HINT
@@ -461,6 +455,6 @@ class GangRunner:
             message=f"hang: {hung.verdict.summary()}. {what[0].upper()}{what[1:]}. Stacks "
                     f"of every rank: {hung.report_path}",
             rank=rank, node=culprit.node if culprit is not None else None,
-            log_tail=procs.log_tail(log_dir / f"rank{rank}.log") if rank is not None else "",
+            log_tail=log_tail(log_dir / f"rank{rank}.log") if rank is not None else "",
             traceback=traceback, error_type=first.error_type if first is not None else "",
         )

@@ -109,17 +109,3 @@ def describe_exit(returncode: int | None) -> tuple[int | None, str | None]:
         except ValueError:
             return None, f"signal {-returncode}"
     return returncode, None
-
-
-def log_tail(path: Path, lines: int = 30, max_bytes: int = 64 * 1024) -> str:
-    """The last ``lines`` lines of a log file ('' if it does not exist)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return "\n".join(text.splitlines()[-lines:])

@@ -18,6 +18,7 @@ from typing import Any
 
 from shoal._engines.local import procs
 from shoal._runtime import messages as m
+from shoal._runtime.log_files import log_tail
 from shoal._spec.call import ReuseSpec
 from shoal.errors import EngineError
 
@@ -129,7 +130,7 @@ class WorkerSet:
             raise WorkerStartFailed(f"worker {worker_id} for environment "
                                     f"{env.split('#')[0]!r} {why}",
                                     exited.result() if exited in done else None,
-                                    procs.log_tail(log_path))
+                                    log_tail(log_path))
         reader, worker.writer = hello.result()
         worker.tasks.append(asyncio.ensure_future(self._listen(worker, reader)))
         worker.tasks.append(asyncio.ensure_future(self._watch(worker, exited)))

@@ -50,6 +50,7 @@ from shoal._engines.slurm.script import (
     slurm_minutes,
 )
 from shoal._runtime.allocation import STATE_FILE, AllocationState, Start, hostnames
+from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
@@ -457,18 +458,6 @@ class SlurmJob:
     def _failed(self, kind: str, message: str) -> AttemptOutcome:
         return AttemptOutcome(failure=self.who.failure(
             kind, message, log_tail=log_tail(self.log_dir / "batch.log", LOG_TAIL_LINES)))
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log on the shared filesystem ('' if it is not there)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _expand(nodelist: str) -> list[str]:
