@@ -4,7 +4,6 @@ per session, so obstore talks real HTTP to it exactly as it would to S3 or MinIO
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
+from tests.helpers import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -41,12 +41,6 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 BUCKET = "shoal-test"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=0.5):
@@ -60,7 +54,7 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The endpoint of a moto S3 server holding bucket ``BUCKET``, with the env set to use it."""
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     with open(log, "wb") as out:
