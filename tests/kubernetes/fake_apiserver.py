@@ -81,10 +81,13 @@ class _Event:
     obj: Obj
 
 
+TOKEN = "test-token"  # the bearer token the tests' fakes accept
+
+
 class FakeApiServer:
     """The fake server; ``url`` once started. ``token`` is the only bearer token accepted."""
 
-    def __init__(self, *, token: str = "test-token", kinds: list[Kind] | None = None,
+    def __init__(self, *, token: str = TOKEN, kinds: list[Kind] | None = None,
                  tls: tuple[str, str] | None = None, client_ca: str | None = None,
                  gc_delay: float = 0.05) -> None:
         self.token = token

@@ -13,13 +13,11 @@ import base64
 import json
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +48,8 @@ from shoal._engines.kubernetes.status import (
     terminal_record,
 )
 from shoal.errors import EngineError
-from tests.kubernetes.fake_apiserver import KINDS, FakeApiServer, FakeCluster, wait_for
-
-TOKEN = "test-token"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
+from tests.helpers import free_port
+from tests.kubernetes.fake_apiserver import KINDS, TOKEN, FakeApiServer, FakeCluster, wait_for
 
 
 @pytest.fixture
@@ -373,12 +363,6 @@ def test_a_watch_gives_up_on_a_dead_server(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 # -- errors ----------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_wrong_token_says_which_server_refused_it_and_what_to_check(
         fake: FakeApiServer) -> None:
     bad = KubeClient(fake.url, token="expired", namespace="default")

@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,11 @@ from shoal._engines.kubernetes.engine import KubernetesEngine
 from shoal._spec.call import CallSpec
 from shoal._storage.store import join, open_store
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, write_kubeconfig
+from tests.helpers import free_port
+from tests.kubernetes.fake_apiserver import TOKEN, FakeApiServer, FakeCluster, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
-TOKEN = "test-token"
 RUN = "r-engine-test"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,13 +54,6 @@ def train(steps: int = 3) -> float:
 @plain_env.task
 def prepare(n: int = 1) -> int:
     raise NotImplementedError
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
 
 
 class Harness:
@@ -284,16 +276,10 @@ def test_a_failed_job_without_reports_says_how_its_pod_ended(harness: Harness) -
     assert kept == "import torch\nModuleNotFoundError: No module named 'torch'\n"
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_an_unreachable_cluster_fails_at_start(s3_root: str) -> None:
     engine = KubernetesEngine(
         run=RUN, config=KubeConfig(store=s3_root),
-        client=KubeClient(f"http://127.0.0.1:{_closed_port()}", token=TOKEN,
+        client=KubeClient(f"http://127.0.0.1:{free_port()}", token=TOKEN,
                           namespace="default", timeout=2))
 
     async def serve(call: CallSpec) -> Any:
@@ -307,7 +293,7 @@ def test_an_unreachable_cluster_fails_at_start(s3_root: str) -> None:
 
 def test_shoal_run_against_an_unreachable_cluster_fails_fast(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    write_kubeconfig(kubeconfig, f"http://127.0.0.1:{_closed_port()}", "abc", namespace="ml")
+    write_kubeconfig(kubeconfig, f"http://127.0.0.1:{free_port()}", "abc", namespace="ml")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--engine", "kubernetes",

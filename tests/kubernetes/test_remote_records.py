@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +24,17 @@ import pytest
 from shoal import _contract as contract
 from shoal._engines.kubernetes.client import KubeClient
 from shoal._storage.records import Records
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, wait_for, write_kubeconfig
+from tests.helpers import free_port
+from tests.kubernetes.fake_apiserver import (
+    TOKEN,
+    FakeApiServer,
+    FakeCluster,
+    wait_for,
+    write_kubeconfig,
+)
 
 pytestmark = pytest.mark.s3
 
-TOKEN = "test-token"
 PROGRAM = '''
 import os
 import time
@@ -81,13 +85,6 @@ def spin(seconds: int = 60) -> int:
         time.sleep(0.1)
     return 0
 '''
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
 
 
 class Laptop:
@@ -366,9 +363,7 @@ def test_every_command_on_a_run_whose_store_is_unreachable_names_the_store_and_t
     task = find_task(laptop.program, "greet")
     driver = KubeRemoteDriver(KubeConfig(store=s3_root, namespace="default"))
     remote.record(CallSpec(task=task.spec(), inputs={}, parent_action=None), "r-far", driver)
-    with socket.socket() as s:  # a port nothing listens on: the store is out of reach
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # a port nothing listens on: the store is out of reach
     laptop.env[contract.S3_ENDPOINT] = f"http://127.0.0.1:{closed}"
     commands = {"runs RUN": ("runs", "r-far"), "logs": ("logs", "r-far"),
                 "cancel": ("cancel", "r-far"), "preempt": ("preempt", "r-far")}

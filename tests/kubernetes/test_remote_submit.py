@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,10 @@ from shoal._driver import config
 from shoal._runtime.loader import find_task
 from shoal._storage.store import join, open_store
 from shoal.errors import RunCancelled, RuntimeUserError, SpecError
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, write_kubeconfig
+from tests.kubernetes.fake_apiserver import TOKEN, FakeApiServer, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
-TOKEN = "test-token"
 PROGRAM = '''
 import shoal
 
@@ -42,13 +40,6 @@ env = shoal.TaskEnvironment(name="remote-root", image="shoal:test")
 def square_of(x: int = 3) -> dict[str, int]:
     return {"square": x * x}
 '''
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
 
 
 @pytest.fixture
