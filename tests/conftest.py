@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -64,11 +63,8 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
-        while not _answers(endpoint):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"moto server did not start on {endpoint}:\n{log.read_text()[-2000:]}")
-            time.sleep(0.05)
+        wait_until(f"the moto server to answer on {endpoint}", lambda: _answers(endpoint),
+                   timeout=30, alive=[proc], detail=lambda: log.read_text()[-2000:])
         # moto does not check signatures, so a bare PUT creates the bucket.
         req = urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT")
         urllib.request.urlopen(req, timeout=5).close()

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -22,28 +22,30 @@ def _timed_out(what: str, timeout: float, last: object, detail: Callable[[], str
     return f"{said}; {detail()}" if detail is not None else said
 
 
-def _check_alive(what: str, alive: Sequence[subprocess.Popen[str]]) -> None:
-    for proc in alive:
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"a process ended (exit {proc.returncode}) before {what}:\n"
-                                 f"{out}\n{err}")
+def _ended(what: str, proc: subprocess.Popen[Any], detail: Callable[[], str] | None
+           ) -> AssertionError:
+    out, err = proc.communicate()
+    said = f"a process ended (exit {proc.returncode}) before {what}:\n{out}\n{err}"
+    return AssertionError(f"{said}\n{detail()}" if detail is not None else said)
 
 
 def wait_until(what: str, check: Callable[[], T], *, timeout: float = 30.0,
-               every: float = 0.05, alive: Sequence[subprocess.Popen[str]] = (),
+               every: float = 0.05, alive: Sequence[subprocess.Popen[Any]] = (),
                detail: Callable[[], str] | None = None) -> T:
     """Call ``check`` every ``every`` seconds until it returns something truthy, and return
     that. Fail (AssertionError) naming ``what``, the last value seen and the timeout when
     ``timeout`` seconds pass first, or at once, with its output, when one of the processes in
     ``alive`` ends (what was awaited can no longer happen). ``detail`` adds what else helps
-    to read a failure (the events seen so far, a log)."""
+    to read either failure (the events seen so far, a log)."""
     deadline = time.monotonic() + timeout
     while True:
+        # Which processes had ended before the look: what they did before then is seen.
+        ended = [proc for proc in alive if proc.poll() is not None]
         last = check()
         if last:
             return last
-        _check_alive(what, alive)
+        if ended:
+            raise _ended(what, ended[0], detail)
         if time.monotonic() > deadline:
             raise AssertionError(_timed_out(what, timeout, last, detail))
         time.sleep(every)
