@@ -26,6 +26,7 @@ from shoal._driver import config
 from shoal._runtime.loader import find_task
 from shoal._storage.store import join, open_store
 from shoal.errors import RunCancelled, RuntimeUserError, SpecError
+from tests.helpers import wait_until
 from tests.kubernetes.fake_apiserver import TOKEN, FakeApiServer, write_kubeconfig
 
 pytestmark = pytest.mark.s3
@@ -60,13 +61,8 @@ def cluster(fake: FakeApiServer, tmp_path: Path, s3_root: str,
 def _play_driver(fake: FakeApiServer, outcome: dict[str, Any]) -> threading.Thread:
     """Be the driver pod of the next driver Job: its outcome in the store, a log line, done."""
     def play() -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            jobs = [j for j in fake.all("jobs") if not j.get("status")]
-            if jobs:
-                break
-            time.sleep(0.02)
-        (job,) = jobs
+        (job,) = wait_until("a driver Job", lambda: [j for j in fake.all("jobs")
+                                                    if not j.get("status")], timeout=20)
         name = job["metadata"]["name"]
         env = {v["name"]: v.get("value") for v in
                job["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -199,9 +195,7 @@ def test_aborting_a_remote_run_stops_following_it_and_says_how_to_stop_it(
     task = find_task(cluster["program"], "square_of")
     shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
     run = shoal.run(task, x=2)
-    deadline = time.monotonic() + 20
-    while not fake.all("jobs") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until("the driver Job", lambda: fake.all("jobs"), timeout=20)
     assert run.status == "running" and not run.done()
     run.abort()
     with pytest.raises(RunCancelled, match=f"shoal.dev/run={run.name},shoal.dev/role=driver"):
