@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until
 from tests.slurm.slurm_conf import CPUS_PER_NODE, MEMORY_PER_NODE_MB, NodeSpec, render_slurm_conf
 
 INSTALL = "apt-get install -y slurm-wlm munge"
@@ -137,19 +137,18 @@ class SlurmCluster:
         """Poll until the job is in one of ``states``; raise with its history and the logs."""
         wanted = set(states)
         seen: list[str] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self.squeue(job)
+        last: list[Job | None] = [None]
+
+        def reached() -> Job | None:
+            info = last[0] = self.squeue(job)
             state = info.state if info else "<forgotten>"
             if not seen or seen[-1] != state:
                 seen.append(state)
-            if info is not None and info.state in wanted:
-                return info
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job} not in {sorted(wanted)} after {timeout:.0f}s; "
-                                   f"states seen: {' -> '.join(seen)}; last: {info}\n"
-                                   f"{self.logs()}")
-            time.sleep(0.2)
+            return info if info is not None and info.state in wanted else None
+
+        return wait_until(f"job {job} in {sorted(wanted)}", reached, timeout=timeout, every=0.2,
+                          detail=lambda: f"states seen: {' -> '.join(seen)}; last: {last[0]}\n"
+                                         f"{self.logs()}")
 
     def output(self, job: str) -> str:
         """The batch job's stdout file (sbatch's default slurm-<id>.out in the work folder)."""
