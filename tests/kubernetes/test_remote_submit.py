@@ -201,6 +201,14 @@ def test_aborting_a_remote_run_stops_following_it_and_says_how_to_stop_it(
     with pytest.raises(RunCancelled, match=f"shoal.dev/run={run.name},shoal.dev/role=driver"):
         run.wait(quiet=True)
     assert run.status == "cancelled" and str(run.phase) == "aborted"
+    # The run goes on on the cluster, and this process's follower of it (a daemon thread)
+    # with it: end the driver Job there, so that the follower ends with the test.
+    (job,) = fake.all("jobs")
+    job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "Deleted",
+                                     "message": "-"}]}
+    fake.put("jobs", job)
+    wait_until("the follower of the aborted run to end", lambda: not [
+        t for t in threading.enumerate() if t.name == f"shoal-submit {run.name}"])
 
 
 def test_options_the_remote_driver_cannot_carry_are_refused(cluster: dict[str, Path]) -> None:
