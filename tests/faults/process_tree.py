@@ -5,6 +5,7 @@ them outlived the run."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import psutil
 
 from shoal import _contract as contract
+from tests.helpers import wait_until
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,10 @@ class TreeWatch:
 
     def wait_all_gone(self, timeout: float) -> list[Seen]:
         """The processes of the tree still alive after ``timeout`` seconds (none: [])."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                left = [s for s in self.seen.values() if _alive(s)]
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.02)
+        with contextlib.suppress(AssertionError):  # what is left is the answer, not an error
+            wait_until("the tree to end", lambda: not self._left(), timeout=timeout, every=0.02)
+        return self._left()
+
+    def _left(self) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.seen.values() if _alive(s)]

@@ -13,7 +13,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ import pytest
 import shoal
 from shoal import _contract as contract
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 from .conftest import need_root, sh, tool
 from .programs import partition
@@ -57,15 +58,6 @@ def two_namespaces(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]
             subprocess.run([ip, "netns", "del", name], capture_output=True, timeout=30)
 
 
-def _wait_for(what: str, found: Callable[[], bool], limit: float = 60) -> float:
-    deadline = time.monotonic() + limit
-    while not found():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} never happened")
-        time.sleep(0.05)
-    return time.time()
-
-
 def test_a_cut_link_fails_the_gang_within_its_timeout_naming_the_cut_off_node(
         two_namespaces: tuple[str, str], shoal_home: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,11 +69,12 @@ def test_a_cut_link_fails_the_gang_within_its_timeout_naming_the_cut_off_node(
     times: dict[str, float] = {}
 
     def cut_then_heal() -> None:
-        _wait_for("step 10", (tmp_path / "step0").exists)
+        wait_until("step 10", (tmp_path / "step0").exists, timeout=60)
         times["cut"] = time.time()
         subprocess.run([ip, "-n", second, "link", "set", IFACE, "down"], check=True)
-        times["reported"] = _wait_for("a rank's failure report", lambda: any(
-            reports.glob("*/a0/0/r0/rank-*.failure.json")))
+        wait_until("a rank's failure report", lambda: any(
+            reports.glob("*/a0/0/r0/rank-*.failure.json")), timeout=60)
+        times["reported"] = time.time()
         subprocess.run([ip, "-n", second, "link", "set", IFACE, "up"], check=True)
 
     fault = threading.Thread(target=cut_then_heal, daemon=True)

@@ -27,6 +27,7 @@ import pytest
 
 from shoal import _contract as contract
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 from .process_tree import TreeWatch
 
@@ -183,10 +184,9 @@ def one_point(plan: Plan, root: Path) -> Outcome:
     watch = TreeWatch(proc.pid)
     killed_at = None
     try:
-        deadline = time.monotonic() + 60
-        while not any(markers.glob(plan.marker)) and proc.poll() is None:
-            assert time.monotonic() < deadline, f"{plan}: {plan.marker} never appeared"
-            time.sleep(0.005)
+        wait_until(f"{plan}: {plan.marker} (or the run's end)",
+                   lambda: any(markers.glob(plan.marker)) or proc.poll() is not None,
+                   timeout=60, every=0.005)
         time.sleep(plan.delay)
         watch.poll()
         victims = sorted(watch.living(plan.victim), key=lambda s: s.pid)

@@ -1,11 +1,14 @@
-"""The seed program compiled for one cluster: what every Kubernetes test looks at.
+"""The seed program compiled for one cluster: what every Kubernetes test looks at; and
+``fake``, the fake API server with its scripted cluster, for the tests that talk to one.
 
 No API server runs here, so these tests check the manifests by value (golden files), against
-the published schemas, and against the webhook rules encoded in `validate.py`.
+the published schemas, and against the webhook rules encoded in `validate.py`; the client,
+engine and remote driver are tested against `fake_apiserver.FakeApiServer`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from shoal._engines.kubernetes import CodeBundle, KubeConfig, compile_call, comp
 from shoal._engines.kubernetes.manifests import compile_rbac
 from shoal._spec.call import CallSpec
 from tests.kubernetes import seed_program
+from tests.kubernetes.fake_apiserver import TOKEN, FakeApiServer, FakeCluster
 
 # ../shared/k8s next to the repository: CRDs for offline checks (the project never needs it).
 SHARED_K8S = Path(__file__).resolve().parents[3] / "shared" / "k8s"
@@ -47,6 +51,14 @@ def seed_manifests(config: KubeConfig = CONFIG) -> dict[str, list[dict[str, Any]
         "driver": compile_driver(call_of(seed_program.main), run=RUN, config=config, code=CODE),
         "rbac": compile_rbac(config),
     }
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    """A fake API server on loopback, with `FakeCluster` scripting its kubelet and GC."""
+    with FakeApiServer(token=TOKEN) as server:
+        FakeCluster(server)
+        yield server
 
 
 @pytest.fixture(scope="module")

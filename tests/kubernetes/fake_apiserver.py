@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import ssl
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,10 +80,13 @@ class _Event:
     obj: Obj
 
 
+TOKEN = "test-token"  # the bearer token the tests' fakes accept
+
+
 class FakeApiServer:
     """The fake server; ``url`` once started. ``token`` is the only bearer token accepted."""
 
-    def __init__(self, *, token: str = "test-token", kinds: list[Kind] | None = None,
+    def __init__(self, *, token: str = TOKEN, kinds: list[Kind] | None = None,
                  tls: tuple[str, str] | None = None, client_ca: str | None = None,
                  gc_delay: float = 0.05) -> None:
         self.token = token
@@ -279,18 +281,6 @@ contexts: [{{name: dev, context: {{cluster: dev, user: dev, namespace: {namespac
     return path
 
 
-def wait_for(predicate: Any, timeout: float = 5.0, what: str = "a condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy (the fake's GC runs in a timer)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def events_of(iterator: Iterator[Any], n: int) -> list[Any]:
     """The next ``n`` items of an iterator."""
     return [next(iterator) for _ in range(n)]
@@ -299,5 +289,5 @@ def events_of(iterator: Iterator[Any], n: int) -> list[Any]:
 __all__ = [
     "COMPLETION_INDEX", "GLOBAL_INDEX", "JOBSET_NAME", "JOB_INDEX", "KINDS", "QUEUE_NAME",
     "REPLICATED_JOB", "RESTART_ATTEMPT", "FakeApiServer", "FakeCluster", "Kind", "events_of",
-    "merge_patch", "selects", "set_condition", "status", "wait_for", "write_kubeconfig",
+    "merge_patch", "selects", "set_condition", "status", "write_kubeconfig",
 ]

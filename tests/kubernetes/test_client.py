@@ -13,13 +13,11 @@ import base64
 import json
 import pickle
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +48,8 @@ from shoal._engines.kubernetes.status import (
     terminal_record,
 )
 from shoal.errors import EngineError
-from tests.kubernetes.fake_apiserver import KINDS, FakeApiServer, FakeCluster, wait_for
-
-TOKEN = "test-token"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
+from tests.helpers import free_port, wait_until
+from tests.kubernetes.fake_apiserver import KINDS, TOKEN, FakeApiServer, FakeCluster
 
 
 @pytest.fixture
@@ -147,7 +137,8 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
     assert (state.phase, state.restarts) == ("running", 1)
     assert client.list("Pod", "jobset.sigs.k8s.io/restart-attempt=0") == []  # gone
 
-    wait_for(lambda: sum(e.type == "DELETED" for e in seen_pods) >= 2, what="pod deletions")
+    wait_until("pod deletions", lambda: sum(e.type == "DELETED" for e in seen_pods) >= 2,
+               timeout=5)
     for event in list(seen_pods):
         history.apply(event.type, event.object)
     first = first_failing_rank(history.pods(), restart_attempt=0, nproc_per_node=2)
@@ -173,7 +164,7 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
     follower = threading.Thread(target=lambda: followed.extend(
         node_logs(client, name, node=0, restart_attempt=1, follow=True)), daemon=True)
     follower.start()
-    wait_for(lambda: len(followed) >= 2, what="the followed log")
+    wait_until("the followed log", lambda: len(followed) >= 2, timeout=5)
 
     # Kueue preempts the workload: first its pods are stopped, then it waits for quota again.
     cluster.evict(name)
@@ -196,8 +187,8 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
     assert state.phase == "succeeded" and state.terminal
 
     # What to keep before ttlSecondsAfterFinished deletes it all.
-    wait_for(lambda: sum(e.object["status"]["phase"] == "Succeeded" for e in seen_pods) >= 2,
-             what="the pods' success")
+    wait_until("the pods' success", lambda: sum(
+        e.object["status"]["phase"] == "Succeeded" for e in seen_pods) >= 2, timeout=5)
     for event in list(seen_pods):  # again from the start: the last version of a pod wins
         history.apply(event.type, event.object)
     js = client.get("JobSet", name)
@@ -214,7 +205,8 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
     assert (0, 1, 137) in by_attempt and (1, 0, 0) in by_attempt and len(by_attempt) == 6
 
     cluster.expire(name)
-    wait_for(lambda: js_events and js_events[-1].type == "DELETED", what="the JobSet deletion")
+    wait_until("the JobSet deletion", lambda: js_events and js_events[-1].type == "DELETED",
+               timeout=5)
     js_watch.close()
     js_thread.join(timeout=2)
     assert not js_thread.is_alive()
@@ -236,13 +228,13 @@ def test_cancel_deletes_the_gang_in_the_foreground(client: KubeClient, cluster: 
     events: list[WatchEvent] = []
     watch = client.watch("JobSet", "victim", timeout=10)
     thread = consume(watch, events)
-    wait_for(lambda: events, what="the first event")
+    wait_until("the first event", lambda: events, timeout=5)
 
     answer = client.delete("JobSet", "victim")  # Foreground by default
     assert answer is not None
     assert answer["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in answer["metadata"]["finalizers"]
-    wait_for(lambda: events[-1].type == "DELETED", what="the JobSet to go")
+    wait_until("the JobSet to go", lambda: events[-1].type == "DELETED", timeout=5)
     assert client.list("Pod") == [] and client.list("Job") == [] and \
         client.list("Workload") == []
     # Foreground: every dependent went before the owner.
@@ -316,7 +308,7 @@ def test_objects_of_every_kind_shoal_creates(client: KubeClient) -> None:
     patched = client.patch("Job", "data-a0-0", {"spec": {"suspend": False}})
     assert patched["spec"]["suspend"] is False and patched["metadata"]["generation"] == 2
     client.delete("Job", "data-a0-0", propagation="Background")
-    wait_for(lambda: not client.list("Job"), what="the Job to go")
+    wait_until("the Job to go", lambda: not client.list("Job"), timeout=5)
     with pytest.raises(kc.KubeError, match="kind 'Gadget'"):
         client.get("Gadget", "x")
     assert issubclass(kc.KubeError, EngineError)
@@ -329,14 +321,19 @@ def test_a_watch_survives_timeouts_and_dropped_connections(client: KubeClient,
     events: list[WatchEvent] = []
     watch = client.watch("ConfigMap", window=1)  # each stream ends after 1 s: resume each time
     thread = consume(watch, events)
-    wait_for(lambda: len(events) == 1, what="the initial ADDED")
-    time.sleep(1.3)  # the first stream has ended by now; the watch resumed from its version
+    wait_until("the initial ADDED", lambda: len(events) == 1, timeout=5)
+
+    def streams() -> int:
+        return sum("/configmaps?" in path and "watch=1" in path for _, path in fake.requests)
+
+    # The first stream ends after its 1 s; the watch resumes from its version in a second.
+    wait_until("the watch's second stream", lambda: streams() >= 2, timeout=5)
     client.patch("ConfigMap", "a", {"data": {"x": "1"}})
-    wait_for(lambda: len(events) == 2, what="the change after a reconnect")
+    wait_until("the change after a reconnect", lambda: len(events) == 2, timeout=5)
     fake.drop_watches()  # cut mid-stream, no final chunk
     client.patch("ConfigMap", "a", {"data": {"x": "2"}})
     client.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}})
-    wait_for(lambda: len(events) == 4, what="the changes after a drop")
+    wait_until("the changes after a drop", lambda: len(events) == 4, timeout=5)
     assert [(e.type, e.name) for e in events] == [
         ("ADDED", "a"), ("MODIFIED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
     assert events[2].object["data"] == {"x": "2"}
@@ -373,12 +370,6 @@ def test_a_watch_gives_up_on_a_dead_server(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 # -- errors ----------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_wrong_token_says_which_server_refused_it_and_what_to_check(
         fake: FakeApiServer) -> None:
     bad = KubeClient(fake.url, token="expired", namespace="default")

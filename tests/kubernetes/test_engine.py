@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,11 @@ from shoal._engines.kubernetes.engine import KubernetesEngine
 from shoal._spec.call import CallSpec
 from shoal._storage.store import join, open_store
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, write_kubeconfig
+from tests.helpers import free_port, wait_until, wait_until_async
+from tests.kubernetes.fake_apiserver import TOKEN, FakeApiServer, FakeCluster, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
-TOKEN = "test-token"
 RUN = "r-engine-test"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,13 +54,6 @@ def train(steps: int = 3) -> float:
 @plain_env.task
 def prepare(n: int = 1) -> int:
     raise NotImplementedError
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
 
 
 class Harness:
@@ -109,12 +101,8 @@ class Harness:
             await self.engine.close()
 
     async def until(self, what: str, predicate: Callable[[], Any], timeout: float = 5) -> Any:
-        deadline = time.monotonic() + timeout
-        while not (value := predicate()):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; events: {self.kinds()}")
-            await asyncio.sleep(0.02)
-        return value
+        return await wait_until_async(what, predicate, timeout=timeout,
+                                      detail=lambda: f"events: {self.kinds()}")
 
     async def jobset(self) -> str:
         found = await self.until("the JobSet", lambda: self.fake.all("jobsets"))
@@ -284,16 +272,10 @@ def test_a_failed_job_without_reports_says_how_its_pod_ended(harness: Harness) -
     assert kept == "import torch\nModuleNotFoundError: No module named 'torch'\n"
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_an_unreachable_cluster_fails_at_start(s3_root: str) -> None:
     engine = KubernetesEngine(
         run=RUN, config=KubeConfig(store=s3_root),
-        client=KubeClient(f"http://127.0.0.1:{_closed_port()}", token=TOKEN,
+        client=KubeClient(f"http://127.0.0.1:{free_port()}", token=TOKEN,
                           namespace="default", timeout=2))
 
     async def serve(call: CallSpec) -> Any:
@@ -307,7 +289,7 @@ def test_an_unreachable_cluster_fails_at_start(s3_root: str) -> None:
 
 def test_shoal_run_against_an_unreachable_cluster_fails_fast(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    write_kubeconfig(kubeconfig, f"http://127.0.0.1:{_closed_port()}", "abc", namespace="ml")
+    write_kubeconfig(kubeconfig, f"http://127.0.0.1:{free_port()}", "abc", namespace="ml")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--engine", "kubernetes",
@@ -382,10 +364,7 @@ def test_the_driver_pod_runs_the_root_here_and_its_calls_as_jobs(
                                   "main", "r-pod", {"x": 4})
 
     def play_the_child() -> None:
-        deadline = time.monotonic() + 20
-        while not fake.all("jobs") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        (child,) = fake.all("jobs")
+        (child,) = wait_until("the child's Job", lambda: fake.all("jobs"), timeout=20)
         assert child["metadata"]["annotations"]["shoal.dev/action"] == "a0.1"
         inputs = json.loads(store.get_bytes(join(s3_root, "runs", "r-pod", "a0.1", "0",
                                                  "inputs.json")))
@@ -438,10 +417,7 @@ def test_the_driver_pod_sizes_nested_gangs_as_the_submitter_overrode_them(
     seen: list[tuple[int, str]] = []
 
     def play_the_gang() -> None:
-        deadline = time.monotonic() + 20
-        while not fake.all("jobsets") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        (js,) = fake.all("jobsets")
+        (js,) = wait_until("the gang's JobSet", lambda: fake.all("jobsets"), timeout=20)
         rj = js["spec"]["replicatedJobs"][0]["template"]["spec"]
         env = {e["name"]: e.get("value") for e in
                rj["template"]["spec"]["containers"][0]["env"]}
@@ -478,13 +454,11 @@ def test_submit_driver_creates_rbac_and_the_job_and_streams_its_log(
     lines: list[str] = []
 
     def play() -> None:
-        deadline = time.monotonic() + 5
-        while not fake.all("jobs") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        name = fake.all("jobs")[0]["metadata"]["name"]
+        name = wait_until("the driver Job", lambda: fake.all("jobs"), timeout=5)[0]["metadata"][
+            "name"]
         pod = fake.put("pods", _job_pod(name, None), "ADDED")
         fake.append_log("default", pod["metadata"]["name"], "primary", "shoal: a0 started")
-        time.sleep(0.3)
+        wait_until("the running pod's log line streamed", lambda: lines, timeout=20)
         pod["status"]["phase"] = "Succeeded"
         fake.put("pods", pod)
         _finish_job(fake, name, "Complete", "CompletionsReached")

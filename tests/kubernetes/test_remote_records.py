@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +24,16 @@ import pytest
 from shoal import _contract as contract
 from shoal._engines.kubernetes.client import KubeClient
 from shoal._storage.records import Records
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, wait_for, write_kubeconfig
+from tests.helpers import free_port, wait_until
+from tests.kubernetes.fake_apiserver import (
+    TOKEN,
+    FakeApiServer,
+    FakeCluster,
+    write_kubeconfig,
+)
 
 pytestmark = pytest.mark.s3
 
-TOKEN = "test-token"
 PROGRAM = '''
 import os
 import time
@@ -83,13 +86,6 @@ def spin(seconds: int = 60) -> int:
 '''
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
-
-
 class Laptop:
     """The submitting machine: its kubeconfig, settings, program and SHOAL_HOME; the CLI as
     typed there."""
@@ -130,8 +126,8 @@ def laptop(fake: FakeApiServer, tmp_path: Path, s3_root: str) -> Laptop:
 def _become_the_driver_pod(fake: FakeApiServer, tmp: Path, monkeypatch: pytest.MonkeyPatch,
                            run: str) -> dict[str, Any]:
     """This process as the pod of the run's driver Job, once the CLI has created it."""
-    (job,) = wait_for(lambda: fake.all("jobs", selector=f"shoal.dev/run={run}"), 30,
-                      "the driver Job")
+    (job,) = wait_until("the driver Job",
+                        lambda: fake.all("jobs", selector=f"shoal.dev/run={run}"), timeout=30)
     for var in job["spec"]["template"]["spec"]["containers"][0]["env"]:
         if "value" in var:
             monkeypatch.setenv(var["name"], var["value"])
@@ -213,14 +209,14 @@ def test_a_kubernetes_run_is_followed_preempted_and_cancelled_through_the_store(
             said["runs"] = laptop.run("runs")
             return _row(said["runs"].stdout, "r-spin")[2] == "running"
 
-        wait_for(listed, 30, "r-spin listed running")
+        wait_until("r-spin listed running", listed, timeout=30)
         said["preempt"] = laptop.run("preempt", "r-spin")
 
         def preempted() -> bool:
             laptop.run("runs", "r-spin")  # merges the driver's events
             return any(e.kind == "preempt_done" for e in laptop.records().events("r-spin"))
 
-        wait_for(preempted, 30, "the driver's preempt_done event")
+        wait_until("the driver's preempt_done event", preempted, timeout=30)
         said["resume"] = laptop.run("run", "--resume", "r-spin")
         said["cancel"] = laptop.run("cancel", "r-spin", "--wait", "30")
 
@@ -256,9 +252,9 @@ def test_the_logs_of_a_gang_the_driver_pod_ran_are_read_per_rank(
     cluster: FakeCluster = fake.cluster  # type: ignore[attr-defined]
 
     def play_the_gang() -> None:
-        (jobset,) = wait_for(lambda: fake.all("jobsets"), 30, "the gang's JobSet")
+        (jobset,) = wait_until("the gang's JobSet", lambda: fake.all("jobsets"), timeout=30)
         name = jobset["metadata"]["name"]
-        wait_for(lambda: fake.all("workloads"), 10, "its Kueue workload")
+        wait_until("its Kueue workload", lambda: fake.all("workloads"), timeout=10)
         cluster.admit(name)
         for node in (0, 1):
             p = cluster.node_pod(name, node)
@@ -301,8 +297,10 @@ def test_a_failed_kubernetes_run_is_resumed_and_its_completed_calls_replayed(
     store = open_store(s3_root)
 
     def play_the_square() -> None:
-        (job,) = wait_for(lambda: [j for j in fake.all("jobs") if j["metadata"].get(
-            "annotations", {}).get("shoal.dev/action") == "a0.1"], 30, "the square's Job")
+        (job,) = wait_until("the square's Job", lambda: [
+            j for j in fake.all("jobs")
+            if j["metadata"].get("annotations", {}).get("shoal.dev/action") == "a0.1"],
+            timeout=30)
         io = join(s3_root, "runs", "r-first", "a0.1", "0")
         x = json.loads(store.get_bytes(join(io, "inputs.json")))["x"]
         store.put_bytes(join(io, "r0", "output.json"), json.dumps(x * x).encode())
@@ -337,8 +335,8 @@ def test_a_failed_kubernetes_run_is_resumed_and_its_completed_calls_replayed(
 def test_cancelling_a_run_whose_driver_pod_is_gone_deletes_its_driver_job(
         fake: FakeApiServer, laptop: Laptop) -> None:
     cli = laptop.submit("r-gone", "spin")
-    (job,) = wait_for(lambda: fake.all("jobs", selector="shoal.dev/run=r-gone"), 30,
-                      "the driver Job")
+    (job,) = wait_until("the driver Job",
+                        lambda: fake.all("jobs", selector="shoal.dev/run=r-gone"), timeout=30)
     labels = job["spec"]["template"]["metadata"]["labels"]
     fake.put("pods", {"metadata": {"name": "r-gone-driver-p0", "namespace": "default",
                                    "labels": labels},
@@ -348,7 +346,7 @@ def test_cancelling_a_run_whose_driver_pod_is_gone_deletes_its_driver_job(
     p = laptop.run("cancel", "r-gone")
     assert p.returncode == 0, p.stderr
     assert "its driver is gone; deleted its 1 driver Job(s)" in p.stdout
-    wait_for(lambda: not fake.all("jobs"), 10, "the driver Job deleted")
+    wait_until("the driver Job deleted", lambda: not fake.all("jobs"), timeout=10)
     assert _row(laptop.run("runs").stdout, "r-gone")[2] == "cancelled"
     again = laptop.run("cancel", "r-gone")
     assert again.returncode == 0 and "already ended (cancelled)" in again.stdout
@@ -366,9 +364,7 @@ def test_every_command_on_a_run_whose_store_is_unreachable_names_the_store_and_t
     task = find_task(laptop.program, "greet")
     driver = KubeRemoteDriver(KubeConfig(store=s3_root, namespace="default"))
     remote.record(CallSpec(task=task.spec(), inputs={}, parent_action=None), "r-far", driver)
-    with socket.socket() as s:  # a port nothing listens on: the store is out of reach
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # a port nothing listens on: the store is out of reach
     laptop.env[contract.S3_ENDPOINT] = f"http://127.0.0.1:{closed}"
     commands = {"runs RUN": ("runs", "r-far"), "logs": ("logs", "r-far"),
                 "cancel": ("cancel", "r-far"), "preempt": ("preempt", "r-far")}

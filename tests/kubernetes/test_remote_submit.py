@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,11 @@ from shoal._driver import config
 from shoal._runtime.loader import find_task
 from shoal._storage.store import join, open_store
 from shoal.errors import RunCancelled, RuntimeUserError, SpecError
-from tests.kubernetes.fake_apiserver import FakeApiServer, FakeCluster, write_kubeconfig
+from tests.helpers import wait_until
+from tests.kubernetes.fake_apiserver import TOKEN, FakeApiServer, write_kubeconfig
 
 pytestmark = pytest.mark.s3
 
-TOKEN = "test-token"
 PROGRAM = '''
 import shoal
 
@@ -42,13 +41,6 @@ env = shoal.TaskEnvironment(name="remote-root", image="shoal:test")
 def square_of(x: int = 3) -> dict[str, int]:
     return {"square": x * x}
 '''
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeApiServer]:
-    with FakeApiServer(token=TOKEN) as server:
-        FakeCluster(server)
-        yield server
 
 
 @pytest.fixture
@@ -69,13 +61,8 @@ def cluster(fake: FakeApiServer, tmp_path: Path, s3_root: str,
 def _play_driver(fake: FakeApiServer, outcome: dict[str, Any]) -> threading.Thread:
     """Be the driver pod of the next driver Job: its outcome in the store, a log line, done."""
     def play() -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            jobs = [j for j in fake.all("jobs") if not j.get("status")]
-            if jobs:
-                break
-            time.sleep(0.02)
-        (job,) = jobs
+        (job,) = wait_until("a driver Job", lambda: [j for j in fake.all("jobs")
+                                                    if not j.get("status")], timeout=20)
         name = job["metadata"]["name"]
         env = {v["name"]: v.get("value") for v in
                job["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -208,14 +195,20 @@ def test_aborting_a_remote_run_stops_following_it_and_says_how_to_stop_it(
     task = find_task(cluster["program"], "square_of")
     shoal.init(engine="kubernetes", kube_settings=cluster["settings"])
     run = shoal.run(task, x=2)
-    deadline = time.monotonic() + 20
-    while not fake.all("jobs") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until("the driver Job", lambda: fake.all("jobs"), timeout=20)
     assert run.status == "running" and not run.done()
     run.abort()
     with pytest.raises(RunCancelled, match=f"shoal.dev/run={run.name},shoal.dev/role=driver"):
         run.wait(quiet=True)
     assert run.status == "cancelled" and str(run.phase) == "aborted"
+    # The run goes on on the cluster, and this process's follower of it (a daemon thread)
+    # with it: end the driver Job there, so that the follower ends with the test.
+    (job,) = fake.all("jobs")
+    job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "Deleted",
+                                     "message": "-"}]}
+    fake.put("jobs", job)
+    wait_until("the follower of the aborted run to end", lambda: not [
+        t for t in threading.enumerate() if t.name == f"shoal-submit {run.name}"])
 
 
 def test_options_the_remote_driver_cannot_carry_are_refused(cluster: dict[str, Path]) -> None:

@@ -6,10 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 
 def shoal_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,10 +23,7 @@ def kill_driver_when(marker: Path, home: Path, *run_args: str) -> str:
     run's name, which the records then show as ``crashed``."""
     driver = subprocess.Popen([sys.executable, "-m", "shoal.cli.main", "run", *run_args],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert time.monotonic() < deadline, f"{marker.name} never appeared"
-        time.sleep(0.1)
+    wait_until(f"{marker.name} to appear", marker.exists, timeout=60, every=0.1, alive=[driver])
     driver.send_signal(signal.SIGKILL)
     driver.wait(10)
     records = Records(home / "shoal.db")

@@ -6,11 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -84,25 +85,12 @@ def test_image_build_without_docker_says_why(tmp_path: Path) -> None:
         assert "not built:" in p.stdout and "docker buildx build" in p.stdout
 
 
-def _wait_for(path: Path, timeout: float = 60) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return int(path.read_text())
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never appeared")
-
-
-def _gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
+def _gone(pid: int) -> bool:
+    """The process has ended (a zombie has: only its parent has not looked yet)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _start_long(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
@@ -110,7 +98,10 @@ def _start_long(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, "-m", "shoal.cli.main", "run", str(LONG), "main",
                              "--seconds", "120", "--pidfile", str(pidfile)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, _wait_for(pidfile)
+    written = wait_until(f"{pidfile} to be written",
+                         lambda: pidfile.exists() and pidfile.read_text(), timeout=60, every=0.1,
+                         alive=[proc])
+    return proc, int(written)
 
 
 def test_cancel_stops_the_run_and_its_processes(tmp_path: Path) -> None:
@@ -120,7 +111,8 @@ def test_cancel_stops_the_run_and_its_processes(tmp_path: Path) -> None:
     assert "cancelled" in out
     proc.wait(30)
     assert proc.returncode == 1
-    assert _gone(task_pid), "the task process survived the cancel"
+    wait_until("the task process to end with the cancel", lambda: _gone(task_pid), timeout=10,
+               every=0.1)
     assert shoal("cancel", name).stdout.startswith(f"run {name} already ended (cancelled)")
 
 
@@ -130,4 +122,5 @@ def test_killed_driver_leaves_a_crashed_record_and_no_orphans(tmp_path: Path) ->
     proc.wait(10)
     runs = shoal("runs").stdout
     assert "crashed" in runs.splitlines()[1], runs
-    assert _gone(task_pid), "a worker kept running after its driver was killed"
+    wait_until("the worker to end with its killed driver", lambda: _gone(task_pid), timeout=10,
+               every=0.1)

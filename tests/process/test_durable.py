@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import shoal
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 from .programs import durable
 
@@ -64,10 +64,9 @@ def test_fsdp2_sharded_save_and_load(tmp_path: Path) -> None:
     second = tmp_path / "second"
     second.mkdir()
     killed = shoal.run(durable.train, 12, 4, 9, str(second), "fsdp").outputs()[0]
-    # Saves begin after steps 3 and 7; rank 1 dies after step 9. The save of step 7 is
-    # asynchronous and may still be in flight two short steps later (its writer runs below
-    # training's priority): then step 3 is the last committed one.
-    assert _starts(second, 1)["loaded"] in (3, 7)
+    # Saves begin after steps 3 and 7; rank 1 dies after step 9, once every rank's shard of
+    # the asynchronous save of step 7 has landed (the program waits for it).
+    assert _starts(second, 1)["loaded"] == 7
     assert killed == clean
 
 
@@ -78,21 +77,18 @@ def test_resume_after_killing_the_driver_continues_from_the_checkpoint(
         [sys.executable, "-m", "shoal.cli.main", "run", str(program), "pipeline", "--steps", "30",
          "--every", "5", "--out_dir", str(tmp_path), "--pause_at", "17"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"paused-rank{r}").exists() for r in range(4)):
-        assert time.monotonic() < deadline, "training never reached the pause"
-        time.sleep(0.2)
-    time.sleep(1.0)  # let the asynchronous save of step 14 land
+    # Each rank pauses once its shard of the asynchronous save of step 14 has landed.
+    wait_until("training to reach the pause",
+               lambda: all((tmp_path / f"paused-rank{r}").exists() for r in range(4)),
+               timeout=120, every=0.2, alive=[driver])
     driver.send_signal(signal.SIGKILL)
     driver.wait(10)
     records = Records(shoal_home / "shoal.db")
     records.reap_dead_runs()
     crashed = records.list_runs(limit=1)[0]
     assert crashed.state == "crashed"
-    deadline = time.monotonic() + 20
-    while _processes_of(crashed.name):
-        assert time.monotonic() < deadline, "the killed driver's gang kept running"
-        time.sleep(0.2)
+    wait_until("the killed driver's gang to end", lambda: not _processes_of(crashed.name),
+               timeout=20, every=0.2, detail=lambda: f"alive: {_processes_of(crashed.name)}")
     (tmp_path / "no-more-pauses").write_text("1")
     p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "run", "--resume", crashed.name],
                        capture_output=True, text=True, timeout=300, env=os.environ.copy())

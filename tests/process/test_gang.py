@@ -13,6 +13,7 @@ import pytest
 import shoal
 from shoal._storage.records import Records
 from shoal.errors import TaskFailed
+from tests.helpers import wait_until
 
 from .programs import gang
 
@@ -127,10 +128,9 @@ def test_an_unanswering_peer_fails_within_the_collective_timeout(tmp_path: Path,
 
 def test_preemption_resumes_without_using_a_restart(tmp_path: Path, shoal_home: Path) -> None:
     run = shoal.run(gang.wait_for_preemption, str(tmp_path))
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "ready-0").exists() or not (tmp_path / "ready-1").exists():
-        assert time.monotonic() < deadline, "the gang never started"
-        time.sleep(0.1)
+    wait_until("the gang to start",
+               lambda: (tmp_path / "ready-0").exists() and (tmp_path / "ready-1").exists(),
+               timeout=60, every=0.1)
     from shoal._driver.runner import PREEMPT_REQUEST
 
     _records(shoal_home).add_event(run.name, PREEMPT_REQUEST, "test")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import psutil
@@ -12,6 +11,7 @@ import pytest
 import shoal
 from shoal import _contract as contract
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 from .programs import gang_traps as traps
 
@@ -59,10 +59,8 @@ def test_a_killed_node_takes_all_its_ranks_with_it(tmp_path: Path, launch: str,
     monkeypatch.setenv(contract.LAUNCH, launch)
     run = shoal.run(traps.survives_node_kill, str(tmp_path))
     pidfile = tmp_path / "rank1-r0.pid"
-    deadline = time.monotonic() + 60
-    while not pidfile.exists() or not pidfile.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(f"{pidfile.name} to be written",
+               lambda: pidfile.exists() and pidfile.read_text(), timeout=60)
     # Node 1's launcher: the one whose parent is not itself a launcher (ranks may be forks).
     launcher = next(p for p in _processes(run.name, SHOAL_NODE_RANK="1")
                     if "shoal._runtime.launcher" in " ".join(p.cmdline())

@@ -14,6 +14,7 @@ import pytest
 import shoal
 from shoal._storage.records import Records
 from shoal.errors import MissingDependencyError, TaskFailed, TaskTimeout
+from tests.helpers import wait_until
 
 from .programs import basic
 
@@ -88,16 +89,14 @@ def test_timeout_kills_the_whole_tree(tmp_path: Path, monkeypatch: pytest.Monkey
     assert time.monotonic() - t0 < 15
     assert "timeout" in str(err.value)
     child = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(child) and time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
-            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
-                break
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
-    alive = psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
-    assert not alive, "the task's child process outlived the timeout"
+            return True
+
+    wait_until("the task's child process to end with the timeout", gone, timeout=5)
 
 
 def test_missing_dependency_fails_at_the_call() -> None:

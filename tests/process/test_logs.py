@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from shoal._storage.logs import LINE_LIMIT
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 from .drivers import shoal_cli
 
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.slow
 PROGRAM = Path(__file__).parent / "programs" / "gang_logs.py"
 CLI = [sys.executable, "-m", "shoal.cli.main"]
 BIG = 5 << 20  # one line of 5 MiB
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.05)
 
 
 def test_logs_of_a_failed_gang_show_every_rank_labelled(shoal_home: Path) -> None:
@@ -79,8 +71,8 @@ def test_follow_prints_lines_written_later_and_ends_with_the_run(tmp_path: Path,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     followers: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        _wait_for("every rank at the gate",
-                  lambda: all((gate / f"ready{r}").exists() for r in range(4)))
+        wait_until("every rank at the gate",
+                   lambda: all((gate / f"ready{r}").exists() for r in range(4)), timeout=60)
         run = Records(shoal_home / "shoal.db").list_runs(limit=1)[0].name
         outs = {k: tmp_path / f"{k}.out" for k in ("all", "grep", "stopped")}
         args = {"all": [], "grep": ["--grep", "late|Error", "--rank", "3"], "stopped": []}
@@ -88,8 +80,8 @@ def test_follow_prints_lines_written_later_and_ends_with_the_run(tmp_path: Path,
             with open(outs[key], "w") as out, open(f"{outs[key]}.err", "w") as err:
                 followers[key] = subprocess.Popen([*CLI, "logs", run, "-f", *extra],
                                                   stdout=out, stderr=err)
-        _wait_for("the first lines followed", lambda: all(
-            "hello from rank 3" in outs[k].read_text() for k in ("all", "stopped")))
+        wait_until("the first lines followed", lambda: all(
+            "hello from rank 3" in outs[k].read_text() for k in ("all", "stopped")), timeout=60)
         assert "late line" not in outs["all"].read_text()  # the ranks wait at the gate
 
         followers["stopped"].send_signal(signal.SIGINT)  # Ctrl-C while the run goes on

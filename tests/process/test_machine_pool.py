@@ -7,11 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from shoal import _contract as contract
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +39,10 @@ def _queue() -> str:
     return p.stdout
 
 
-def _wait_for(what: str, ok: object, procs: list[subprocess.Popen[str]],
+def _wait_for(what: str, ok: Callable[[], object], procs: list[subprocess.Popen[str]],
               timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():  # type: ignore[operator]
-        for p in procs:
-            if p.poll() is not None:
-                out, err = p.communicate()
-                pytest.fail(f"a run ended while waiting for {what}: {p.returncode}\n{out}\n{err}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    """`wait_until` ``what``, while every run in ``procs`` goes on."""
+    wait_until(what, ok, timeout=timeout, every=0.1, alive=procs)
 
 
 def test_a_second_runs_gang_waits_for_the_first_and_queue_shows_both(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from shoal import _contract as contract
 from shoal._storage.report_store import report_uri, stored_reports
 from shoal._storage.store import open_store
 from shoal.errors import TaskFailed
+from tests.helpers import wait_until
 
 from .programs import reports
 
@@ -31,16 +31,9 @@ def shoal_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, env=os.environ.copy(), cwd=cwd)
 
 
-def _wait_for(path: Path, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def test_a_flushed_report_is_in_the_store_while_the_task_runs(tmp_path: Path) -> None:
     run = shoal.run(reports.tabs, str(tmp_path))
-    _wait_for(tmp_path / "flushed")
+    wait_until("the task to flush its report", (tmp_path / "flushed").exists, timeout=60)
     live = _report(run.name)
     assert run.status == "running"
     assert "<h2>Training</h2>" in live and "<td>0.25</td>" in live

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import shoal
 from shoal import _contract as contract
 from shoal._storage.records import Records
 from shoal.errors import RunCancelled
+from tests.helpers import wait_until
 
 from .programs import restart_in_place as rip
 
@@ -100,19 +100,16 @@ def _processes_of(run: str) -> list[int]:
 def test_cancel_after_a_restart_in_place_ends_every_process(tmp_path: Path,
                                                              shoal_home: Path) -> None:
     run = shoal.run(rip.hold, str(tmp_path))
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("up-*"))) < 4:
-        assert time.monotonic() < deadline, "the restarted ranks never came up"
-        time.sleep(0.05)
+    wait_until("the restarted ranks to come up", lambda: len(list(tmp_path.glob("up-*"))) >= 4,
+               timeout=60)
     assert _started(shoal_home, run.name)[-1]["same_launchers"]
     assert _processes_of(run.name)
     run.abort()
     with pytest.raises(RunCancelled):
         run.wait()
-    deadline = time.monotonic() + 10
-    while (left := _processes_of(run.name)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, "a launcher, zygote or rank outlived the cancel"
+    wait_until("every launcher, zygote and rank to end with the cancel",
+               lambda: not _processes_of(run.name), timeout=10, every=0.1,
+               detail=lambda: f"alive: {_processes_of(run.name)}")
 
 
 def test_a_restart_queues_again_when_another_call_waits(tmp_path: Path, shoal_home: Path,

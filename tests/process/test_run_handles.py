@@ -20,6 +20,7 @@ import shoal
 from shoal import _contract as contract
 from shoal._storage.records import Records
 from shoal.errors import SpecError, TaskTimeout
+from tests.helpers import wait_until
 
 from .programs import scripts
 
@@ -99,10 +100,8 @@ def test_ctrl_c_that_ends_the_script_cancels_its_runs(project: Path, shoal_home:
     proc = start(project, "nowait_then_sleep")
     assert proc.stdout is not None
     name = json.loads(proc.stdout.readline())["name"]
-    deadline = time.monotonic() + 30
-    while record(shoal_home, name).state != "running":  # the script sleeps meanwhile
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(f"run {name} to be running",  # the script sleeps meanwhile
+               lambda: record(shoal_home, name).state == "running", timeout=30)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert "KeyboardInterrupt" in err  # the script's own traceback

@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from shoal._storage.checkpoints import Checkpoint
 from shoal._storage.records import Records
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -143,11 +143,8 @@ def test_preempted_run_resumes_from_its_checkpoint_without_a_restart(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         cp = checkpoint_of(shoal_home, run, tmp_path / "cp")
-        deadline = time.monotonic() + 60
-        while (cp.latest() or 0) < 3:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no step was checkpointed within 60 s"
-            time.sleep(0.1)
+        wait_until("step 3 to be checkpointed", lambda: (cp.latest() or 0) >= 3, timeout=60,
+                   every=0.1, alive=[proc])
         assert "preemption requested for preempt-me" in shoal("preempt", run).stdout
         out, err = proc.communicate(timeout=120)
     finally:

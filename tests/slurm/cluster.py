@@ -18,7 +18,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers import free_port, wait_until
 from tests.slurm.slurm_conf import CPUS_PER_NODE, MEMORY_PER_NODE_MB, NodeSpec, render_slurm_conf
 
 INSTALL = "apt-get install -y slurm-wlm munge"
@@ -56,12 +56,6 @@ class Job:
     restarts: int
     exit_code: str
     fields: Mapping[str, str]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:
@@ -143,19 +137,18 @@ class SlurmCluster:
         """Poll until the job is in one of ``states``; raise with its history and the logs."""
         wanted = set(states)
         seen: list[str] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self.squeue(job)
+        last: list[Job | None] = [None]
+
+        def reached() -> Job | None:
+            info = last[0] = self.squeue(job)
             state = info.state if info else "<forgotten>"
             if not seen or seen[-1] != state:
                 seen.append(state)
-            if info is not None and info.state in wanted:
-                return info
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job} not in {sorted(wanted)} after {timeout:.0f}s; "
-                                   f"states seen: {' -> '.join(seen)}; last: {info}\n"
-                                   f"{self.logs()}")
-            time.sleep(0.2)
+            return info if info is not None and info.state in wanted else None
+
+        return wait_until(f"job {job} in {sorted(wanted)}", reached, timeout=timeout, every=0.2,
+                          detail=lambda: f"states seen: {' -> '.join(seen)}; last: {last[0]}\n"
+                                         f"{self.logs()}")
 
     def output(self, job: str) -> str:
         """The batch job's stdout file (sbatch's default slurm-<id>.out in the work folder)."""
@@ -346,9 +339,9 @@ def start(node_count: int = 3, timeout: float = 60.0) -> SlurmCluster:
     for sub in ("log", "state", "spool", "work"):
         (root / sub).mkdir()
     munged, sock = _start_munged(root)
-    nodes = [NodeSpec(f"n{i}", _free_port()) for i in range(1, node_count + 1)]
+    nodes = [NodeSpec(f"n{i}", free_port()) for i in range(1, node_count + 1)]
     conf = root / "slurm.conf"
-    conf.write_text(render_slurm_conf(root=root, munge_socket=sock, ctld_port=_free_port(),
+    conf.write_text(render_slurm_conf(root=root, munge_socket=sock, ctld_port=free_port(),
                                       nodes=nodes, user=getpass.getuser()))
     cluster = SlurmCluster(root=root, conf=conf, nodes=[n.name for n in nodes],
                            _munged=munged)

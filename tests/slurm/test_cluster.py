@@ -8,6 +8,7 @@ import time
 import psutil
 import pytest
 
+from tests.helpers import wait_until
 from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -65,9 +66,9 @@ def test_a_job_in_high_requeues_a_requeueable_job_in_low(slurm_cluster: SlurmClu
     # Back after cred_expire (10 s here): the same job id, run again from the start.
     slurm_cluster.wait_for_state(low, {"RUNNING"}, timeout=40)
     resumed_s = time.monotonic() - t0
-    deadline = time.monotonic() + 10
-    while "restart=1" not in slurm_cluster.output(low) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until("the requeued job's second start",
+               lambda: "restart=1" in slurm_cluster.output(low), timeout=10, every=0.2,
+               detail=lambda: slurm_cluster.output(low))
     out = slurm_cluster.output(low)
     # slurmstepd says PREEMPTION, or JOB REQUEUE when the requeue lands first (a busy machine)
     assert "start restart=0" in out and "restart=1" in out, out
@@ -78,17 +79,19 @@ def test_a_job_in_high_requeues_a_requeueable_job_in_low(slurm_cluster: SlurmClu
 def test_scancel_ends_a_job_and_its_processes(slurm_cluster: SlurmCluster) -> None:
     job = slurm_cluster.sbatch("--wrap", "echo $$; exec sleep 300")
     slurm_cluster.wait_for_state(job, {"RUNNING"})
-    deadline = time.monotonic() + 10
-    while not slurm_cluster.output(job).strip() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pid = int(slurm_cluster.output(job).split()[0])
+    pid = int(wait_until(f"job {job}'s first line", lambda: slurm_cluster.output(job).strip(),
+                         timeout=10, every=0.1).split()[0])
     assert psutil.pid_exists(pid)
     slurm_cluster.run(["scancel", job])
     assert slurm_cluster.wait_for_state(job, {"CANCELLED"}).state == "CANCELLED"
-    deadline = time.monotonic() + 10
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, f"job {job}'s process {pid} outlived scancel"
-        time.sleep(0.1)
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_until(f"job {job}'s process {pid} to end with scancel", gone, timeout=10, every=0.1)
 
 
 def test_sbatch_refuses_an_unknown_partition(slurm_cluster: SlurmCluster) -> None:

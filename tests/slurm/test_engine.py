@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from shoal._storage.metrics import RunMetrics
 from shoal._storage.records import Records
 from shoal.errors import NotFoundError
+from tests.helpers import wait_until
 from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -48,15 +48,9 @@ def start_steps(run: str, count: int, step_seconds: float) -> subprocess.Popen[s
                  str(count), "--step_seconds", str(step_seconds))
 
 
-def wait_until(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str] | None = None,
-               timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"the run ended before {what}:\n{out}\n{err}")
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
-        time.sleep(0.2)
+def wait_while_running(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
+    """`wait_until` ``what`` while the run ``proc`` goes on (Slurm's polls are slow: 90 s)."""
+    wait_until(what, ready, timeout=90, every=0.2, alive=[proc])
 
 
 def events(home: Path, run: str) -> list[tuple[str, dict[str, object]]]:
@@ -128,7 +122,7 @@ def test_preemption_by_a_higher_partition_requeues_and_resumes_without_a_restart
     run = shoal_home.name + "-preempted"
     proc = start_steps(run, 16, 0.4)
     try:
-        wait_until("step 3", lambda: rank_log_says(shoal_home, run, "step 3"), proc)
+        wait_while_running("step 3", lambda: rank_log_says(shoal_home, run, "step 3"), proc)
         # A job in `high` that needs every node: Slurm requeues ours to make room.
         every = str(len(slurm_cluster.nodes))
         high = slurm_cluster.sbatch("-p", "high", "-N", every, "--exclusive", "--wrap",
@@ -155,10 +149,10 @@ def test_shoal_preempt_requeues_the_gang_and_cancel_scancels_it(slurm_cluster: S
     run = shoal_home.name + "-stopped"
     proc = start_steps(run, 400, 0.2)
     try:
-        wait_until("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
+        wait_while_running("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
         assert "preemption requested" in shoal("preempt", run).stdout
-        wait_until("the restart", lambda: rank_log_says(shoal_home, run, "step", restart=1),
-                   proc)
+        wait_while_running("the restart",
+                           lambda: rank_log_says(shoal_home, run, "step", restart=1), proc)
         (job,) = set(started_jobs(shoal_home, run))
         shoal("cancel", run)
         proc.communicate(timeout=60)
@@ -197,7 +191,7 @@ def test_a_lost_node_fails_the_gang_and_is_named(slurm_cluster: SlurmCluster,
     run = shoal_home.name + "-lost"
     proc = start_steps(run, 30, 0.3)
     try:
-        wait_until("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
+        wait_while_running("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
         (job,) = started_jobs(shoal_home, run)
         info = slurm_cluster.squeue(job)
         assert info is not None
@@ -249,7 +243,7 @@ def _kill_driver_at_step(home: Path, run: str, step: int, count: int) -> str:
     """Start `steps`, SIGKILL its driver once rank 0 logged ``step``; the job it left."""
     proc = start_steps(run, count, 0.3)
     try:
-        wait_until(f"step {step}", lambda: rank_log_says(home, run, f"step {step}"), proc)
+        wait_while_running(f"step {step}", lambda: rank_log_says(home, run, f"step {step}"), proc)
         (job,) = started_jobs(home, run)
     finally:
         proc.kill()
@@ -292,7 +286,7 @@ def test_detach_submits_the_driver_as_its_own_job(slurm_cluster: SlurmCluster,
         except NotFoundError:  # not recorded until the driver job starts
             return False
 
-    wait_until("the detached run's end", ended, timeout=120)
+    wait_until("the detached run's end", ended, timeout=120, every=0.2)
     assert records.get_run("away").state == "succeeded"
     jobs = slurm_cluster.run("scontrol show job -o").stdout
     assert "JobName=shoal-away-driver" in jobs and "JobName=shoal-away-a0-0" in jobs

@@ -24,6 +24,7 @@ from shoal._storage import checkpoint_hashing
 from shoal._storage.checkpoint_writer import Writer, WriterSettings, deprioritized
 from shoal._storage.checkpoints import Checkpoint
 from shoal.errors import SpecError
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="per-thread nice values are Linux's")
@@ -83,10 +84,7 @@ def chunks_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int
 
 def _landed(future: Any, timeout: float = 30.0) -> None:
     """Wait for a save without waiting on it (waiting would hurry it)."""
-    end = time.monotonic() + timeout
-    while not future.done():
-        assert time.monotonic() < end, "the asynchronous save never finished"
-        time.sleep(0.005)
+    wait_until("the asynchronous save to finish", future.done, timeout=timeout, every=0.005)
 
 
 def test_the_writer_thread_runs_lowered_until_someone_waits() -> None:
@@ -151,8 +149,7 @@ def test_a_save_waited_for_or_past_its_deadline_goes_at_full_speed(
     data = os.urandom(4 * MiB)
     cp = Checkpoint(tmp_path.joinpath("store").as_uri(), local_dir=tmp_path / "local")
     cp.save_async(data)
-    while len(chunks_seen) < 3:
-        time.sleep(0.005)
+    wait_until("three chunks hashed", lambda: len(chunks_seen) >= 3, every=0.005)
     cp.wait()  # hurries the save in flight
     assert chunks_seen[0][1] == low and chunks_seen[-1][1] == full
     cp.close()

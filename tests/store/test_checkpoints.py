@@ -510,6 +510,7 @@ def test_rewriting_a_staged_file_in_place_fails_the_save(tmp_path: Path, slow_wr
     with pytest.raises(StoreError, match="rewritten in place"):
         cp.wait()
     assert cp.steps() == []
+    cp.close()  # its writer thread ends with the test
 
 
 # --- concurrency -------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from shoal._storage.store import (
     split_scheme,
 )
 from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
+from tests.helpers import wait_until
 
 
 def _sha(data: bytes) -> str:
@@ -261,10 +261,9 @@ def test_writer_killed_mid_write_leaves_previous_object(
         with open(fifo, "wb") as w:
             w.write(b"x" * (9 * 1024 * 1024))
             w.flush()
-            deadline = time.monotonic() + 20
-            while not any(p.stat().st_size >= 8 << 20 for p in store.path.glob(TMP_PREFIX + "*")):
-                assert time.monotonic() < deadline, "the child never started writing"
-                time.sleep(0.01)
+            wait_until("the child to write 8 MiB", lambda: any(
+                p.stat().st_size >= 8 << 20 for p in store.path.glob(TMP_PREFIX + "*")),
+                timeout=20, every=0.01)
             child.send_signal(signal.SIGKILL)
             child.wait()
     except BrokenPipeError:

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from shoal import _contract as contract
 from shoal._storage.objstore import CHUNK, ObjectStore
 from shoal._storage.store import join, open_store, split_scheme
 from shoal.errors import StoreError
+from tests.helpers import wait_until
 
 
 def _etag(endpoint: str, uri: str) -> str:
@@ -111,12 +111,12 @@ def test_a_forked_child_fails_fast_instead_of_hanging(s3_root: str) -> None:
             code = 3
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 30
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung talking to the store")
-        time.sleep(0.02)
+    try:
+        done = wait_until("the forked child to end", lambda: (
+            (ended := os.waitpid(pid, os.WNOHANG))[0] != 0 and ended), timeout=30, every=0.02)
+    except AssertionError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung talking to the store")
     assert os.waitstatus_to_exitcode(done[1]) == 0
     assert store.get_bytes(join(store.root, "p")) == b"parent"  # the parent's still works

@@ -5,7 +5,6 @@ nothing and FSDP runs on the CPU device."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -14,6 +13,7 @@ import pytest
 
 from shoal import _contract as contract
 from shoal._runtime.frameworks import _on_cpu, cpu_backend
+from tests.helpers import free_port
 
 
 @pytest.mark.parametrize(("backend", "expected"), [
@@ -74,9 +74,7 @@ dist.destroy_process_group()
 @pytest.mark.slow
 def test_a_real_process_group_on_cuda_nccl_string_runs_on_gloo() -> None:
     pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, contract.TORCH_RANK: "0", "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-c", _PROGRAM.format(port=port)], env=env,
                          capture_output=True, text=True, timeout=120)
@@ -117,9 +115,7 @@ import os; os._exit(0)
 @pytest.mark.slow
 def test_set_device_and_fsdp_of_a_two_rank_gang_run_on_cpu() -> None:
     pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in (0, 1):
         env = {**os.environ, contract.TORCH_RANK: str(rank), "CUDA_VISIBLE_DEVICES": ""}

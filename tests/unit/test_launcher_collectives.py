@@ -1,12 +1,17 @@
 """The node launcher records its ranks live once one has waited in a collective for the early
 share of the timeout, without the engine asking (Slurm and Kubernetes nodes have no engine
-watching)."""
+watching).
+
+Each test runs the node's watch in a thread that ends with the test (`Node.ended`), and
+synchronises on the watch's looks at the ranks' status, not on a fixed time."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ from shoal._contract import NodeEnv
 from shoal._runtime import hang
 from shoal._runtime.launcher import Node
 from shoal._runtime.rank_status import status_path
+from tests.helpers import wait_until
 
 
 def _node(tmp_path: Path, timeout: float) -> NodeEnv:
@@ -28,6 +34,35 @@ def _status(tmp_path: Path, rank: int, since: float | None) -> None:
     status_path(tmp_path, rank).write_text(json.dumps(
         {"rank": rank, "step": 3, "step_at": time.time(), "collective": "all_reduce" if since
          else None, "collective_since": since}))
+
+
+@contextmanager
+def _watching(runner: Node, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], None]]:
+    """The runner's `watch_collectives` in a thread for the block, ended and joined after it.
+    Yields ``looks(n)``, which returns once the watch has made ``n`` more whole looks at the
+    ranks' status (a look began after them, so each, diagnosis included, is done)."""
+    began = [0]
+    real = hang.waiting_since
+
+    def counted(node: NodeEnv) -> float | None:
+        began[0] += 1
+        return real(node)
+
+    monkeypatch.setattr(hang, "waiting_since", counted)
+
+    def looks(n: int) -> None:
+        target = began[0] + n + 1
+        wait_until(f"{n} looks of the watch at the ranks' status", lambda: began[0] >= target,
+                   timeout=60)
+
+    thread = threading.Thread(target=runner.watch_collectives, name="test-watch-collectives")
+    thread.start()
+    try:
+        yield looks
+    finally:
+        runner.ended.set()
+        thread.join(10)
+        assert not thread.is_alive(), "the watch did not end once asked"
 
 
 def test_early_share_of_the_timeout() -> None:
@@ -53,9 +88,9 @@ def test_a_rank_waiting_past_the_early_share_is_recorded_once(
         return True
 
     monkeypatch.setattr(runner, "diagnose", diagnose)
-    threading.Thread(target=runner.watch_collectives, daemon=True).start()
-    time.sleep(0.6)
-    assert len(calls) == (1 if waited else 0)  # once per collective, not at every look
+    with _watching(runner, monkeypatch) as looks:
+        looks(10)
+        assert len(calls) == (1 if waited else 0)  # once per collective, not at every look
 
 
 def test_a_report_not_written_is_tried_again_while_the_ranks_wait(
@@ -75,9 +110,10 @@ def test_a_report_not_written_is_tried_again_while_the_ranks_wait(
         return calls[-1]
 
     monkeypatch.setattr(runner, "diagnose", diagnose)
-    threading.Thread(target=runner.watch_collectives, daemon=True).start()
-    time.sleep(0.6)
-    assert calls == [False, False, True]
+    with _watching(runner, monkeypatch) as looks:
+        wait_until("three tries at a report", lambda: len(calls) >= 3)
+        looks(5)
+        assert calls == [False, False, True]
 
 
 def test_a_wait_past_the_timeout_is_not_tried_again(
@@ -89,9 +125,9 @@ def test_a_wait_past_the_timeout_is_not_tried_again(
     _status(tmp_path, 3, None)
     calls: list[str] = []
     monkeypatch.setattr(runner, "diagnose", lambda *, why: calls.append(why) is not None)
-    threading.Thread(target=runner.watch_collectives, daemon=True).start()
-    time.sleep(0.6)
-    assert len(calls) == 1
+    with _watching(runner, monkeypatch) as looks:
+        looks(10)
+        assert len(calls) == 1
 
 
 def test_the_next_waiter_of_a_recorded_wait_is_not_recorded_again(
@@ -108,9 +144,9 @@ def test_the_next_waiter_of_a_recorded_wait_is_not_recorded_again(
     _status(tmp_path, 3, since + 0.01)
     calls: list[str] = []
     monkeypatch.setattr(runner, "diagnose", lambda *, why: calls.append(why) is None)
-    threading.Thread(target=runner.watch_collectives, daemon=True).start()
-    time.sleep(0.3)
-    assert len(calls) == 1
-    _status(tmp_path, 2, None)  # rank 2 timed out and left the collective
-    time.sleep(0.3)
-    assert len(calls) == 1, calls
+    with _watching(runner, monkeypatch) as looks:
+        looks(5)
+        assert len(calls) == 1
+        _status(tmp_path, 2, None)  # rank 2 timed out and left the collective
+        looks(5)
+        assert len(calls) == 1, calls

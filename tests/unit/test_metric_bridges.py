@@ -117,8 +117,10 @@ class Hanging(Recording):
     def __init__(self) -> None:
         super().__init__()
         self.release = threading.Event()
+        self.entered = threading.Event()
 
     def write(self, stream: Stream, points: Sequence[Point]) -> None:
+        self.entered.set()
         self.release.wait()  # a service that never answers
 
 
@@ -165,7 +167,7 @@ def test_a_hanging_bridge_is_abandoned_within_the_bound(
     hung = Hanging()
     bridges = Bridges([BridgeThread(hung, tmp_path, "r", poll=0.05)])
     bridges.start()
-    time.sleep(0.2)  # it is now stuck in write()
+    assert hung.entered.wait(30), "the bridge never wrote"  # it is now stuck in write()
     started = time.monotonic()
     bridges.stop(timeout=0.5)
     assert time.monotonic() - started < 1.5

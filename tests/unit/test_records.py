@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 
 from shoal._storage.records import SCHEMA_VERSION, TERMINAL_STATES, Records
 from shoal.errors import NotFoundError, ShoalSystemError, SpecError
+from tests.helpers import wait_until
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 RUN_ARGS: dict[str, Any] = {
@@ -480,10 +480,9 @@ def test_reap_sees_through_a_zombie(tmp_path: Path) -> None:
     victim = _start_engine(path, "r-zombie")
     try:
         victim.send_signal(signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while psutil.Process(victim.pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until("the killed engine to be a zombie",
+                   lambda: psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE,
+                   timeout=10, every=0.01)
         with Records(path) as records:
             assert records.reap_dead_runs() == ["r-zombie"]
             _assert_crashed(records, "r-zombie", victim.pid)

@@ -25,6 +25,7 @@ from shoal._runtime.system_metrics import (
     gpu_points,
     visible_device,
 )
+from tests.helpers import wait_until
 
 
 def test_a_busy_child_counts_in_its_parents_cpu_and_memory() -> None:
@@ -60,10 +61,9 @@ def test_an_ended_process_not_yet_reaped_gives_no_sample() -> None:
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        deadline = time.monotonic() + 10
-        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until("the child to be a zombie",
+                   lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE,
+                   timeout=10, every=0.01)
         assert TreeSampler().sample(child.pid) is None
         got = TreeSampler().sample(os.getpid())  # a zombie child is left out of its parent's
         assert got is not None and child.pid not in got[1]
@@ -163,7 +163,7 @@ def test_the_node_sampler_writes_each_ranks_file(tmp_path: Path,
     try:
         sampler = NodeSampler(node, lambda: {0: os.getpid(), 1: child.pid}, interval=0.1)
         sampler.start()
-        time.sleep(0.5)
+        wait_until("two samples of the node", lambda: sampler._samples >= 2, timeout=30)
         sampler.stop()
     finally:
         child.kill()

@@ -11,11 +11,12 @@ checks the keeping: which groups are kept, and that their threads still run.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from tests.helpers import free_port
 
 _PROGRAM = """
 import gc, os, sys, torch, torch.distributed as dist, torch.nn as nn
@@ -46,9 +47,7 @@ os._exit(0)  # as a rank ends
 @pytest.mark.slow
 def test_destroyed_groups_outlive_the_ddp_model_that_held_them() -> None:
     pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = subprocess.run([sys.executable, "-c", _PROGRAM.format(port=port)],
                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                          text=True, timeout=120)

@@ -128,6 +128,9 @@ class Node:
         self.zygote = zygote
         self.children: dict[int, int] = {}  # pid -> local rank (-1: torchrun)
         self.stopping = threading.Event()
+        # Ends `watch_collectives` once set; a node never sets it (the watch ends with the
+        # process), a test that starts the watch does.
+        self.ended = threading.Event()
         self._diagnosing = threading.Lock()  # one hang report at a time
         self._diagnosed_at = float("-inf")  # monotonic time of the last one
         self.log = ""  # the node log this launcher writes to ("": the one it was started on)
@@ -320,8 +323,7 @@ class Node:
         # then is the one recorded, even once its longest waiter has failed and the next
         # waiter's slightly later start shows (a second report then would see a dead rank).
         recorded_at = float("-inf")
-        while True:
-            time.sleep(hang.POLL)
+        while not self.ended.wait(hang.POLL):
             if self.stopping.is_set() or not self.children:
                 continue
             since = hang.waiting_since(self.node)

@@ -84,9 +84,15 @@ def train(steps: int, every: int, kill_at: int, out_dir: str, mode: str = "ddp",
         if (step + 1) % every == 0:
             model_sd, opt_sd = get_state_dict(model, opt)
             cp.save_state_dict({"model": model_sd, "optim": opt_sd}, step=step, async_save=True)
+        if step == kill_at and (step + 1) % every != 0 and ctx.restart_attempt == 0:
+            # Killed between saves: the save begun last has landed on every rank first
+            # (its last shard commits it), so the restart loads that one.
+            cp.wait()
+            dist.barrier()
         if step == kill_at and rank == 1 and ctx.restart_attempt == 0:
             os.kill(os.getpid(), signal.SIGKILL)  # right after an asynchronous save began
         if step == pause_at and not Path(out_dir, "no-more-pauses").exists():
+            cp.wait()  # the save of the last saved step has landed: the test may kill now
             Path(out_dir, f"paused-rank{rank}").write_text("1")
             time.sleep(120)  # the test kills the driver here
     cp.wait()
