@@ -32,15 +32,22 @@ def test_a_busy_child_counts_in_its_parents_cpu_and_memory() -> None:
     child = subprocess.Popen([sys.executable, "-c",
                               "import time\nend = time.monotonic() + 3\n"
                               "while time.monotonic() < end: pass"])
+    import psutil
+
+    spinner = psutil.Process(child.pid)
     try:
         sampler = TreeSampler()
         sampler.prime(os.getpid())
+        before, start = sum(spinner.cpu_times()[:2]), time.monotonic()
         time.sleep(0.6)
         got = sampler.sample(os.getpid())
+        spun = (sum(spinner.cpu_times()[:2]) - before) / (time.monotonic() - start) * 100
         assert got is not None
         points, pids = got
         assert {os.getpid(), child.pid} <= pids
-        assert points[CPU] > 30  # the child spins one core (a shared machine gives it less)
+        # The child spins one core; a loaded machine gives it less, so the tree's figure is
+        # held to what the child was really given over the same window (psutil's own count).
+        assert spun > 1 and points[CPU] >= 0.8 * spun, (points[CPU], spun)
         assert points[RSS] > 10 * 2**20
         assert PSS not in points or 0 < points[PSS] <= points[RSS]
     finally:
