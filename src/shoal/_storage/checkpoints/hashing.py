@@ -3,9 +3,9 @@
 A piece's checksum runs in a pool of threads (the CRC and sha256 release the GIL) while the copy
 that feeds it goes on; CRC32C pieces combine, in order, into the whole object's CRC, so pieces
 may be cut anywhere. The thread of an asynchronous save's writer standing back from training
-(`checkpoint_writer.deprioritized`) checksums its pieces itself: a pool thread at training's
+(`writer.deprioritized`) checksums its pieces itself: a pool thread at training's
 priority would undo the point of lowering it. How objects are copied and verified with these
-is `checkpoint_files` (writes) and `checkpoint_reads` (loads).
+is `files` (writes) and `reads` (loads).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
-from shoal._storage import checksums
-from shoal._storage.checkpoint_writer import deprioritized
+from shoal._storage.checkpoints import checksums
+from shoal._storage.checkpoints.writer import deprioritized
 
 __all__ = ["CHUNK", "CRC32C", "PARALLEL_MIN", "PIECES", "SHA256", "CrcReader", "Digest",
            "Hashing", "Spans", "hash_file", "hash_memory", "hash_pool", "hash_range",
@@ -272,7 +272,7 @@ def read_into(fd: int, view: memoryview, hashing: Hashing) -> None:
 def new_hashing(size: int) -> Hashing:
     """How a new object of ``size`` bytes is checksummed: CRC32C, by pieces when it has more
     than one; by the calling thread itself when it is an asynchronous save's writer standing
-    back from training (see ``checkpoint_writer``), so that no normal-priority thread works for
+    back from training (see ``writer``), so that no normal-priority thread works for
     it."""
     return Hashing(CRC32C, CHUNK, inline=size < PARALLEL_MIN or deprioritized())
 

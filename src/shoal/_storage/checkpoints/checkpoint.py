@@ -5,8 +5,8 @@ A save writes its payload objects (each hashed in the pass that writes it), then
 version's commit with ``put_if_absent``; readers trust only commits, so a save killed or stopped
 by a full disk before its commit is never loaded and the previous version stays intact. A load
 hashes what it downloads and names the object that does not match its commit. The layout, the
-commit format and the rules for removing leftovers are in ``checkpoint_layout.py``; moving and
-hashing bytes is ``checkpoint_files.py`` (writes) and ``checkpoint_reads.py`` (verified loads).
+commit format and the rules for removing leftovers are in ``layout.py``; moving and
+hashing bytes is ``files.py`` (writes) and ``reads.py`` (verified loads).
 
 - Every save writes under a fresh save id, so two writers of the same step (a zombie attempt and
   its retry) never overwrite each other's objects: one commit wins, the other save fails with a
@@ -18,9 +18,9 @@ hashing bytes is ``checkpoint_files.py`` (writes) and ``checkpoint_reads.py`` (v
   committing its shards mixed with those a dead start left behind. A sharded save of one
   rank (``world_size`` 1: a state dict saved by one process) has nobody to wait for: it seals
   and commits its shard as a whole save does, without a manifest.
-- Asynchronous saves snapshot the data (see ``checkpoint_files.stage``) and write it in one
+- Asynchronous saves snapshot the data (see ``files.stage``) and write it in one
   background thread per checkpoint, which stands back from training until someone waits for
-  it (``checkpoint_writer``); the next save waits for the one in flight.
+  it (``writer``); the next save waits for the one in flight.
 - Only the Store protocol is used, so file:// and s3:// behave the same; on file:// the payload
   copy is our own single pass (``local_path``), which is what keeps it as fast as a plain
   write + fsync. Nothing here imports torch.
@@ -41,7 +41,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NoReturn
 
-from shoal._storage.checkpoint_files import (
+from shoal._storage.checkpoints.files import (
     Payload,
     movable,
     no_space_code,
@@ -49,16 +49,16 @@ from shoal._storage.checkpoint_files import (
     stage,
     upload,
 )
-from shoal._storage.checkpoint_layout import (
+from shoal._storage.checkpoints.layout import (
     Listing,
     Shard,
     Version,
     Versions,
     vname,
 )
-from shoal._storage.checkpoint_reads import fetch, materialize, verified_in_place
-from shoal._storage.checkpoint_writer import Writer, WriterSettings
-from shoal._storage.loaded_bytes import LoadedBytes
+from shoal._storage.checkpoints.loaded_bytes import LoadedBytes
+from shoal._storage.checkpoints.reads import fetch, materialize, verified_in_place
+from shoal._storage.checkpoints.writer import Writer, WriterSettings
 from shoal._storage.store import TMP_PREFIX, join, store_for
 from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
 
@@ -132,7 +132,7 @@ class Checkpoint:
         self._pending: Future[Any] | None = None
         self._writer: Writer | None = None
         self._writer_settings: WriterSettings | None = None
-        self._state_dicts: Any = None  # checkpoint_torch.StateDictSaver, made on first use
+        self._state_dicts: Any = None  # state_dicts.StateDictSaver, made on first use
         self._last_state_step: int | None = None
         self._prev: bool | None = None  # was a version committed before this object saved?
 
@@ -463,7 +463,7 @@ class Checkpoint:
         bytes are written in the background; the next save waits for it. ``step=None`` is the
         step after the last one saved (the same on every rank).
         """
-        from shoal._storage.checkpoint_torch import StateDictSaver
+        from shoal._storage.checkpoints.state_dicts import StateDictSaver
 
         self.prev_exists()  # decided before the first save
         if self._state_dicts is None:
@@ -490,7 +490,7 @@ class Checkpoint:
         ``weights_only=False`` for state dicts holding other objects, when only people you
         trust can write the store: a pickle runs what it names (docs/security.md).
         """
-        from shoal._storage.checkpoint_torch import load_into
+        from shoal._storage.checkpoints.state_dicts import load_into
 
         if not isinstance(weights_only, bool):
             raise SpecError(field="weights_only", value=weights_only, rule="must be a bool",

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shoal._storage.checkpoint_files import Entry
+from shoal._storage.checkpoints.files import Entry
 from shoal._storage.store import TMP_PREFIX, Store, join
 from shoal.errors import ObjectNotFound, StoreError
 

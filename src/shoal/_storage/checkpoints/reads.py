@@ -4,9 +4,9 @@ A load checksums what it reads and names an object that does not match (its size
 against the commit's). A bytes load reads the object (file pieces, or a GET's body) straight
 into the `LoadedBytes` it returns (``loaded_bytes.filled``): one copy, as a plain read makes,
 each piece checksummed as it lands. On a file:// store the pieces come from the page cache in
-parallel or from the disk in order (``checkpoint_hashing.read_into``); on other stores the
+parallel or from the disk in order (``hashing.read_into``); on other stores the
 body is streamed in, or concurrent ranged GETs each into their own span (``Store.get_into``),
-and ``checkpoint_hashing.Spans`` checksums each span as it lands. Files and folders are
+and ``hashing.Spans`` checksums each span as it lands. Files and folders are
 downloaded into a private folder renamed into place once all is verified (``materialize``);
 DCP's state dicts on a file:// store are verified where they lie (``verified_in_place``).
 Commits written before CRC32C (sha256, sha256 pieces) are verified with their own algorithm.
@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from shoal._storage import checkpoint_hashing
-from shoal._storage.checkpoint_files import Entry, _copy_file
-from shoal._storage.checkpoint_hashing import (
+from shoal._storage.checkpoints import hashing as checkpoint_hashing
+from shoal._storage.checkpoints.files import Entry, _copy_file
+from shoal._storage.checkpoints.hashing import (
     CRC32C,
     PARALLEL_MIN,
     PIECES,
@@ -32,7 +32,7 @@ from shoal._storage.checkpoint_hashing import (
     hash_memory,
     read_into,
 )
-from shoal._storage.loaded_bytes import LoadedBytes, filled
+from shoal._storage.checkpoints.loaded_bytes import LoadedBytes, filled
 from shoal._storage.store import Store, join, temp_path
 from shoal.errors import StoreError
 

@@ -7,7 +7,7 @@ code works across Kubernetes nodes. Loading downloads every shard into one folde
 metadata names files relative to it) and lets DCP read what this rank needs.
 
 Asynchronous saves copy the state to CPU memory (the only time training is blocked), then write
-in a background thread that stands back from training (``checkpoint_writer``). DCP's own
+in a background thread that stands back from training (``writer``). DCP's own
 thread-mode ``async_save`` deadlocks unless it has its own process group and the ranks agree
 together when a save is done, so the background save runs its collectives on a dedicated gloo
 group made once, in step, by every rank.
@@ -24,15 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shoal._storage.checkpoint_layout import vname
-from shoal._storage.checkpoint_reads import verified_bytes
-from shoal._storage.checkpoint_writer import Writer, WriterSettings
+from shoal._storage.checkpoints.layout import vname
+from shoal._storage.checkpoints.reads import verified_bytes
+from shoal._storage.checkpoints.writer import Writer, WriterSettings
 from shoal._storage.store import join
 from shoal.errors import StoreError
 
 if TYPE_CHECKING:
-    from shoal._storage.checkpoint_layout import Version
-    from shoal._storage.checkpoints import Checkpoint
+    from shoal._storage.checkpoints.checkpoint import Checkpoint
+    from shoal._storage.checkpoints.layout import Version
 
 _groups: dict[int, Any] = {}
 _lock = threading.Lock()
@@ -114,7 +114,7 @@ def load_into(cp: Checkpoint, state: Any, step: int | None, *,
 
     ``weights_only`` (torch's word): DCP's metadata is unpickled only into its own classes and
     values that are not tensors load with ``torch.load(weights_only=True)``
-    (``checkpoint_trust``); False gives torch's defaults, which run what the pickles name.
+    (``trust``); False gives torch's defaults, which run what the pickles name.
     """
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -137,7 +137,7 @@ def load_into(cp: Checkpoint, state: Any, step: int | None, *,
         else:
             _link_downloads(cp, version, flat)
         if weights_only:
-            from shoal._storage.checkpoint_trust import (
+            from shoal._storage.checkpoints.trust import (
                 TrustingLoad,
                 WeightsOnlyPlanner,
                 WeightsOnlyReader,

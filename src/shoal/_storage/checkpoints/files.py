@@ -9,10 +9,10 @@ the copy is checksummed by reading it back from the temporary file, from the pag
 is checksummed is what the store holds. On other stores a file is checksummed by the
 upload's own reads as they pass (``CrcReader``: one read of the file, and what is checksummed
 is what was sent), bytes in memory beside the store's upload of them; downloads are
-checksummed as they land (``checkpoint_reads``).
+checksummed as they land (``reads.py``).
 
 The checksum is CRC32C (checksums.py: hardware-accelerated, ~8x sha256 here), of the whole
-object (``"crc32c"`` in the commit). Each piece (``checkpoint_hashing``: ``CHUNK`` bytes) is
+object (``"crc32c"`` in the commit). Each piece (``hashing.CHUNK`` bytes) is
 checksummed in a pool of threads (the CRC releases the GIL) while the copy goes on and while
 it is fsynced, and the pieces' CRCs are combined in order. Commits written before CRC32C
 record ``"sha256"`` (one sha256 of the object) or ``"sha256-pieces"`` (the sha256 of the
@@ -37,8 +37,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shoal._storage import checkpoint_hashing
-from shoal._storage.checkpoint_hashing import (
+from shoal._storage.checkpoints import hashing as checkpoint_hashing
+from shoal._storage.checkpoints.hashing import (
     CRC32C,
     PIECES,
     SHA256,

@@ -15,7 +15,7 @@ once more as they are read, right before they are unpickled. ``load_state_dict(.
 weights_only=False)`` gives back torch's defaults, for state dicts that hold other objects and
 a store only trusted people write.
 
-Imports torch at module level: ``checkpoint_torch`` imports this module inside a load, never
+Imports torch at module level: ``state_dicts`` imports this module inside a load, never
 ``import shoal``.
 """
 
