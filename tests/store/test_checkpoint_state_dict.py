@@ -45,7 +45,7 @@ def test_a_state_dict_round_trips_and_its_staging_is_moved_not_copied(
         def no_copy(*args: object) -> None:
             raise AssertionError("DCP's files were copied into the store, not moved")
 
-        monkeypatch.setattr(files, "_copy_file", no_copy)
+        monkeypatch.setattr(files, "copy_file", no_copy)
     assert cp.save_state_dict(state).result() == 0
     monkeypatch.undo()
     assert list(cp.path.iterdir()) == []  # DCP's staging folder is gone

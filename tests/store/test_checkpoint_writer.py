@@ -69,14 +69,14 @@ def _can_raise_priority() -> bool:
 def chunks_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
     """(thread name, its nice value) of every piece hashed, in order; 256 KiB pieces."""
     seen: list[tuple[str, int]] = []
-    real = hashing._digest_chunk
+    real = hashing.digest_chunk
     monkeypatch.setattr(hashing, "CHUNK", 256 * 1024)
 
     def spy(h: Any, chunk: memoryview) -> None:
         seen.append((threading.current_thread().name, _own_nice()))
         real(h, chunk)
 
-    monkeypatch.setattr(hashing, "_digest_chunk", spy)
+    monkeypatch.setattr(hashing, "digest_chunk", spy)
     yield seen
 
 
@@ -140,13 +140,13 @@ def test_a_save_waited_for_or_past_its_deadline_goes_at_full_speed(
 ) -> None:
     base, low = _own_nice(), _lowered(_own_nice())
     full = base if _can_raise_priority() else low
-    real = hashing._digest_chunk
+    real = hashing.digest_chunk
 
     def slow(h: Any, chunk: memoryview) -> None:  # ~0.5 s for a 4 MiB save
         time.sleep(0.03)
         real(h, chunk)
 
-    monkeypatch.setattr(hashing, "_digest_chunk", slow)
+    monkeypatch.setattr(hashing, "digest_chunk", slow)
     data = os.urandom(4 * MiB)
     cp = Checkpoint(tmp_path.joinpath("store").as_uri(), local_dir=tmp_path / "local")
     cp.save_async(data)
@@ -247,7 +247,7 @@ def test_an_async_state_dict_save_is_written_lowered_and_surfaces_its_error(
     def broken(h: Any, chunk: memoryview) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(hashing, "_digest_chunk", broken)
+    monkeypatch.setattr(hashing, "digest_chunk", broken)
     cp.save_state_dict(state, async_save=True)
     with pytest.raises(OSError, match="Input/output error"):
         cp.wait()

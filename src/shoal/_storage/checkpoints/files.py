@@ -59,6 +59,7 @@ __all__ = [
     "Entry",
     "Payload",
     "Source",
+    "copy_file",
     "movable",
     "no_space_code",
     "payload_of",
@@ -225,7 +226,7 @@ def _write_memory(view: memoryview, fd: int, hashing: Hashing) -> None:
 
 def _send(src: int, dest: int, offset: int, count: int) -> int:
     """Copy up to ``count`` bytes of ``src`` from ``offset`` to ``dest``'s position, in the
-    kernel; 0 at the end of ``src``. Raises OSError where the kernel cannot (see _copy_file)."""
+    kernel; 0 at the end of ``src``. Raises OSError where the kernel cannot (see copy_file)."""
     done = 0
     while done < count:
         n = os.sendfile(dest, src, offset + done, count - done)
@@ -235,7 +236,7 @@ def _send(src: int, dest: int, offset: int, count: int) -> int:
     return done
 
 
-def _copy_file(src: int, dest: int, hashing: Hashing) -> None:
+def copy_file(src: int, dest: int, hashing: Hashing) -> None:
     """Copy ``src`` to ``dest`` (both at offset 0), each piece hashed from ``dest`` once it has
     landed, while the next piece is copied. ``dest`` must be open for reading too."""
     step = hashing.piece_size or checkpoint_hashing.CHUNK
@@ -323,7 +324,7 @@ def _write_local(src: Source, dest: Path) -> tuple[int, str]:
                 try:
                     hashing = new_hashing(os.fstat(src_fd).st_size)
                     try:
-                        _copy_file(src_fd, fd, hashing)
+                        copy_file(src_fd, fd, hashing)
                         os.fsync(fd)
                         result = hashing.result()
                     finally:

@@ -6,6 +6,10 @@ may be cut anywhere. The thread of an asynchronous save's writer standing back f
 (`writer.deprioritized`) checksums its pieces itself: a pool thread at training's
 priority would undo the point of lowering it. How objects are copied and verified with these
 is `files` (writes) and `reads` (loads).
+
+Every byte a checkpoint checksums passes through `digest_chunk`, looked up in this module at
+each call: the one seam a test wraps (through ``monkeypatch.setattr(hashing, "digest_chunk",
+...)``) to slow a save, fail it midway or kill its process at a given byte.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from shoal._storage.checkpoints import checksums
 from shoal._storage.checkpoints.writer import deprioritized
 
 __all__ = ["CHUNK", "CRC32C", "PARALLEL_MIN", "PIECES", "SHA256", "CrcReader", "Digest",
-           "Hashing", "Spans", "hash_file", "hash_memory", "hash_pool", "hash_range",
-           "hash_view", "new_hashing", "read_into"]
+           "Hashing", "Spans", "digest_chunk", "hash_file", "hash_memory", "hash_pool",
+           "hash_range", "hash_view", "new_hashing", "read_into"]
 
 CHUNK = 8 * 1024 * 1024  # copy unit, and the piece size checksummed by one task
 CRC32C = "crc32c"  # what new commits record: the object's CRC32C, 8 hex digits
@@ -52,7 +56,8 @@ def hash_pool() -> ThreadPoolExecutor:
 Digest = tuple[int | bytes, int]  # a part's CRC32C (int) or sha256 (bytes), and its length
 
 
-def _digest_chunk(h: Any, chunk: memoryview) -> None:
+def digest_chunk(h: Any, chunk: memoryview) -> None:
+    """Feed ``chunk`` to the checksum ``h`` (the seam above)."""
     h.update(chunk)
 
 
@@ -66,7 +71,7 @@ def _finish(h: Any) -> int | bytes:
 
 def hash_view(view: memoryview, algorithm: str) -> Digest:
     h = _hasher(algorithm)
-    _digest_chunk(h, view)
+    digest_chunk(h, view)
     return _finish(h), len(view)
 
 
@@ -87,7 +92,7 @@ def hash_range(fd: int, offset: int, length: int | None, algorithm: str) -> Dige
         n = os.preadv(fd, [buffer[:want]], offset + done)
         if n == 0:
             break
-        _digest_chunk(h, buffer[:n])
+        digest_chunk(h, buffer[:n])
         done += n
     return _finish(h), done
 
@@ -297,7 +302,7 @@ class CrcReader:
         start = self._f.tell()
         data = self._f.read(size)
         if start <= self._done < start + len(data):
-            _digest_chunk(self._crc, memoryview(data)[self._done - start :])
+            digest_chunk(self._crc, memoryview(data)[self._done - start :])
             self._done = start + len(data)
         return data
 

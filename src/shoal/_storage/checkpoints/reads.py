@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from shoal._storage.checkpoints import hashing as checkpoint_hashing
-from shoal._storage.checkpoints.files import Entry, _copy_file
+from shoal._storage.checkpoints.files import Entry, copy_file
 from shoal._storage.checkpoints.hashing import (
     CRC32C,
     PARALLEL_MIN,
@@ -202,7 +202,7 @@ def fetch(
             out = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             hashing = _expected(entry)
             try:
-                _copy_file(fd, out, hashing)
+                copy_file(fd, out, hashing)
             finally:
                 hashing.settle()  # before out closes: the pieces read it
                 os.close(out)
