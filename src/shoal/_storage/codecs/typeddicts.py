@@ -13,7 +13,7 @@ import difflib
 import typing
 from typing import Any, NotRequired, Required, get_args, get_origin
 
-from shoal._storage.codec_base import BlobIO, Codec, Where, bad_literal, bad_value
+from shoal._storage.codecs.base import BlobIO, Codec, Where, bad_literal, bad_value
 from shoal.errors import InputError
 
 

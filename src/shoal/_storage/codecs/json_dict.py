@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from shoal._storage.codec_base import BlobIO, Codec, Where, bad_literal, kind
+from shoal._storage.codecs.base import BlobIO, Codec, Where, bad_literal, kind
 from shoal.errors import InputError
 
 _FIX = ("declare the item types (dict[str, float], a dataclass, a pydantic model) to pass "

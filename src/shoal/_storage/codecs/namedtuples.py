@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from shoal._storage.codec_base import BlobIO, Codec, Where, bad_literal, bad_value
+from shoal._storage.codecs.base import BlobIO, Codec, Where, bad_literal, bad_value
 from shoal.errors import InputError
 
 

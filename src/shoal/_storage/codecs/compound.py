@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from shoal._storage.codec_base import (
+from shoal._storage.codecs.base import (
     BlobIO,
     Codec,
     Where,

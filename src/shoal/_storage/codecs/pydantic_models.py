@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from shoal._storage.codec_base import BlobIO, Codec, Where, bad_value, canonical_json
+from shoal._storage.codecs.base import BlobIO, Codec, Where, bad_value, canonical_json
 from shoal.errors import InputError
 
 

@@ -11,7 +11,7 @@ import os
 import pickle
 from typing import Any
 
-from shoal._storage.codec_base import (
+from shoal._storage.codecs.base import (
     BlobIO,
     Codec,
     Where,

@@ -62,9 +62,9 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from shoal._storage import dataframes
-from shoal._storage.codec_base import INLINE_LIMIT, BlobIO, Codec, Where, canonical_json
-from shoal._storage.compound_codecs import (
+from shoal._storage.codecs import dataframes
+from shoal._storage.codecs.base import INLINE_LIMIT, BlobIO, Codec, Where, canonical_json
+from shoal._storage.codecs.compound import (
     DataclassCodec,
     DictCodec,
     ListCodec,
@@ -73,10 +73,10 @@ from shoal._storage.compound_codecs import (
     TupleCodec,
     UnionCodec,
 )
-from shoal._storage.json_codec import JsonDictCodec
-from shoal._storage.namedtuple_codec import NamedTupleCodec, namedtuple_class
-from shoal._storage.pydantic_codec import PydanticCodec, model_class
-from shoal._storage.scalar_codecs import (
+from shoal._storage.codecs.json_dict import JsonDictCodec
+from shoal._storage.codecs.namedtuples import NamedTupleCodec, namedtuple_class
+from shoal._storage.codecs.pydantic_models import PydanticCodec, model_class
+from shoal._storage.codecs.scalars import (
     BoolCodec,
     BytesCodec,
     EnumCodec,
@@ -90,14 +90,14 @@ from shoal._storage.scalar_codecs import (
     TimedeltaCodec,
     literal_shown,
 )
-from shoal._storage.tensors import (
+from shoal._storage.codecs.tensors import (
     ArrayCodec,
     TensorCodec,
     have_safetensors,
     ndarray_class,
     tensor_class,
 )
-from shoal._storage.typeddict_codec import TypedDictCodec, field_hints, typeddict_class
+from shoal._storage.codecs.typeddicts import TypedDictCodec, field_hints, typeddict_class
 from shoal.errors import UnsupportedTypeError
 
 __all__ = [

@@ -23,7 +23,7 @@ import importlib.util
 import io
 from typing import Any
 
-from shoal._storage.codec_base import (
+from shoal._storage.codecs.base import (
     BlobIO,
     Codec,
     Where,

@@ -15,7 +15,7 @@ import importlib.util
 import io
 from typing import Any, get_origin
 
-from shoal._storage.codec_base import (
+from shoal._storage.codecs.base import (
     BlobIO,
     Codec,
     Where,

@@ -1,7 +1,7 @@
 """What every codec shares: the ``Codec`` base, error helpers, and binary payload nodes.
 
 A codec turns values of one declared type into a JSON-able *literal* and back. Codecs are built
-once per type hint (see ``codecs.py``) and then run on every value, so the per-value work is a
+once per type hint (see ``compiler.py``) and then run on every value, so the per-value work is a
 type check and a conversion, never a look at the hint again. Every codec is *strict* on the way
 in (a bool is not an int, a subclass of a dataclass is not that dataclass) so that what comes out
 of ``decode`` is exactly what the task declared, and *deterministic* (sets sorted, no timestamps,
