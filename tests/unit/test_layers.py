@@ -236,7 +236,7 @@ def test_env_var_names_live_in_the_contract() -> None:
 NAME_DOORS = (
     "cli/main.py", "_driver/runcontext.py", "_driver/runner.py", "_driver/remote.py",
     "_api/environment.py", "_api/task.py", "_api/group.py", "_api/io.py",
-    "_storage/records.py", "_storage/records_mirror.py", "_storage/remote_records.py",
+    "_storage/records/runs.py", "_storage/records/mirror.py", "_storage/records/remote.py",
     "_storage/store.py", "_ui/app.py", "_runtime/allocation.py",
     "_engines/slurm/script.py", "_engines/kubernetes/manifests.py", "_engines/local/plan.py",
 )

@@ -1,6 +1,6 @@
 """`shoal cancel` and `shoal preempt` for a run whose driver runs elsewhere (a Kubernetes
 driver pod): a request object in the run's store folder, which the driver polls as a local
-driver polls its records (`shoal._storage.remote_records`).
+driver polls its records (`shoal._storage.records.remote`).
 
 A driver that is gone (its pod deleted, evicted, or ended without publishing an end) can
 carry out nothing: cancel then deletes what would run it again (the driver Job) and records
@@ -15,8 +15,7 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._engines.base import RemoteDriver
-from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import put_request, refresh, unreachable
+from shoal._storage.records import Records, RunRecord, put_request, refresh, unreachable
 from shoal._storage.store import open_store
 from shoal.errors import EngineError, StoreError
 

@@ -2,7 +2,7 @@
 
 Only ``POST /api/runs/<run>/cancel`` and ``.../preempt`` change anything, through the same
 `Records` calls as `shoal cancel` and `shoal preempt`; for a run driven elsewhere (Kubernetes)
-the same request objects in its store folder (`shoal._storage.remote_records`), whose
+the same request objects in its store folder (`shoal._storage.records.remote`), whose
 published records the pages merge in before they read them.
 """
 
@@ -26,8 +26,7 @@ from starlette.types import ASGIApp
 
 from shoal._spec.names import check_action_id, check_run_name
 from shoal._storage.logs import LogSource
-from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import driver_folder, put_request, refresh
+from shoal._storage.records import Records, RunRecord, driver_folder, put_request, refresh
 from shoal._storage.store import open_store
 from shoal._ui import gang_view, logs_view, pages, views
 from shoal._ui.guard import Guard

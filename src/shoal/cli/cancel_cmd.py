@@ -15,8 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
-    from shoal._storage.records import Records
-    from shoal._storage.remote_records import driver_folder
+    from shoal._storage.records import Records, driver_folder
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()
@@ -57,7 +56,7 @@ def _cancel_remote(records: Any, run: Any, where: dict[str, Any], wait: float) -
     """A run whose driver runs elsewhere: the request goes through the store."""
     from shoal import _contract as contract
     from shoal._driver import remote_control
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import refresh
 
     run = refresh(records, run, home=contract.home())
     if run.terminal:

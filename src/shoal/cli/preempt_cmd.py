@@ -15,8 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
-    from shoal._storage.records import Records
-    from shoal._storage.remote_records import driver_folder, refresh
+    from shoal._storage.records import Records, driver_folder, refresh
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()

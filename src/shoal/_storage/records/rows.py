@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import fields
 from typing import Any
 
-from shoal._storage.records_schema import ActionRecord, AttemptRecord, EventRecord, RunRecord
+from shoal._storage.records.schema import ActionRecord, AttemptRecord, EventRecord, RunRecord
 
 __all__ = [
     "ACTION_COLUMNS",

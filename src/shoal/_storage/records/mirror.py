@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shoal._spec.names import check_action_id, check_label_text
-from shoal._storage.records_actions import ActionsAndEvents
-from shoal._storage.records_rows import RUN_COLUMNS, run_from_row, to_json
-from shoal._storage.records_schema import ACTIVE_SQL, ActionRecord, AttemptRecord
+from shoal._storage.records.actions import ActionsAndEvents
+from shoal._storage.records.rows import RUN_COLUMNS, run_from_row, to_json
+from shoal._storage.records.schema import ACTIVE_SQL, ActionRecord, AttemptRecord
 from shoal.errors import SpecError
 
 __all__ = ["LOCAL_EVENT_KINDS", "MirroredRecords", "check_snapshot"]

@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from shoal import _contract as contract
 from shoal._storage.private import private_file, private_home
-from shoal._storage.records_schema import SCHEMA_VERSION, migrate, schema_version
+from shoal._storage.records.schema import SCHEMA_VERSION, migrate, schema_version
 from shoal.errors import NotFoundError, ShoalSystemError
 
 __all__ = ["RecordsFile"]

@@ -2,11 +2,11 @@
 
 ``Records`` is the API the engines, the controller and the CLI use. It is assembled from:
 
-- ``records_schema.py``: the record types, their states, the tables and their migrations;
-- ``records_rows.py``: column lists, JSON columns, row → record;
-- ``records_sqlite.py``: the file itself (per-thread connections, WAL, retried transactions:
+- ``schema.py``: the record types, their states, the tables and their migrations;
+- ``rows.py``: column lists, JSON columns, row → record;
+- ``sqlite.py``: the file itself (per-thread connections, WAL, retried transactions:
   why many processes can share it safely);
-- ``records_actions.py``: the action, attempt and event methods;
+- ``actions.py``: the action, attempt and event methods;
 - this file: the run methods, and finding runs whose engine died.
 
 A run whose engine process died cannot record its own end; ``Records.reap_dead_runs`` finds
@@ -26,9 +26,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from shoal._spec.names import check_run_name
-from shoal._storage.records_mirror import MirroredRecords
-from shoal._storage.records_rows import RUN_COLUMNS, run_from_row, to_json
-from shoal._storage.records_schema import (
+from shoal._storage.records.mirror import MirroredRecords
+from shoal._storage.records.rows import RUN_COLUMNS, run_from_row, to_json
+from shoal._storage.records.schema import (
     ACTION_STATES,
     ACTIVE_SQL,
     ATTEMPT_STATES,

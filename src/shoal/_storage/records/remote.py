@@ -31,7 +31,7 @@ from typing import Any
 
 from shoal._spec.names import check_action_id, check_object_name
 from shoal._storage.logs import gang_log_root
-from shoal._storage.records import Records, RunRecord
+from shoal._storage.records.runs import Records, RunRecord
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import ObjectNotFound, SpecError, StoreError
 

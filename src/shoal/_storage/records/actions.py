@@ -1,4 +1,4 @@
-"""The action, attempt and event methods of ``Records`` (the run methods are in records.py).
+"""The action, attempt and event methods of ``Records`` (the run methods are in runs.py).
 
 An action is one task call inside a run; each try at running it is an attempt (0-based); events
 are the run's append-only log, which ``shoal logs`` follows by id.
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shoal._storage.records_rows import (
+from shoal._storage.records.rows import (
     ACTION_COLUMNS,
     ATTEMPT_COLUMNS,
     EVENT_COLUMNS,
@@ -22,7 +22,7 @@ from shoal._storage.records_rows import (
     event_from_row,
     to_json,
 )
-from shoal._storage.records_schema import (
+from shoal._storage.records.schema import (
     ACTION_KINDS,
     ACTION_STATES,
     ATTEMPT_STATES,
@@ -32,7 +32,7 @@ from shoal._storage.records_schema import (
     EventRecord,
     check_state,
 )
-from shoal._storage.records_sqlite import RecordsFile
+from shoal._storage.records.sqlite import RecordsFile
 from shoal.errors import NotFoundError, ShoalSystemError
 
 __all__ = ["ActionsAndEvents"]
