@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,108 @@ def test_names_are_checked_by_the_one_module_of_their_rules() -> None:
         text = (SRC / door).read_text()
         assert ("shoal._spec.names import" in text
                 or "from shoal._spec import names" in text), door
+
+
+# The sub-packages of `_storage`, each used from outside only through its `__init__`: another
+# module imports the names in the package's `__all__` (`from shoal._storage.records import
+# Records`, or `from shoal._storage import codecs` and then `codecs.encode`), never one of its
+# modules. What the `__init__` may import eagerly, and how a module that imports torch is
+# reached instead, is written in each package's docstring.
+STORAGE_PACKAGES = ("checkpoints", "codecs", "records")
+
+
+def _exported(package: str) -> set[str]:
+    tree = ast.parse((SRC / "_storage" / package / "__init__.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                 for t in node.targets)):
+            return {e.value for e in node.value.elts}  # type: ignore[attr-defined]
+    pytest.fail(f"_storage/{package}/__init__.py: no __all__")
+
+
+def _storage_door_breaches(where: str, source: str) -> tuple[list[str], Counter[str]]:
+    """The imports in ``source`` (the file ``where``, relative to src/shoal) that go around a
+    `_storage` sub-package's door, and how many uses of each such package it checked."""
+    inside = {p for p in STORAGE_PACKAGES if where.startswith(f"_storage/{p}/")}
+    bad: list[str] = []
+    checked: Counter[str] = Counter()
+    tree = ast.parse(source)
+    aliases: dict[str, str] = {}  # local name -> package, for `from shoal._storage import codecs`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if (parts[:2] == ["shoal", "_storage"] and len(parts) > 2
+                        and parts[2] in STORAGE_PACKAGES and parts[2] not in inside):
+                    checked[parts[2]] += 1
+                    bad.append(f"{where}: import {a.name} (use from shoal._storage.{parts[2]} "
+                               "import NAME)")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[:2] != ["shoal", "_storage"]:
+                continue
+            if len(parts) == 2:
+                for a in node.names:
+                    if a.name in STORAGE_PACKAGES and a.name not in inside:
+                        aliases[a.asname or a.name] = a.name
+                continue
+            package = parts[2]
+            if package not in STORAGE_PACKAGES or package in inside:
+                continue
+            checked[package] += 1
+            if len(parts) > 3:
+                bad.append(f"{where}: from {node.module} import ... (a module of "
+                           f"_storage/{package}/: import from shoal._storage.{package})")
+                continue
+            bad += [f"{where}: {a.name} is not in shoal._storage.{package}.__all__"
+                    for a in node.names if a.name not in _exported(package)]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases):
+            package = aliases[node.value.id]
+            checked[package] += 1
+            if node.attr not in _exported(package):
+                bad.append(f"{where}: {node.value.id}.{node.attr} is not in "
+                           f"shoal._storage.{package}.__all__")
+    return bad, checked
+
+
+def test_storage_sub_packages_are_used_only_through_their_init() -> None:
+    bad: list[str] = []
+    checked: Counter[str] = Counter()
+    for path in _sources():
+        breaches, seen = _storage_door_breaches(path.relative_to(SRC).as_posix(),
+                                                path.read_text())
+        bad += breaches
+        checked += seen
+    assert not bad, "\n".join(bad)
+    # The rule saw the real uses (Checkpoint in shoal/__init__, Records in the driver, codecs
+    # in the task decorator...): it cannot pass because it looked at nothing.
+    assert all(checked[p] >= 5 for p in STORAGE_PACKAGES), checked
+
+
+def test_storage_packages_export_what_they_list_and_stay_light() -> None:
+    code = ("import importlib, sys\n"
+            f"for p in {STORAGE_PACKAGES!r}:\n"
+            "    m = importlib.import_module('shoal._storage.' + p)\n"
+            "    missing = [n for n in m.__all__ if not hasattr(m, n)]\n"
+            "    assert not missing, (p, missing)\n"
+            "heavy = ['torch', 'numpy', 'pandas', 'pyarrow', 'pydantic', 'safetensors', "
+            "'psutil']\n"
+            "print([m for m in heavy if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
+    probe = ("from shoal._storage.checkpoints.hashing import CHUNK\n"
+             "from shoal._storage.records import _STATE_FIELDS\n"
+             "import shoal._storage.codecs.compiler\n"
+             "from shoal._storage import codecs\n"
+             "codecs._cached_codec\n"
+             "codecs.encode\n")
+    bad, checked = _storage_door_breaches("_driver/probe.py", probe)
+    assert len(bad) == 4 and checked == Counter(checkpoints=1, records=1, codecs=3), bad
+    inside, _ = _storage_door_breaches("_storage/checkpoints/probe.py", probe.splitlines()[0])
+    assert inside == []  # a package's own modules import each other directly
