@@ -14,10 +14,10 @@ is all). Reading the referenced files happens in ``tag``, ``declared_pip_package
 call. Locally a task runs in the current interpreter, so ``missing_locally`` lists the declared
 packages this interpreter lacks, for the local engine to warn about.
 
-The recipe's parts live next to this file: ``image_layers.py`` (one layer per builder call and
+The recipe's parts live next to this file: ``layers.py`` (one layer per builder call and
 its Dockerfile lines, and ``PythonWheels``, the layer Flyte 2 code adds with ``clone``),
-``image_context.py`` (the local files copied in and hashed into the tag), ``image_checks.py``
-(argument checks and requirement parsing) and ``image_script.py`` (a script's PEP 723 block).
+``context.py`` (the local files copied in and hashed into the tag), ``checks.py``
+(argument checks and requirement parsing) and ``script.py`` (a script's PEP 723 block).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shoal import _contract as contract
-from shoal._api.image_checks import (
+from shoal._api.image.checks import (
     DEFAULT_IMAGE_NAME,
     check_apt,
     check_commands,
@@ -50,12 +50,12 @@ from shoal._api.image_checks import (
     read_requirements,
     requirement_name,
 )
-from shoal._api.image_checks import MIN_PYTHON as MIN_PYTHON
-from shoal._api.image_context import IGNORED_NAMES as IGNORED_NAMES
-from shoal._api.image_context import IGNORED_SUFFIXES as IGNORED_SUFFIXES
-from shoal._api.image_context import feed, feed_file, walk
-from shoal._api.image_layers import CONTEXT_DIR as CONTEXT_DIR
-from shoal._api.image_layers import (
+from shoal._api.image.checks import MIN_PYTHON as MIN_PYTHON
+from shoal._api.image.context import IGNORED_NAMES as IGNORED_NAMES
+from shoal._api.image.context import IGNORED_SUFFIXES as IGNORED_SUFFIXES
+from shoal._api.image.context import feed, feed_file, walk
+from shoal._api.image.layers import CONTEXT_DIR as CONTEXT_DIR
+from shoal._api.image.layers import (
     LAYER_TYPES,
     AptPackages,
     Commands,
@@ -69,7 +69,7 @@ from shoal._api.image_layers import (
     WorkDir,
     context_name,
 )
-from shoal._api.image_script import check_requires_python, pick_python, read_script_block
+from shoal._api.image.script import check_requires_python, pick_python, read_script_block
 from shoal._runtime.packages import applies_here, parse_requirement, unmet
 from shoal.errors import SpecError
 
@@ -536,7 +536,7 @@ def shoal_source() -> Path | None:
     (PEP 610's direct_url.json). None when it came from a package index."""
     import importlib.metadata
 
-    package = Path(__file__).parent.parent  # shoal/, this file being shoal/_api/image.py
+    package = Path(__file__).parents[2]  # shoal/, this file being shoal/_api/image/image.py
     try:
         dist = importlib.metadata.distribution("shoal")
     except importlib.metadata.PackageNotFoundError:

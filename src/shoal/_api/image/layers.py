@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
-from shoal._api.image_checks import check_pip_options, check_wheel_package, local_path
+from shoal._api.image.checks import check_pip_options, check_wheel_package, local_path
 
 __all__ = [
     "CONTEXT_DIR",

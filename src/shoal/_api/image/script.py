@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from shoal._api.image_checks import MIN_PYTHON, check_requirement
+from shoal._api.image.checks import MIN_PYTHON, check_requirement
 from shoal.errors import SpecError
 
 __all__ = ["ScriptBlock", "check_requires_python", "pick_python", "read_script_block"]
