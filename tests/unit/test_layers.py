@@ -87,7 +87,8 @@ def test_everything_else_is_private() -> None:
         if (path.suffix == ".py" and path.name not in public_modules
                 and not path.name.startswith("_")):  # _image.py: Flyte's private path
             pytest.fail(f"{path.name}: a public module; name it _{path.name}")
-        if path.is_dir() and not path.name.startswith(("_", ".")) and path.name != "cli":
+        if path.is_dir() and not path.name.startswith(("_", ".")) and path.name not in (
+                "cli", "plugins"):  # plugins/: shoal.plugins.*, Flyte's flyteplugins.*
             pytest.fail(f"{path.name}/: a public package; name it _{path.name}")
 
 
@@ -105,12 +106,16 @@ def test_import_shoal_stays_light() -> None:
 def _imports(path: Path) -> set[str]:
     """The Shoal modules ``path`` imports, anywhere in the file (lazily, or for type checks
     only: a layer that names another for its types still depends on it)."""
+    return _imports_of(path.read_text(), path.relative_to(SRC))
+
+
+def _imports_of(source: str, where: Path | str) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level:
-            pytest.fail(f"{path.relative_to(SRC)}: a relative import; spell shoal.…")
+            pytest.fail(f"{where}: a relative import; spell shoal.…")
         elif isinstance(node, ast.ImportFrom) and node.module == "shoal":
             names |= {f"shoal.{a.name}" for a in node.names}  # from shoal import _contract
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -123,24 +128,28 @@ def _imports(path: Path) -> set[str]:
 #
 #   foundation   errors, _contract (the env-var contract), _spec (frozen descriptions; the
 #                rules of names in _spec/names.py)
+#   registry     _plugins/__init__.py: plugins' engine-side parts by config type
 #   _storage     the store, codecs, records, checkpoints
 #   _runtime     what runs in a task process: the task context, worker, ranks, launcher
 #   _api | _engines | _ui    what users write | the engines | the web UI: side by side
 #   _driver      one run on any engine; shoal.run / init / Run / with_runcontext
-#   public       shoal/__init__.py, io.py, report.py, clustered.py, _image.py
+#   public       shoal/__init__.py, io.py, report.py, clustered.py, _image.py, plugins/
+#   _plugins     _plugins/<name>/: a plugin's engine-side parts, loaded only by the registry
 #   cli          the commands
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("foundation",),
+    ("registry",),
     ("_storage",),
     ("_runtime",),
     ("_api", "_engines", "_ui"),
     ("_driver",),
     ("public",),
+    ("_plugins",),
     ("cli",),
 )
 RANK = {layer: rank for rank, names in enumerate(LAYERS) for layer in names}
 FOUNDATION = {"errors", "_contract", "_spec"}
-PUBLIC_FILES = {"__init__", "io", "report", "clustered", "_image"}
+PUBLIC_FILES = {"__init__", "io", "report", "clustered", "_image", "plugins"}
 
 
 def _layer(top: str) -> str:
@@ -153,6 +162,8 @@ def _layer(top: str) -> str:
 
 
 def _layer_of_file(path: Path) -> str:
+    if path.relative_to(SRC).as_posix() == "_plugins/__init__.py":
+        return "registry"
     top = path.relative_to(SRC).parts[0].removesuffix(".py")
     assert top in FOUNDATION | PUBLIC_FILES or top in RANK, (
         f"{top}: give it a layer in test_layers.py (LAYERS, FOUNDATION or PUBLIC_FILES)")
@@ -160,6 +171,8 @@ def _layer_of_file(path: Path) -> str:
 
 
 def _layer_of_module(name: str) -> str:
+    if name == "shoal._plugins":
+        return "registry"
     return _layer(name.split(".")[1]) if name != "shoal" else "public"
 
 
@@ -355,3 +368,53 @@ def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
     assert len(bad) == 4 and checked == Counter(checkpoints=1, records=1, codecs=3), bad
     inside, _ = _storage_door_breaches("_storage/checkpoints/probe.py", probe.splitlines()[0])
     assert inside == []  # a package's own modules import each other directly
+
+
+# Plugins: `shoal/plugins/<name>/` is a plugin's public, Flyte-shaped surface (configs,
+# decorators) over Shoal's public API, `_api` and `_spec`; `_plugins/<name>/` its engine-side
+# parts, registered in `shoal._plugins` by config type. The two meet only in that registry:
+# the surface never imports an engine, the runtime, the store or `_plugins`; nothing outside
+# `_plugins/` imports a plugin's parts (the registry's lazy factory loads them); the registry
+# imports only errors; engines never import `shoal.plugins`.
+SURFACE_MAY_IMPORT = {"_api", "_spec", "errors", "io", "clustered", "report", "plugins"}
+
+
+def _plugin_breaches(where: str, source: str) -> list[str]:
+    bad = []
+    for name in sorted(_imports_of(source, where)):
+        parts = name.split(".")
+        second = parts[1] if len(parts) > 1 else ""
+        if where.startswith("plugins/") and second and second not in SURFACE_MAY_IMPORT and (
+                second.startswith("_") or second == "cli"):
+            bad.append(f"{where}: a plugin's surface imports {name}")
+        if not where.startswith("_plugins/") and second == "_plugins" and len(parts) > 2:
+            bad.append(f"{where}: imports {name}, a plugin's part (ask shoal._plugins.part_for)")
+        if where == "_plugins/__init__.py" and name != "shoal.errors":
+            bad.append(f"{where}: the registry imports {name}")
+        if where.startswith("_engines/") and second == "plugins":
+            bad.append(f"{where}: an engine imports {name} (find its part by the config type)")
+    return bad
+
+
+def test_plugins_and_their_engine_parts_meet_only_in_the_registry() -> None:
+    assert (SRC / "plugins" / "__init__.py").is_file()
+    assert (SRC / "_plugins" / "__init__.py").is_file()
+    bad = [b for path in _sources()
+           for b in _plugin_breaches(path.relative_to(SRC).as_posix(), path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_plugin_rule_sees_each_breach() -> None:
+    surface = ("from shoal import TaskEnvironment\nfrom shoal._api.task import Task\n"
+               "from shoal._spec.env import EnvSpec\nfrom shoal.plugins.other import Cfg\n")
+    assert _plugin_breaches("plugins/pytorch/__init__.py", surface) == []
+    assert len(_plugin_breaches("plugins/pytorch/elastic.py",
+                                "import shoal._engines.local.gang\nfrom shoal import _plugins\n"
+                                "from shoal._runtime import rank\n")) == 3
+    assert len(_plugin_breaches("_engines/local/gang.py",
+                                "from shoal.plugins.pytorch import Elastic\n"
+                                "from shoal._plugins.pytorch.local import part\n"
+                                "from shoal._plugins import part_for\n")) == 2
+    assert _plugin_breaches("_plugins/pytorch/local.py",
+                            "from shoal._plugins.pytorch.neutral import x\n") == []
+    assert len(_plugin_breaches("_plugins/__init__.py", "from shoal._spec import call\n")) == 1
