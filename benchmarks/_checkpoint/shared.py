@@ -93,7 +93,7 @@ def version_files(store_dir: Path, step: int) -> list[Path]:
 def load_copied(cp: Any, step: int) -> bytes:
     """``load_sync()`` on its plain path: the bytes read into a ``bytearray``, then copied into
     the ``LoadedBytes`` returned (``loaded_bytes.filled`` without its in-place allocator)."""
-    from shoal._storage import loaded_bytes
+    from shoal._storage.checkpoints import loaded_bytes
 
     fast = loaded_bytes._fast_allocator
     loaded_bytes._fast_allocator = lambda: None  # type: ignore[assignment]

@@ -129,7 +129,7 @@ PROFILE = "SHOAL_PROFILE"
 HANG_STACKS = "SHOAL_HANG_STACKS"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
 # How far the background writer of asynchronous checkpoint saves stands back from training
-# (read in each rank's process, see `shoal._storage.checkpoint_writer`): the nice value added to
+# (read in each rank's process, see `shoal._storage.checkpoints.writer`): the nice value added to
 # its thread, 0 to 19 ("0": the writer runs like training's threads and hashes in the shared
 # pool, as before), and the seconds a save may stay in flight before it is written at full speed.
 CHECKPOINT_WRITER_NICE = "SHOAL_CHECKPOINT_WRITER_NICE"

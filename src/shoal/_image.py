@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shoal._api.image import Image
-from shoal._api.image_layers import PythonWheels
+from shoal._api.image import Image, PythonWheels
 
 __all__ = ["DIST_FOLDER", "Image", "PythonWheels"]
 

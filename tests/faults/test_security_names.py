@@ -372,7 +372,7 @@ def _published(tmp_path: Path, records: Records, snap_changes: dict[str, Any],
                logs: dict[str, str] | None = None) -> Any:
     """A run driven elsewhere whose driver folder holds ``snap_changes`` merged into a
     snapshot of a plain run."""
-    from shoal._storage.remote_records import RECORDS, SUBMITTED
+    from shoal._storage.records import RECORDS, SUBMITTED
 
     store_root = tmp_path / "remote-store"
     store = open_store(store_root.as_uri())
@@ -393,7 +393,7 @@ def _published(tmp_path: Path, records: Records, snap_changes: dict[str, Any],
 
 
 def _action(action_id: str, **changes: Any) -> dict[str, Any]:
-    from shoal._storage.records_schema import ActionRecord
+    from shoal._storage.records import ActionRecord
 
     return {**dataclasses.asdict(ActionRecord(
         run="r-remote", action_id=action_id, parent_id=None, task="m.main", env="m",
@@ -402,7 +402,7 @@ def _action(action_id: str, **changes: Any) -> dict[str, Any]:
 
 
 def _attempt(action_id: str) -> dict[str, Any]:
-    from shoal._storage.records_schema import AttemptRecord
+    from shoal._storage.records import AttemptRecord
 
     return dataclasses.asdict(AttemptRecord(
         run="r-remote", action_id=action_id, attempt=0, state="running", pid=None,
@@ -414,7 +414,7 @@ def test_records_merged_from_a_store_are_checked_for_their_action_ids(
         bad: str, tmp_path: Path, shoal_home: Path) -> None:
     """On main the attempt's log path became ``home/runs/<run>/logs/driver/<action>.0.log``
     with the action id as published: ``../../../../pwned`` pointed it outside the home."""
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import refresh
 
     records = Records(shoal_home / "shoal.db")
     run = _published(tmp_path, records, {"actions": [_action(bad)], "attempts": [_attempt(bad)]})
@@ -427,7 +427,7 @@ def test_records_merged_from_a_store_are_checked_for_their_action_ids(
 
 def test_a_group_name_merged_from_a_store_cannot_forge_a_line(tmp_path: Path,
                                                              shoal_home: Path) -> None:
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import refresh
 
     records = Records(shoal_home / "shoal.db")
     run = _published(tmp_path, records, {"actions": [_action("a0", group_path=["ok\nforged"])]})
@@ -441,7 +441,7 @@ def test_a_published_log_key_that_climbs_is_not_downloaded(
         key: str, tmp_path: Path, shoal_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bucket's keys are free text; a file:// store cannot hold a '..' key, so the store
     here is one whose listing says what a bucket could (the records and the rest are real)."""
-    from shoal._storage import remote_records
+    from shoal._storage.records import remote
 
     records = Records(shoal_home / "shoal.db")
     run = _published(tmp_path, records, {})
@@ -460,9 +460,9 @@ def test_a_published_log_key_that_climbs_is_not_downloaded(
         def get_file(self, uri: str, dest: Path) -> None:
             fetched.append(str(dest))
 
-    monkeypatch.setattr(remote_records, "open_store", lambda uri: Bucket())
+    monkeypatch.setattr(remote, "open_store", lambda uri: Bucket())
     with pytest.raises(StoreError, match=r"object name|published log"):
-        remote_records.refresh(records, run, home=shoal_home, logs=True)
+        remote.refresh(records, run, home=shoal_home, logs=True)
     assert fetched == []
 
 

@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from shoal._storage import checkpoint_reads
-from shoal._storage.checkpoints import Checkpoint
-from shoal._storage.checksums import crc32c
+from shoal._storage.checkpoints import Checkpoint, reads
+from shoal._storage.checkpoints.checksums import crc32c
 from shoal._storage.store import join, store_for
 from shoal.errors import SpecError, StoreError
 from tests.store import conftest as store_fixtures
@@ -128,14 +127,14 @@ def test_a_metadata_object_swapped_after_it_was_verified_is_caught_as_it_is_read
     cp = _saved((tmp_path / "store").as_uri(), tmp_path)
     marker = tmp_path / "pwned"
     victim = _object(cp, "/.metadata")
-    real = checkpoint_reads.verified_in_place
+    real = reads.verified_in_place
 
     def then_swap(*args: Any, **kw: Any) -> Any:
         found = real(*args, **kw)
         store_for(cp.uri).put_bytes(victim, _evil_metadata(marker))
         return found
 
-    monkeypatch.setattr("shoal._storage.checkpoints.verified_in_place", then_swap)
+    monkeypatch.setattr("shoal._storage.checkpoints.checkpoint.verified_in_place", then_swap)
     with pytest.raises(StoreError, match=r"\.metadata is corrupt"):
         _load(cp, tmp_path)
     assert not marker.exists()

@@ -393,7 +393,7 @@ def test_the_web_ui_lists_shows_and_asks_a_kubernetes_run_through_the_store(
     from shoal._engines.kubernetes.submit import KubeRemoteDriver
     from shoal._runtime.loader import find_task
     from shoal._spec.call import CallSpec
-    from shoal._storage.remote_records import RecordsPublisher
+    from shoal._storage.records import RecordsPublisher
     from shoal._storage.store import open_store
     from shoal._ui import app
     from shoal._ui.guard import allowed_hosts

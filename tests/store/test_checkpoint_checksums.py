@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from shoal._storage import checksums
-from shoal._storage.checkpoint_hashing import CHUNK
-from shoal._storage.checkpoints import Checkpoint
+from shoal._storage.checkpoints import Checkpoint, checksums
+from shoal._storage.checkpoints.hashing import CHUNK
 from shoal._storage.store import Store, join, store_for
 from shoal.errors import StoreError
 
@@ -60,7 +59,7 @@ def test_crc32c_combines_pieces_into_the_whole_objects_crc() -> None:
 def test_spans_landing_in_any_order_combine_into_the_whole_crc(inline: bool) -> None:
     """What a ranged download's parts checksum into, whatever order they land in; a gap
     stops the count there, so a missing span shows as a short object."""
-    from shoal._storage.checkpoint_hashing import Spans
+    from shoal._storage.checkpoints.hashing import Spans
 
     data = os.urandom(5 * MiB + 3)
     cuts = [(0, MiB), (MiB, 3 * MiB), (3 * MiB, 3 * MiB + 1), (3 * MiB + 1, len(data))]
@@ -223,7 +222,7 @@ def test_an_s3_object_longer_than_its_commit_is_caught(s3_root: str, tmp_path: P
 def no_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of every LoadedBytes made by copying (``LoadedBytes(data)``): a load that
     fills its result in place makes none."""
-    from shoal._storage.loaded_bytes import LoadedBytes
+    from shoal._storage.checkpoints.loaded_bytes import LoadedBytes
 
     copies: list[int] = []
     real = bytes.__new__
@@ -241,7 +240,7 @@ def test_a_bytes_load_is_read_into_the_bytes_it_returns(
     store_root: str, tmp_path: Path, size: int, no_copies: list[int]
 ) -> None:
     """Small (checksummed inline), pooled, and (on s3://) ranged: verified, no second copy."""
-    from shoal._storage.loaded_bytes import LoadedBytes
+    from shoal._storage.checkpoints.loaded_bytes import LoadedBytes
 
     cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
     data = os.urandom(size)
@@ -288,7 +287,7 @@ def test_an_s3_load_with_ranged_gets_off_is_one_get_into_the_result(
 def test_a_read_failing_halfway_raises_and_returns_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shoal._storage import checkpoint_hashing
+    from shoal._storage.checkpoints import hashing
 
     cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
     data = os.urandom(3 * CHUNK)
@@ -300,10 +299,10 @@ def test_a_read_failing_halfway_raises_and_returns_nothing(
             raise OSError(5, "Input/output error")
         return real(fd, buffers, offset, *flags)
 
-    monkeypatch.setattr(checkpoint_hashing.os, "preadv", failing)
+    monkeypatch.setattr(hashing.os, "preadv", failing)
     with pytest.raises(OSError, match="Input/output error"):
         cp.load_sync()
-    monkeypatch.setattr(checkpoint_hashing.os, "preadv", real)
+    monkeypatch.setattr(hashing.os, "preadv", real)
     assert cp.load_sync() == data
 
 
@@ -312,7 +311,7 @@ def test_a_file_that_changes_size_while_read_is_read_again_as_it_is(
 ) -> None:
     """A piece comes back short (the file shrank under the read): the load reads the file
     whole as it is then, and returns it only if it matches its commit."""
-    from shoal._storage import checkpoint_hashing
+    from shoal._storage.checkpoints import hashing
 
     cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
     data = os.urandom(2 * CHUNK + 9)
@@ -326,7 +325,7 @@ def test_a_file_that_changes_size_while_read_is_read_again_as_it_is(
             return 0  # as if the file ended here
         return real(fd, buffers, offset, *flags)
 
-    monkeypatch.setattr(checkpoint_hashing.os, "preadv", short_once)
+    monkeypatch.setattr(hashing.os, "preadv", short_once)
     assert cp.load_sync() == data and shorted
 
 
@@ -353,16 +352,16 @@ def test_file_loads_read_in_pieces_verify_every_commit_kind(
 ) -> None:
     """Both ways of reading a file into the result (pieces in parallel from the page cache, in
     order from the disk), for CRC32C commits and both sha256 kinds, flip caught."""
-    from shoal._storage import checkpoint_hashing
+    from shoal._storage.checkpoints import hashing
 
     seen: list[bool] = []
-    real = checkpoint_hashing._cached
+    real = hashing._cached
 
     def cached(fd: int, first: memoryview) -> bool:
         seen.append(cache == "in the page cache" and real(fd, first))
         return seen[-1]
 
-    monkeypatch.setattr(checkpoint_hashing, "_cached", cached)
+    monkeypatch.setattr(hashing, "_cached", cached)
     cp = Checkpoint((tmp_path / "store").as_uri(), local_dir=tmp_path / "local")
     big, small = os.urandom(3 * CHUNK + 11), os.urandom(CHUNK - 5)
     cp.save_sync(big)
@@ -411,7 +410,7 @@ def test_an_s3_download_failing_halfway_raises_and_returns_nothing(
 
 
 def test_a_crc_reader_checksums_only_reads_that_cover_the_file_in_order(tmp_path: Path) -> None:
-    from shoal._storage.checkpoint_hashing import CrcReader
+    from shoal._storage.checkpoints.hashing import CrcReader
 
     data = os.urandom(3 * MiB + 7)
     (tmp_path / "f").write_bytes(data)
@@ -443,12 +442,12 @@ def test_an_s3_file_save_checksums_the_uploads_own_reads(
     s3_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No second read of the file: the CRC comes from the bytes the upload read and sent."""
-    from shoal._storage import checkpoint_files
+    from shoal._storage.checkpoints import files
 
     def no_second_pass(fd: int, size: int) -> tuple[int, str]:
         raise AssertionError("the file was read again to checksum it")
 
-    monkeypatch.setattr(checkpoint_files, "_hash_whole", no_second_pass)
+    monkeypatch.setattr(files, "_hash_whole", no_second_pass)
     cp = Checkpoint(_uri(s3_root), local_dir=tmp_path / "local")
     # A multipart upload (three parts), a single PUT, and an empty file.
     payloads = [os.urandom(2 * CHUNK + 5), b"small weights", b""]

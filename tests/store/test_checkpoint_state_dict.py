@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from shoal._storage import checkpoint_files
-from shoal._storage.checkpoints import Checkpoint
+from shoal._storage.checkpoints import Checkpoint, files
 from shoal._storage.store import join, store_for
 from shoal.errors import StoreError
 
@@ -46,7 +45,7 @@ def test_a_state_dict_round_trips_and_its_staging_is_moved_not_copied(
         def no_copy(*args: object) -> None:
             raise AssertionError("DCP's files were copied into the store, not moved")
 
-        monkeypatch.setattr(checkpoint_files, "_copy_file", no_copy)
+        monkeypatch.setattr(files, "copy_file", no_copy)
     assert cp.save_state_dict(state).result() == 0
     monkeypatch.undo()
     assert list(cp.path.iterdir()) == []  # DCP's staging folder is gone

@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from shoal import _contract as contract
-from shoal._storage import checkpoint_hashing
-from shoal._storage.checkpoint_writer import Writer, WriterSettings, deprioritized
-from shoal._storage.checkpoints import Checkpoint
+from shoal._storage.checkpoints import Checkpoint, hashing
+from shoal._storage.checkpoints.writer import Writer, WriterSettings, deprioritized
 from shoal.errors import SpecError
 from tests.helpers import wait_until
 
@@ -71,14 +70,14 @@ def _can_raise_priority() -> bool:
 def chunks_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
     """(thread name, its nice value) of every piece hashed, in order; 256 KiB pieces."""
     seen: list[tuple[str, int]] = []
-    real = checkpoint_hashing._digest_chunk
-    monkeypatch.setattr(checkpoint_hashing, "CHUNK", 256 * 1024)
+    real = hashing.digest_chunk
+    monkeypatch.setattr(hashing, "CHUNK", 256 * 1024)
 
     def spy(h: Any, chunk: memoryview) -> None:
         seen.append((threading.current_thread().name, _own_nice()))
         real(h, chunk)
 
-    monkeypatch.setattr(checkpoint_hashing, "_digest_chunk", spy)
+    monkeypatch.setattr(hashing, "digest_chunk", spy)
     yield seen
 
 
@@ -139,13 +138,13 @@ def test_a_save_waited_for_or_past_its_deadline_goes_at_full_speed(
 ) -> None:
     base, low = _own_nice(), _lowered(_own_nice())
     full = base if _can_raise_priority() else low
-    real = checkpoint_hashing._digest_chunk
+    real = hashing.digest_chunk
 
     def slow(h: Any, chunk: memoryview) -> None:  # ~0.5 s for a 4 MiB save
         time.sleep(0.03)
         real(h, chunk)
 
-    monkeypatch.setattr(checkpoint_hashing, "_digest_chunk", slow)
+    monkeypatch.setattr(hashing, "digest_chunk", slow)
     data = os.urandom(4 * MiB)
     cp = Checkpoint(tmp_path.joinpath("store").as_uri(), local_dir=tmp_path / "local")
     cp.save_async(data)
@@ -222,17 +221,17 @@ def test_an_async_state_dict_save_is_written_lowered_and_surfaces_its_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch = pytest.importorskip("torch")
-    from shoal._storage import checkpoint_torch
+    from shoal._storage.checkpoints import state_dicts
 
     base = _own_nice()
     seen: list[int] = []
-    real_write = checkpoint_torch._write
+    real_write = state_dicts._write
 
     def spy(*args: Any) -> int:
         seen.append(_own_nice())
         return real_write(*args)
 
-    monkeypatch.setattr(checkpoint_torch, "_write", spy)
+    monkeypatch.setattr(state_dicts, "_write", spy)
     cp = Checkpoint(tmp_path.joinpath("store").as_uri(), local_dir=tmp_path / "local")
     state = {"w": torch.randn(512, 512), "b": torch.arange(10)}
     future = cp.save_state_dict(state, async_save=True)
@@ -245,7 +244,7 @@ def test_an_async_state_dict_save_is_written_lowered_and_surfaces_its_error(
     def broken(h: Any, chunk: memoryview) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(checkpoint_hashing, "_digest_chunk", broken)
+    monkeypatch.setattr(hashing, "digest_chunk", broken)
     cp.save_state_dict(state, async_save=True)
     with pytest.raises(OSError, match="Input/output error"):
         cp.wait()

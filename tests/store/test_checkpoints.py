@@ -3,7 +3,7 @@
 Tests taking ``store_root`` run on both backends. Crashes are real: a child process SIGKILLs
 itself halfway through a write; a full disk is a real 2 MiB tmpfs mounted in a user+mount
 namespace (``unshare``; skipped where the kernel forbids unprivileged user namespaces). Slow
-writes and background failures are made by patching ``checkpoint_hashing._digest_chunk``, the
+writes and background failures are made by patching ``hashing.digest_chunk``, the
 one call every chunk of every write and upload goes through.
 """
 
@@ -23,8 +23,7 @@ from typing import Any
 
 import pytest
 
-from shoal._storage import checkpoint_hashing
-from shoal._storage.checkpoints import Checkpoint
+from shoal._storage.checkpoints import Checkpoint, hashing
 from shoal._storage.store import TMP_PREFIX, join, store_for
 from shoal.errors import NotFoundError, SpecError, StoreError
 
@@ -302,13 +301,13 @@ def test_a_restarted_gang_never_mixes_shards_with_a_dead_start(tmp_path: Path) -
 
 _KILL_MIDWAY = """
     import os, signal, sys
-    from shoal._storage import checkpoint_hashing
+    from shoal._storage.checkpoints import hashing
     from shoal._storage.checkpoints import Checkpoint
 
     cp = Checkpoint(sys.argv[1], local_dir=sys.argv[2])
     cp.save_sync(b"the good one")
     seen = 0
-    real = checkpoint_hashing._digest_chunk
+    real = hashing.digest_chunk
 
     def digest_then_die(h, chunk):
         global seen
@@ -317,7 +316,7 @@ _KILL_MIDWAY = """
         if seen >= 12 * 1024 * 1024:  # half of the payload below has gone through
             os.kill(os.getpid(), signal.SIGKILL)
 
-    checkpoint_hashing._digest_chunk = digest_then_die
+    hashing.digest_chunk = digest_then_die
     cp.save_sync(os.urandom(24 * 1024 * 1024))
     print("not killed")
 """
@@ -447,14 +446,14 @@ def test_a_corrupt_object_is_named_and_older_steps_still_load(
 @pytest.fixture
 def slow_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every 256 KiB chunk of every write takes 20 ms more: a 4 MiB save takes ~0.3 s."""
-    real = checkpoint_hashing._digest_chunk
-    monkeypatch.setattr(checkpoint_hashing, "CHUNK", 256 * 1024)
+    real = hashing.digest_chunk
+    monkeypatch.setattr(hashing, "CHUNK", 256 * 1024)
 
     def slow(h: Any, chunk: memoryview) -> None:
         time.sleep(0.02)
         real(h, chunk)
 
-    monkeypatch.setattr(checkpoint_hashing, "_digest_chunk", slow)
+    monkeypatch.setattr(hashing, "digest_chunk", slow)
 
 
 def test_async_save_returns_once_staged_and_saves_in_order(
@@ -488,7 +487,7 @@ def test_wait_reraises_a_background_failure_once(
     def broken(h: Any, chunk: memoryview) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(checkpoint_hashing, "_digest_chunk", broken)
+    monkeypatch.setattr(hashing, "digest_chunk", broken)
     future = cp.save_async(b"doomed")
     with pytest.raises(OSError, match="Input/output error"):
         cp.wait()
@@ -600,7 +599,7 @@ def test_a_commit_whose_answer_was_lost_is_kept(
 ) -> None:
     """The commit PUT lands but the store's answer is lost: the save must not delete the
     objects its (now visible) commit names."""
-    from shoal._storage.checkpoint_layout import Versions
+    from shoal._storage.checkpoints.layout import Versions
 
     real = Versions.commit
 

@@ -245,7 +245,7 @@ def test_gang_json_grid_failure_preemption_and_checkpoints(
     """The gang panel's data from what a 2-node × 2-rank gang leaves: a start whose rank 2
     raised, a start preempted, a start that is still running, and two checkpoints."""
     from shoal import _contract as contract
-    from shoal._storage.checkpoint_layout import Version, Versions
+    from shoal._storage.checkpoints import Version, Versions
     from shoal._storage.store import join, open_store
 
     run = _run(records, shoal_home)

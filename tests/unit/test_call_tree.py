@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shoal._storage.records_schema import ActionRecord, AttemptRecord
+from shoal._storage.records import ActionRecord, AttemptRecord
 from shoal.cli.call_tree import render_tree
 
 _ORDER = iter(range(1, 1000))

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from shoal._storage import codecs
-from shoal._storage.codec_base import INLINE_LIMIT
+from shoal._storage.codecs import INLINE_LIMIT
 from shoal.errors import InputError, ShoalSystemError, StoreError, UnsupportedTypeError
 
 PARAM = "parameter 'x' of task 'env.fn'"
@@ -524,16 +524,16 @@ def test_union_branches_with_the_same_name_are_rejected() -> None:
 
 
 def test_torch_without_safetensors_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shoal._storage import tensors
+    from shoal._storage.codecs import compiler, tensors
 
-    monkeypatch.setattr(codecs, "have_safetensors", lambda: False)
-    codecs._cached_codec.cache_clear()
+    monkeypatch.setattr(compiler, "have_safetensors", lambda: False)
+    compiler._cached_codec.cache_clear()
     try:
         with pytest.raises(UnsupportedTypeError) as e:
             codecs.check_type(torch.Tensor, field=PARAM)
         assert "shoal[tensors]" in (e.value.fix or "")
     finally:
-        codecs._cached_codec.cache_clear()
+        compiler._cached_codec.cache_clear()
     assert tensors.have_safetensors()
 
 

@@ -285,15 +285,15 @@ def test_an_overwritten_dataframe_file_is_detected() -> None:
 
 
 def test_missing_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shoal._storage import dataframes
+    from shoal._storage.codecs import compiler, dataframes
 
     monkeypatch.setattr(dataframes, "missing_libraries", lambda: ["pyarrow"])
-    codecs._cached_codec.cache_clear()  # the codec of pd.DataFrame compiled with pyarrow
+    compiler._cached_codec.cache_clear()  # the codec of pd.DataFrame compiled with pyarrow
     try:
         with pytest.raises(UnsupportedTypeError) as err:
             codecs.check_type(pd.DataFrame, field="parameter 'df' of task 'env.fn'")
     finally:
-        codecs._cached_codec.cache_clear()
+        compiler._cached_codec.cache_clear()
     assert err.value.fix == "pip install 'shoal[dataframe]'" and "pyarrow" in err.value.rule
     with pytest.raises(SpecError) as spec:
         DataFrame.from_existing_remote("file:///x.parquet").open(pd.DataFrame).all_sync()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shoal._api.image import (
+from shoal._api.image.image import (
     CONTEXT_DIR,
     DEBIAN_BASE_IMAGE,
     DEFAULT_IMAGE_NAME,
@@ -166,7 +166,7 @@ def test_relative_paths_are_fixed_when_the_image_is_made(
 def test_shoal_itself_goes_into_the_image() -> None:
     """A Shoal not installed from an index (a source tree, an editable install) is copied into
     the build context and put on PYTHONPATH; otherwise pip installs the same version."""
-    from shoal._api.image import shoal_source
+    from shoal._api.image.image import shoal_source
 
     image = Image.from_debian_base("3.11")
     if shoal_source() is None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._api.image import DEBIAN_BASE_IMAGE, Image
+from shoal._api.image import Image
+from shoal._api.image.image import DEBIAN_BASE_IMAGE
 from shoal._image import DIST_FOLDER, PythonWheels
 from shoal.errors import SpecError
 

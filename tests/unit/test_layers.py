@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,8 @@ def test_everything_else_is_private() -> None:
         if (path.suffix == ".py" and path.name not in public_modules
                 and not path.name.startswith("_")):  # _image.py: Flyte's private path
             pytest.fail(f"{path.name}: a public module; name it _{path.name}")
-        if path.is_dir() and not path.name.startswith(("_", ".")) and path.name != "cli":
+        if path.is_dir() and not path.name.startswith(("_", ".")) and path.name not in (
+                "cli", "plugins"):  # plugins/: shoal.plugins.*, Flyte's flyteplugins.*
             pytest.fail(f"{path.name}/: a public package; name it _{path.name}")
 
 
@@ -104,12 +106,16 @@ def test_import_shoal_stays_light() -> None:
 def _imports(path: Path) -> set[str]:
     """The Shoal modules ``path`` imports, anywhere in the file (lazily, or for type checks
     only: a layer that names another for its types still depends on it)."""
+    return _imports_of(path.read_text(), path.relative_to(SRC))
+
+
+def _imports_of(source: str, where: Path | str) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level:
-            pytest.fail(f"{path.relative_to(SRC)}: a relative import; spell shoal.…")
+            pytest.fail(f"{where}: a relative import; spell shoal.…")
         elif isinstance(node, ast.ImportFrom) and node.module == "shoal":
             names |= {f"shoal.{a.name}" for a in node.names}  # from shoal import _contract
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -122,25 +128,29 @@ def _imports(path: Path) -> set[str]:
 #
 #   foundation   errors, _contract (the env-var contract), _spec (frozen descriptions; the
 #                rules of names in _spec/names.py)
+#   registry     _plugins/__init__.py: plugins' engine-side parts by config type
 #   _storage     the store, codecs, records, checkpoints
 #   _runtime     what runs in a task process: the task context, worker, ranks, launcher
 #   _api | _engines    what users write | the engines: side by side
 #   _driver      one run on any engine; shoal.run / init / Run / with_runcontext
-#   public | _ui       shoal/__init__.py, io.py, report.py, clustered.py, _image.py | the web
-#                UI, which asks a run to stop as the CLI does (_driver/stop_requests.py)
+#   public | _ui       shoal/__init__.py, io.py, report.py, clustered.py, _image.py, plugins/ |
+#                the web UI, which asks a run to stop as the CLI does (_driver/stop_requests.py)
+#   _plugins     _plugins/<name>/: a plugin's engine-side parts, loaded only by the registry
 #   cli          the commands
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("foundation",),
+    ("registry",),
     ("_storage",),
     ("_runtime",),
     ("_api", "_engines"),
     ("_driver",),
     ("public", "_ui"),
+    ("_plugins",),
     ("cli",),
 )
 RANK = {layer: rank for rank, names in enumerate(LAYERS) for layer in names}
 FOUNDATION = {"errors", "_contract", "_spec"}
-PUBLIC_FILES = {"__init__", "io", "report", "clustered", "_image"}
+PUBLIC_FILES = {"__init__", "io", "report", "clustered", "_image", "plugins"}
 
 
 def _layer(top: str) -> str:
@@ -153,6 +163,8 @@ def _layer(top: str) -> str:
 
 
 def _layer_of_file(path: Path) -> str:
+    if path.relative_to(SRC).as_posix() == "_plugins/__init__.py":
+        return "registry"
     top = path.relative_to(SRC).parts[0].removesuffix(".py")
     assert top in FOUNDATION | PUBLIC_FILES or top in RANK, (
         f"{top}: give it a layer in test_layers.py (LAYERS, FOUNDATION or PUBLIC_FILES)")
@@ -160,6 +172,8 @@ def _layer_of_file(path: Path) -> str:
 
 
 def _layer_of_module(name: str) -> str:
+    if name == "shoal._plugins":
+        return "registry"
     return _layer(name.split(".")[1]) if name != "shoal" else "public"
 
 
@@ -272,7 +286,7 @@ def test_env_var_names_live_in_the_contract() -> None:
 NAME_DOORS = (
     "cli/main.py", "_driver/runcontext.py", "_driver/runner.py", "_driver/remote.py",
     "_api/environment.py", "_api/task.py", "_api/group.py", "_api/io.py",
-    "_storage/records.py", "_storage/records_mirror.py", "_storage/remote_records.py",
+    "_storage/records/runs.py", "_storage/records/mirror.py", "_storage/records/remote.py",
     "_storage/store.py", "_ui/app.py", "_runtime/allocation.py",
     "_engines/slurm/script.py", "_engines/kubernetes/manifests.py", "_engines/local/plan.py",
 )
@@ -285,3 +299,158 @@ def test_names_are_checked_by_the_one_module_of_their_rules() -> None:
         text = (SRC / door).read_text()
         assert ("shoal._spec.names import" in text
                 or "from shoal._spec import names" in text), door
+
+
+# The sub-packages of `_storage`, each used from outside only through its `__init__`: another
+# module imports the names in the package's `__all__` (`from shoal._storage.records import
+# Records`, or `from shoal._storage import codecs` and then `codecs.encode`), never one of its
+# modules. What the `__init__` may import eagerly, and how a module that imports torch is
+# reached instead, is written in each package's docstring.
+STORAGE_PACKAGES = ("checkpoints", "codecs", "records")
+
+
+def _exported(package: str) -> set[str]:
+    tree = ast.parse((SRC / "_storage" / package / "__init__.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                 for t in node.targets)):
+            return {e.value for e in node.value.elts}  # type: ignore[attr-defined]
+    pytest.fail(f"_storage/{package}/__init__.py: no __all__")
+
+
+def _storage_door_breaches(where: str, source: str) -> tuple[list[str], Counter[str]]:
+    """The imports in ``source`` (the file ``where``, relative to src/shoal) that go around a
+    `_storage` sub-package's door, and how many uses of each such package it checked."""
+    inside = {p for p in STORAGE_PACKAGES if where.startswith(f"_storage/{p}/")}
+    bad: list[str] = []
+    checked: Counter[str] = Counter()
+    tree = ast.parse(source)
+    aliases: dict[str, str] = {}  # local name -> package, for `from shoal._storage import codecs`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if (parts[:2] == ["shoal", "_storage"] and len(parts) > 2
+                        and parts[2] in STORAGE_PACKAGES and parts[2] not in inside):
+                    checked[parts[2]] += 1
+                    bad.append(f"{where}: import {a.name} (use from shoal._storage.{parts[2]} "
+                               "import NAME)")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[:2] != ["shoal", "_storage"]:
+                continue
+            if len(parts) == 2:
+                for a in node.names:
+                    if a.name in STORAGE_PACKAGES and a.name not in inside:
+                        aliases[a.asname or a.name] = a.name
+                continue
+            package = parts[2]
+            if package not in STORAGE_PACKAGES or package in inside:
+                continue
+            checked[package] += 1
+            if len(parts) > 3:
+                bad.append(f"{where}: from {node.module} import ... (a module of "
+                           f"_storage/{package}/: import from shoal._storage.{package})")
+                continue
+            bad += [f"{where}: {a.name} is not in shoal._storage.{package}.__all__"
+                    for a in node.names if a.name not in _exported(package)]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases):
+            package = aliases[node.value.id]
+            checked[package] += 1
+            if node.attr not in _exported(package):
+                bad.append(f"{where}: {node.value.id}.{node.attr} is not in "
+                           f"shoal._storage.{package}.__all__")
+    return bad, checked
+
+
+def test_storage_sub_packages_are_used_only_through_their_init() -> None:
+    bad: list[str] = []
+    checked: Counter[str] = Counter()
+    for path in _sources():
+        breaches, seen = _storage_door_breaches(path.relative_to(SRC).as_posix(),
+                                                path.read_text())
+        bad += breaches
+        checked += seen
+    assert not bad, "\n".join(bad)
+    # The rule saw the real uses (Checkpoint in shoal/__init__, Records in the driver, codecs
+    # in the task decorator...): it cannot pass because it looked at nothing.
+    assert all(checked[p] >= 5 for p in STORAGE_PACKAGES), checked
+
+
+def test_storage_packages_export_what_they_list_and_stay_light() -> None:
+    code = ("import importlib, sys\n"
+            f"for p in {STORAGE_PACKAGES!r}:\n"
+            "    m = importlib.import_module('shoal._storage.' + p)\n"
+            "    missing = [n for n in m.__all__ if not hasattr(m, n)]\n"
+            "    assert not missing, (p, missing)\n"
+            "heavy = ['torch', 'numpy', 'pandas', 'pyarrow', 'pydantic', 'safetensors', "
+            "'psutil']\n"
+            "print([m for m in heavy if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
+    probe = ("from shoal._storage.checkpoints.hashing import CHUNK\n"
+             "from shoal._storage.records import _STATE_FIELDS\n"
+             "import shoal._storage.codecs.compiler\n"
+             "from shoal._storage import codecs\n"
+             "codecs._cached_codec\n"
+             "codecs.encode\n")
+    bad, checked = _storage_door_breaches("_driver/probe.py", probe)
+    assert len(bad) == 4 and checked == Counter(checkpoints=1, records=1, codecs=3), bad
+    inside, _ = _storage_door_breaches("_storage/checkpoints/probe.py", probe.splitlines()[0])
+    assert inside == []  # a package's own modules import each other directly
+
+
+# Plugins: `shoal/plugins/<name>/` is a plugin's public, Flyte-shaped surface (configs,
+# decorators) over Shoal's public API, `_api` and `_spec`; `_plugins/<name>/` its engine-side
+# parts, registered in `shoal._plugins` by config type. The two meet only in that registry:
+# the surface never imports an engine, the runtime, the store or `_plugins`; nothing outside
+# `_plugins/` imports a plugin's parts (the registry's lazy factory loads them); the registry
+# imports only errors; engines never import `shoal.plugins`.
+SURFACE_MAY_IMPORT = {"_api", "_spec", "errors", "io", "clustered", "report", "plugins"}
+
+
+def _plugin_breaches(where: str, source: str) -> list[str]:
+    bad = []
+    for name in sorted(_imports_of(source, where)):
+        parts = name.split(".")
+        second = parts[1] if len(parts) > 1 else ""
+        if where.startswith("plugins/") and second and second not in SURFACE_MAY_IMPORT and (
+                second.startswith("_") or second == "cli"):
+            bad.append(f"{where}: a plugin's surface imports {name}")
+        if not where.startswith("_plugins/") and second == "_plugins" and len(parts) > 2:
+            bad.append(f"{where}: imports {name}, a plugin's part (ask shoal._plugins.part_for)")
+        if where == "_plugins/__init__.py" and name != "shoal.errors":
+            bad.append(f"{where}: the registry imports {name}")
+        if where.startswith("_engines/") and second == "plugins":
+            bad.append(f"{where}: an engine imports {name} (find its part by the config type)")
+    return bad
+
+
+def test_plugins_and_their_engine_parts_meet_only_in_the_registry() -> None:
+    assert (SRC / "plugins" / "__init__.py").is_file()
+    assert (SRC / "_plugins" / "__init__.py").is_file()
+    bad = [b for path in _sources()
+           for b in _plugin_breaches(path.relative_to(SRC).as_posix(), path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_plugin_rule_sees_each_breach() -> None:
+    surface = ("from shoal import TaskEnvironment\nfrom shoal._api.task import Task\n"
+               "from shoal._spec.env import EnvSpec\nfrom shoal.plugins.other import Cfg\n")
+    assert _plugin_breaches("plugins/pytorch/__init__.py", surface) == []
+    assert len(_plugin_breaches("plugins/pytorch/elastic.py",
+                                "import shoal._engines.local.gang\nfrom shoal import _plugins\n"
+                                "from shoal._runtime import rank\n")) == 3
+    assert len(_plugin_breaches("_engines/local/gang.py",
+                                "from shoal.plugins.pytorch import Elastic\n"
+                                "from shoal._plugins.pytorch.local import part\n"
+                                "from shoal._plugins import part_for\n")) == 2
+    assert _plugin_breaches("_plugins/pytorch/local.py",
+                            "from shoal._plugins.pytorch.neutral import x\n") == []
+    assert len(_plugin_breaches("_plugins/__init__.py", "from shoal._spec import call\n")) == 1

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shoal._storage import loaded_bytes
-from shoal._storage.loaded_bytes import LoadedBytes, filled
+from shoal._storage.checkpoints import loaded_bytes
+from shoal._storage.checkpoints.loaded_bytes import LoadedBytes, filled
 
 
 @pytest.fixture(params=["in place", "copy"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shoal._storage.records import SCHEMA_VERSION, Records
-from shoal._storage.records_schema import _SCHEMA_V1
+from shoal._storage.records.schema import _SCHEMA_V1
 
 RUN = {"task": "main", "code_file": "p.py", "engine": "local", "store": "file:///s",
        "inputs": {}}

@@ -84,7 +84,7 @@ class DataFrame:
     def from_local_sync(cls, df: Any, columns: Any = None,
                         remote_destination: str | None = None) -> DataFrame:
         """Upload a frame now; to ``data/<sha256>/data.parquet`` unless a destination is given."""
-        from shoal._storage import dataframes
+        from shoal._storage.codecs import dataframes
 
         if columns is not None:
             raise SpecError("DataFrame.from_local: columns", columns,
@@ -115,7 +115,7 @@ class DataFrame:
 
     def open(self, dataframe_type: type) -> DataFrame:
         """Say what to read the table as (``pandas.DataFrame`` or ``pyarrow.Table``)."""
-        from shoal._storage import dataframes
+        from shoal._storage.codecs import dataframes
 
         if dataframes.frame_kind(dataframe_type) is None:
             raise SpecError("DataFrame.open", dataframe_type,
@@ -126,7 +126,7 @@ class DataFrame:
 
     def all_sync(self) -> Any:
         """The whole table, as the type given to ``open``."""
-        from shoal._storage import dataframes
+        from shoal._storage.codecs import dataframes
 
         if self._open_as is None:
             raise SpecError("DataFrame.all", self, "open() was not called, so the type to read "
@@ -148,14 +148,14 @@ class DataFrame:
         yield await self.all()
 
     def _read_bytes(self) -> bytes:
-        from shoal._storage import dataframes
+        from shoal._storage.codecs import dataframes
 
         assert self.uri is not None  # a DataFrame has a uri or an in-memory frame
         return dataframes.read_parquet(self.uri, self.hash)
 
 
 def _check_frame(field: str, val: Any) -> None:
-    from shoal._storage import dataframes
+    from shoal._storage.codecs import dataframes
 
     if dataframes.frame_kind(type(val)) is None:
         raise SpecError(field, type(val).__name__,

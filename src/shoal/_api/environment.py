@@ -8,7 +8,7 @@ from typing import Any, TypeVar, overload
 
 from shoal import _contract as contract
 from shoal._api.cache import Cache, CacheRequest, to_cache
-from shoal._api.image_checks import env_name_guess
+from shoal._api.image import env_name_guess
 from shoal._api.pod_template import PodTemplate, with_queue
 from shoal._api.secret import secret_specs
 from shoal._api.task import TaskTemplate

@@ -216,7 +216,7 @@ class _Reader:
         return uri
 
     def image(self, section: Mapping[str, Any]) -> str | None:
-        from shoal._api.image_checks import check_registry
+        from shoal._api.image import check_registry
 
         builder = section.get("builder")
         if builder not in (None, "local"):

@@ -13,7 +13,7 @@ submitting CLI: ``$SHOAL_IO/output.json`` (the root's output literal) or
 
 Its records stay in this pod; it publishes them to the same folder as it goes, every
 `PUBLISH_SECONDS` and at the end, and carries out the cancel and preempt requests other
-machines leave there (`shoal._storage.remote_records`), through its own records as the local
+machines leave there (`shoal._storage.records.remote`), through its own records as the local
 driver does.
 """
 
@@ -32,8 +32,7 @@ from shoal import _contract as contract
 from shoal._driver.runner import Runner, RunOutcome, make_engine
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._spec.call import CallSpec, EnvSpec
-from shoal._storage.records import Records
-from shoal._storage.remote_records import RecordsPublisher
+from shoal._storage.records import Records, RecordsPublisher
 from shoal._storage.store import Store
 from shoal.errors import SpecError, StoreError, TaskFailed
 
@@ -119,7 +118,7 @@ def _seed_resumed(records: Records, store: Store, root: str, resumes: list[str])
     """The records of the runs this one resumes, as their drivers published them, into this
     pod's own records: what the controller replays completed calls from."""
     from shoal._engines.kubernetes.manifests import driver_io
-    from shoal._storage.remote_records import RECORDS
+    from shoal._storage.records import RECORDS
     from shoal._storage.store import join
     from shoal.errors import ObjectNotFound
 

@@ -109,7 +109,7 @@ def new_run_name() -> str:
 def record(call: CallSpec, run: str, driver: RemoteDriver, resume: str | None = None) -> None:
     """The run in this machine's records (state ``queued``, no pid here: its driver runs
     elsewhere) with where its driver publishes its records; a taken name fails here."""
-    from shoal._storage.remote_records import SUBMITTED
+    from shoal._storage.records import SUBMITTED
 
     records = _records()
     records.create_run(name=run, task=call.task.name, code_file=call.task.code_file,
@@ -215,7 +215,7 @@ def submit(call: CallSpec, run: str, driver: RemoteDriver, *, envs: Iterable[Env
 
 def _settle(records: Records, outcome: RunOutcome) -> None:
     """The driver's final records merged here; the outcome seen, where it published none."""
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import refresh
 
     refresh(records, records.get_run(outcome.name), home=contract.home(), full=True)
     records.set_run_state(outcome.name, outcome.state,

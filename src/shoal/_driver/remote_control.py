@@ -14,8 +14,7 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._engines.base import RemoteDriver
-from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import refresh
+from shoal._storage.records import Records, RunRecord, refresh
 from shoal.errors import EngineError
 
 POLL_SECONDS = 0.2

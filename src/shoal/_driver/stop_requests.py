@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import driver_folder, put_request, refresh, unreachable
+from shoal._storage.records import (
+    Records,
+    RunRecord,
+    driver_folder,
+    put_request,
+    refresh,
+    unreachable,
+)
 from shoal._storage.store import open_store
 from shoal.errors import StoreError
 

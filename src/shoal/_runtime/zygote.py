@@ -43,7 +43,7 @@ _PR_SET_PDEATHSIG = 1
 # import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
               "shoal._runtime.rank", "shoal.clustered", "packaging.requirements",
-              "shoal._storage.checksums")
+              "shoal._storage.checkpoints")
 
 
 def os_threads() -> int:

@@ -178,7 +178,7 @@ class Store(ABC):
 
         The store reads it once, in order, with ``read(n)`` calls (seeking only to learn its
         size), so a wrapper of ``f`` sees every byte sent: what a checkpoint checksums as it
-        uploads (``checkpoint_hashing.CrcReader``)."""
+        uploads (``checkpoints.hashing.CrcReader``)."""
         key = self._key(uri)
         with self._translate("put", uri):
             self._put_fileobj(f, key)

@@ -28,8 +28,7 @@ from shoal._driver import stop_requests
 from shoal._driver.stop_requests import Kind
 from shoal._spec.names import check_action_id, check_run_name
 from shoal._storage.logs import LogSource
-from shoal._storage.records import Records, RunRecord
-from shoal._storage.remote_records import refresh
+from shoal._storage.records import Records, RunRecord, refresh
 from shoal._ui import gang_view, logs_view, pages, views
 from shoal._ui.guard import Guard
 from shoal._ui.headers import SecurityHeaders

@@ -17,7 +17,7 @@ from typing import Any
 from shoal import _contract as contract
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import first_failure, read_reports
-from shoal._storage.checkpoint_layout import Versions
+from shoal._storage.checkpoints import Versions
 from shoal._storage.records import AttemptRecord, EventRecord, Records, RunRecord
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import ObjectNotFound, ShoalError

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from shoal._storage.records_schema import ActionRecord, AttemptRecord
+from shoal._storage.records import ActionRecord, AttemptRecord
 
 IO_WIDTH = 60
 

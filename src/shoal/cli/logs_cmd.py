@@ -41,8 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
-    from shoal._storage.records import Records
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import Records, refresh
 
     pattern = _pattern(args.grep)
     records = Records(contract.home() / "shoal.db")
@@ -115,7 +114,7 @@ def _driver_elsewhere(records: Records, run: RunRecord, args: argparse.Namespace
     """A run driven elsewhere (Kubernetes): its driver's own log first, from the cluster;
     how many lines matched."""
     from shoal._storage.logs import cut_line
-    from shoal._storage.remote_records import driver_folder
+    from shoal._storage.records import driver_folder
 
     where = driver_folder(records, run)
     if where is None:
@@ -231,7 +230,7 @@ def _follow(records: Records, run: str, args: argparse.Namespace,
     from shoal import _contract as contract
     from shoal._storage.log_lines import LogFollower
     from shoal._storage.logs import LINE_LIMIT, cut_line
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import refresh
 
     follower = LogFollower(contract.home(), records, run, keep=lambda s: _wanted(args, s),
                            limit=None if args.full or pattern is not None else LINE_LIMIT)

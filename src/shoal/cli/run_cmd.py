@@ -258,7 +258,7 @@ def _resumed_call(args: argparse.Namespace, rest: list[str]) -> tuple[Any, Any]:
                         " ".join([*filter(None, [args.file, args.task]), *rest]),
                         "a resumed run takes its file, task and inputs from the records",
                         f"run `shoal run --resume {args.resume}` alone")
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import refresh
 
     records = Records(contract.home() / "shoal.db")
     records.reap_dead_runs()

@@ -45,8 +45,7 @@ def _duration(start: float | None, end: float | None) -> str:
 
 def execute(args: argparse.Namespace, rest: list[str]) -> int:
     from shoal import _contract as contract
-    from shoal._storage.records import Records
-    from shoal._storage.remote_records import refresh
+    from shoal._storage.records import Records, refresh
     from shoal.errors import StoreError
 
     records = Records(contract.home() / "shoal.db")

@@ -1,0 +1,148 @@
+"""What loading a torch state dict may unpickle: DCP's metadata classes, and weights.
+
+``torch.distributed.checkpoint`` keeps a version's index in ``.metadata``, a pickle its
+``FileSystemReader`` loads with plain ``pickle.load``, and saves every value that is not a
+tensor (a step counter, a scheduler's state) as a ``torch.save`` blob its ``DefaultLoadPlanner``
+loads with ``torch.load(weights_only=False)``. Whoever can write the store can write either,
+and a pickle runs what it names on every rank that resumes. The checksums in a version's
+commit cannot stop that: they catch corruption, and a store writer can rewrite the commit too.
+
+So a load reads ``.metadata`` through `MetadataUnpickler`, which builds only the classes DCP's
+metadata holds (``torch.distributed.checkpoint.metadata``, ``torch.Size``, dtypes, layouts,
+paths), and loads non-tensor values with ``torch.load(weights_only=True)`` (tensors, containers,
+numbers, strings; torch's own allowlist). The metadata's bytes are checked against the commit
+once more as they are read, right before they are unpickled. ``load_state_dict(...,
+weights_only=False)`` gives back torch's defaults, for state dicts that hold other objects and
+a store only trusted people write.
+
+Imports torch at module level: ``state_dicts`` imports this module inside a load, never
+``import shoal``.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Callable
+from typing import IO, Any
+
+import torch
+from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
+
+from shoal.errors import StoreError
+
+__all__ = ["MetadataUnpickler", "TrustingLoad", "WeightsOnlyPlanner", "WeightsOnlyReader"]
+
+OPT_OUT = "load_state_dict(..., weights_only=False)"
+_METADATA = dcp_metadata.__name__
+# Globals DCP's metadata pickles name besides its own classes (seen in what torch 2.x saves).
+_ALLOWED: dict[str, frozenset[str]] = {
+    "torch": frozenset({"Size"}),  # and every torch.dtype, checked below
+    "torch.serialization": frozenset({"_get_layout"}),  # a layout from its name, a dict lookup
+    "torch.distributed.checkpoint.filesystem": frozenset({"_StorageInfo"}),
+    # StorageMeta.checkpoint_id: the folder it was saved to.
+    "pathlib": frozenset({"Path", "PosixPath", "PurePosixPath", "WindowsPath",
+                          "PureWindowsPath"}),
+    "collections": frozenset({"OrderedDict"}),
+    "builtins": frozenset({"set", "frozenset", "slice", "complex", "bytearray"}),
+}
+
+
+def _fix(what: str) -> str:
+    return (f"load an earlier step with load_state_dict(..., step=...), or, if only people you "
+            f"trust can write {what}, load it with {OPT_OUT}")
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """``pickle.Unpickler`` that builds only what DCP's ``Metadata`` legitimately holds."""
+
+    def __init__(self, file: IO[bytes], where: str) -> None:
+        super().__init__(file)
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == _METADATA:
+            found = getattr(dcp_metadata, name, None)
+            if isinstance(found, type) and found.__module__ == _METADATA:
+                return found
+        elif module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        elif name in _ALLOWED.get(module.removesuffix("._local"), frozenset()):
+            return super().find_class(module, name)
+        raise StoreError(
+            f"{self.where} names {module}.{name}, which DCP's metadata never holds: Shoal "
+            f"refuses to unpickle it (a pickle runs what it names). Fix: {_fix('the store')}")
+
+
+class TrustingLoad:
+    """What a load refused, kept here: DCP turns a failed metadata read into an
+    AssertionError of its own, and a failed read into a CheckpointException."""
+
+    def __init__(self) -> None:
+        self.refused: StoreError | None = None
+
+    def refuse(self, error: StoreError) -> StoreError:
+        if self.refused is None:
+            self.refused = error
+        return error
+
+
+class WeightsOnlyReader(FileSystemReader):
+    """DCP's ``FileSystemReader`` whose ``.metadata`` goes through `MetadataUnpickler`, its
+    bytes checked by ``verify`` (against the commit) as they are read."""
+
+    def __init__(self, path: str, *, where: str, verify: Callable[[bytes], bytes],
+                 load: TrustingLoad) -> None:
+        super().__init__(path)
+        self.where, self.verify, self.load = where, verify, load
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as f:
+            data = f.read()
+        try:
+            metadata = MetadataUnpickler(io.BytesIO(self.verify(data)), self.where).load()
+        except StoreError as e:
+            raise self.load.refuse(e) from None
+        except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
+            raise self.load.refuse(StoreError(
+                f"{self.where} is not DCP metadata Shoal can read ({e}). "
+                f"Fix: {_fix('the store')}")) from e
+        if not isinstance(metadata, Metadata):
+            raise self.load.refuse(StoreError(
+                f"{self.where} holds a {type(metadata).__name__}, not DCP's Metadata. "
+                f"Fix: {_fix('the store')}"))
+        if getattr(metadata, "storage_meta", None) is None:  # as FileSystemReader does
+            metadata.storage_meta = StorageMeta()
+        assert metadata.storage_meta is not None
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class WeightsOnlyPlanner(DefaultLoadPlanner):
+    """DCP's ``DefaultLoadPlanner`` that loads non-tensor values with ``weights_only=True``."""
+
+    def __init__(self, *, where: str, load: TrustingLoad) -> None:
+        super().__init__()
+        self.where, self.load = where, load
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        try:
+            obj = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise self.load.refuse(StoreError(
+                f"{self.where}: the value {fqn!r} is not one torch loads with "
+                f"weights_only=True ({first}); Shoal refuses to unpickle it (a pickle runs "
+                f"what it names). Fix: {_fix('this checkpoint')}")) from None
+        # Where DefaultLoadPlanner puts what it loads (set_element: its own helper).
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], obj)
+        else:
+            self.state_dict[fqn] = obj
