@@ -43,11 +43,8 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # Threads that may outlive the test that started them, by name prefix, each with why: they
 # are process-wide and started once, on first use, by whichever test comes first.
 LASTING_THREADS: dict[str, str] = {
-    "shoal-hash": "checkpoint_hashing.hash_pool(): the process's pool that checksums pieces",
+    "shoal-hash": "checkpoints/hashing.hash_pool(): the process's pool that checksums pieces",
     "shoal-prefault": "loaded_bytes: the process's one thread that faults in loaded pages",
-    # A leak, not a design: Checkpoint.close() stops its own writer but not the state-dict
-    # saver's (checkpoint_torch.StateDictSaver.writer). Remove this line once close() does.
-    "shoal-dcp": "the state-dict writer of a closed Checkpoint (see above)",
 }
 # How long a test's threads get to end after it (a thread told to stop may need a poll).
 THREAD_GRACE = 5.0

@@ -444,13 +444,16 @@ class Checkpoint:
             self._wait_locked()
 
     def close(self) -> None:
-        """``wait()``, then stop the background writer thread."""
+        """``wait()``, then stop the background writer threads (whole files and state dicts)."""
         try:
             self.wait()
         finally:
             if self._writer is not None:
                 self._writer.shutdown()
                 self._writer = None
+            if self._state_dicts is not None:
+                state_dicts, self._state_dicts = self._state_dicts, None
+                state_dicts.close()
 
     # --- torch state dicts (sharded, through torch.distributed.checkpoint) -------------------
 

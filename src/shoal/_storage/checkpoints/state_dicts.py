@@ -107,6 +107,13 @@ class StateDictSaver:
                 self.writer.hurry()
             inflight.result()
 
+    def close(self) -> None:
+        """``wait()``, then stop the writer thread (a closed checkpoint leaves none running)."""
+        try:
+            self.wait()
+        finally:
+            self.writer.shutdown()
+
 
 def load_into(cp: Checkpoint, state: Any, step: int | None, *,
               weights_only: bool = True) -> int | None:
