@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 # without it.
 TORCH   ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast pythons lint bench clean
 
 $(BIN)/shoal: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: $(VENV)/.dev
 ## test-fast: everything but the slow real-process tiers
 test-fast: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m "not slow"
+
+## pythons: the tiers that need no torch on every other Python the package claims (.ci/pythons)
+pythons:
+	bash .ci/pythons
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks examples

@@ -3,9 +3,9 @@
     ShoalError
     ├── UserError                 the user can fix it: bad spec, bad input, bad call
     │   ├── SpecError             a field of an environment/task/resource/image is invalid
-    │   ├── UnsupportedTypeError  a type hint Shoal cannot serialize (at definition time)
+    │   │   ├── UnsupportedTypeError  a type hint Shoal cannot serialize (at definition time)
+    │   │   └── InputError        a value does not match the declared type
     │   ├── MissingDependencyError  a task calls an environment not reachable via depends_on
-    │   ├── InputError            a value does not match the declared type
     │   ├── NotFoundError         a run, action, task or file the user named does not exist
     │   ├── UserCodeError         the user's file cannot be imported (syntax error, exception)
     │   └── SyncTaskCallInAsyncContextError  a sync task called inside a running event loop

@@ -4,7 +4,13 @@ recursive TypedDicts, bad values named by their path, refusals at definition tim
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NotRequired, Required, TypedDict
+import sys
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, Required, TypedDict
+else:  # Python 3.10: the markers are typing_extensions'
+    from typing_extensions import NotRequired, Required, TypedDict
 
 import pytest
 

@@ -43,7 +43,8 @@ def prepare_runtime(node: NodeEnv) -> None:
     elif importlib.util.find_spec("torch") is not None:
         # Bounded when the rank's code first imports torch: a rank that never does (a gang
         # of plain Python, or one started with SHOAL_PREIMPORT=0 that imports torch late)
-        # does not pay ~1-2 s of CPU for it.
+        # does not pay torch's import for it (the "no pre-import" row of
+        # benchmarks/results/*-gang-launch.md).
         seconds, emulated = node.collective_timeout, contract.gpus_emulated()
         sys.meta_path.insert(0, _AfterImport("torch", lambda _: _bound_torch_collectives(
             seconds, emulated=emulated)))

@@ -40,8 +40,8 @@ _UNRESPONSIVE = {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATU
 
 def early_at(collective_timeout: float) -> float:
     """Seconds into a collective at which its ranks are recorded, before the timeout ends
-    them: their live stacks then show where they wait. py-spy takes ~0.3 s on a quiet machine
-    and seconds on a loaded one, so a short timeout is asked about at its half."""
+    them: their live stacks then show where they wait. py-spy takes a fraction of a second on a
+    quiet machine and seconds on a loaded one, so a short timeout is asked about at its half."""
     return max(0.5 * collective_timeout, collective_timeout - 5.0)
 
 
@@ -98,7 +98,7 @@ def _py_spy(pids: dict[int, str]) -> dict[int, tuple[str, str]]:
                                             stderr=subprocess.STDOUT, text=True)
         except OSError as e:
             out[pid] = ("", f"py-spy could not be started: {e}")
-    deadline = time.monotonic() + STACK_WAIT + 3  # py-spy itself takes ~0.3 s to start
+    deadline = time.monotonic() + STACK_WAIT + 3  # py-spy's own start-up, on a loaded machine
     for pid, proc in running.items():
         try:
             text, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))

@@ -5,7 +5,8 @@ Driven only by the `NodeEnv` variables of the contract, it
    re-parented here and can still be found and ended;
 2. waits, bounded, until the master's address resolves (a pod may start before DNS has it);
 3. starts the ranks: directly, with exactly the variables torchrun would give them (the local
-   default: no elastic agent to start, ~2 s saved per node), forked from the node's `zygote`
+   default: no elastic agent to start; benchmarks/results/*-gang-launch.md has what that
+   saves), forked from the node's `zygote`
    (a process that imported torch and Shoal's rank runtime once); or through torchrun (its
    in-node restarts and c10d rendezvous), with a rendezvous id that includes the restart
    attempt;

@@ -180,8 +180,8 @@ class RankProfiler:
     def __enter__(self) -> RankProfiler:
         global _active
         _active = self
-        # torch.profiler's first start imports torch._dynamo (~1 s of CPU here): paid now,
-        # before the task runs, not inside the window.
+        # torch.profiler's first start imports torch._dynamo, a slow import: paid now, before
+        # the task runs, not inside the window.
         import torch._dynamo  # noqa: F401
         if self.spec.steps is not None:
             from shoal._runtime import metrics

@@ -5,7 +5,7 @@ how far it got and where it waits. Three pieces, all cheap for the rank:
 
 - the collective slot: torch.distributed's collectives are wrapped (``wrap_collectives``, from
   `frameworks`) to put their name and start time into a process-global slot and clear it on
-  return, about a microsecond per call (``benchmarks/collective_wrapper.py`` measures it);
+  return (the cost per call: benchmarks/results/*-collective-wrapper.md);
 - the status file ``rank<N>.status.json``: the metrics flusher thread, which wakes every
   `metrics.FLUSH_INTERVAL` anyway, rewrites it when the step or the slot changed (never on the
   training thread, so a status may be up to that interval old);

@@ -4,8 +4,9 @@ and forks every rank of every start of the node from that state.
 Started by the node launcher (`launcher.Zygote`) as ``python -m shoal._runtime.zygote REQ REP``
 (two inherited pipe ends) before the launcher starts any thread. It never starts a thread
 itself (it checks after its imports: torch must not have started a thread pool), so forking
-it is safe; a rank then costs a fork instead of an interpreter start plus ~1-2 s of imports,
-at the first start and at every restart.
+it is safe; a rank then costs a fork instead of an interpreter start plus torch's imports, at
+the first start and at every restart (benchmarks/results/*-gang-launch.md: "shoal direct"
+against "no pre-import").
 
 Protocol, one JSON line each way: it first says ``{"ready": bool, "why": "..."}``; then for
 each ``{"id": i, "of": n, "env": {...}, "cwd": "...", "log": "..."}`` it forks twice and answers
@@ -36,11 +37,11 @@ from shoal._runtime.log_files import redirect_output
 
 _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
-# groups, torch._dynamo (which DDP() imports: ~0.5 s of CPU per rank), the checkpoint code
-# (torch.distributed.checkpoint, for state-dict saves and loads), Shoal's rank runtime and
-# what a task file's own imports of Shoal load (`shoal.clustered`; `packaging`, which reads
-# an Image's pip requirements; the checkpoints' CRC32C). None of them starts a thread at
-# import (checked after importing, in `preimport`).
+# groups, torch._dynamo (which DDP() imports, slowly: once here, not in every rank), the
+# checkpoint code (torch.distributed.checkpoint, for state-dict saves and loads), Shoal's rank
+# runtime and what a task file's own imports of Shoal load (`shoal.clustered`; `packaging`,
+# which reads an Image's pip requirements; the checkpoints' CRC32C). None of them starts a
+# thread at import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
               "shoal._runtime.rank", "shoal.clustered", "packaging.requirements",
               "shoal._storage.checkpoints")

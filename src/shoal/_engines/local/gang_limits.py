@@ -7,9 +7,9 @@ fail part-way, or take the machine down, after its run was recorded:
 
 - **addresses**: node ``i`` listens on ``127.0.0.<i + 1>`` (`node_net`), so at most 254 nodes
   (with ``$SHOAL_LOCAL_NODE_NETNS``, as many as it names; `node_nets` checks that).
-- **memory**: every rank is a Python interpreter that has imported torch, about 250 MiB
-  resident (torch 2.13, measured), so at most ``memory // 256Mi`` ranks of the machine's
-  memory (``$SHOAL_MACHINE_CAPACITY`` may say less).
+- **memory**: every rank is a Python interpreter that has imported torch (a rank's peak RSS:
+  benchmarks/results/*-gang-launch.md, table (c)), so at most ``memory // 256Mi`` ranks of
+  the machine's memory (``$SHOAL_MACHINE_CAPACITY`` may say less).
 - **open files**: gloo connects every pair of ranks and rank 0's store holds a connection from
   every rank, so a rank holds about one descriptor per rank: the world size stays below the
   soft ``RLIMIT_NOFILE`` (``ulimit -n``) less a reserve for the files a rank opens itself.

@@ -57,6 +57,7 @@ import functools
 import hashlib
 import inspect
 import pathlib
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -303,6 +304,17 @@ def _bare_example(tp: object) -> str | None:
     return example
 
 
+def _class_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``. On Python 3.10 a dataclass's ``_: KW_ONLY`` marker
+    written as text (``from __future__ import annotations``; File and Dir have one) is read as
+    ``object``: 3.10's typing refuses the marker as a hint, 3.11's takes it."""
+    if sys.version_info < (3, 11) and dataclasses.is_dataclass(cls) and any(
+            hint == "KW_ONLY" for base in cls.__mro__
+            for hint in vars(base).get("__annotations__", {}).values()):
+        return typing.get_type_hints(cls, localns={"KW_ONLY": object})
+    return typing.get_type_hints(cls)
+
+
 class _Compiler:
     """Builds the codec tree of one hint; ``building`` lets a dataclass refer to itself."""
 
@@ -452,7 +464,7 @@ class _Compiler:
                 if isinstance(codec, TypedDictCodec):
                     hints, codec.required = field_hints(cls)
                 else:
-                    hints = typing.get_type_hints(cls)
+                    hints = _class_hints(cls)
             except (NameError, TypeError) as e:
                 raise _Unsupported(cls, f"has field types that cannot be resolved ({e})",
                                    "define or import every type its fields name at module "

@@ -10,8 +10,17 @@ required key or an unknown key fails where the value is passed, named by its pat
 from __future__ import annotations
 
 import difflib
+import sys
 import typing
-from typing import Any, NotRequired, Required, get_args, get_origin
+from typing import Any, get_args, get_origin
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired, Required
+else:  # Python 3.10: the markers are typing_extensions', where a TypedDict could use them
+    try:
+        from typing_extensions import NotRequired, Required
+    except ImportError:  # then no TypedDict uses them: markers nothing is
+        NotRequired = Required = object()
 
 from shoal._storage.codecs.base import BlobIO, Codec, Where, bad_literal, bad_value
 from shoal.errors import InputError
