@@ -1,10 +1,10 @@
 """CRC32C, the checksum of checkpoint objects: hardware-accelerated, and combinable.
 
 ``crc32c`` (the ICRAR package) runs the CPU's CRC instruction (SSE4.2 on x86-64, ARMv8 CRC),
-about 16 GB/s on one core here against ~2 GB/s for sha256 (benchmarks/checkpoint_io.py), takes
-any buffer (a ``memoryview`` piece, a ``bytearray``, an ``mmap``) without copying it, and
-releases the GIL on large buffers, so pieces hash in parallel threads. ``google-crc32c`` is as
-fast, but its C functions take only ``bytes``: every piece of a buffer would be copied first.
+several times sha256's speed on one core (benchmarks/checkpoint_io.py), takes any buffer (a
+``memoryview`` piece, a ``bytearray``, an ``mmap``) without copying it, and releases the GIL on
+large buffers, so pieces hash in parallel threads. ``google-crc32c`` is as fast, but its C
+functions take only ``bytes``: every piece of a buffer would be copied first.
 
 CRC32C is a checksum, not a content address: it catches corruption (torn writes, flipped bits,
 truncation), not a forger. Content addresses (blobs, cache keys, code bundles) stay sha256.

@@ -11,7 +11,7 @@ upload's own reads as they pass (``CrcReader``: one read of the file, and what i
 is what was sent), bytes in memory beside the store's upload of them; downloads are
 checksummed as they land (``reads.py``).
 
-The checksum is CRC32C (checksums.py: hardware-accelerated, ~8x sha256 here), of the whole
+The checksum is CRC32C (checksums.py: hardware-accelerated, several times sha256), of the whole
 object (``"crc32c"`` in the commit). Each piece (``hashing.CHUNK`` bytes) is
 checksummed in a pool of threads (the CRC releases the GIL) while the copy goes on and while
 it is fsynced, and the pieces' CRCs are combined in order. Commits written before CRC32C

@@ -82,7 +82,8 @@ def hash_range(fd: int, offset: int, length: int | None, algorithm: str) -> Dige
     if buffer is None:
         # A lowered writer hashing for itself reads a whole piece at a time: each read and
         # each hash gives up the GIL and must win it back, which a low-priority thread does
-        # slowly (256 MiB hashed 3x faster beside training with 8 MiB reads than with 1 MiB).
+        # slowly (beside training, whole 8 MiB pieces hashed several times faster than 1 MiB
+        # reads when the lowered writer came in).
         size = CHUNK if deprioritized() else _HASH_BUFFER
         buffer = _buffers.buffer = memoryview(bytearray(size))
     h = _hasher(algorithm)
@@ -237,15 +238,15 @@ def _cached(fd: int, first: memoryview) -> bool:
 def read_into(fd: int, view: memoryview, hashing: Hashing) -> None:
     """Read ``fd`` from offset 0 into ``view`` (up to its length), checksumming what lands.
 
-    From the page cache (its first piece is there) the pieces are read in the pool, several
-    at once, each checksummed by the thread that read it: there one thread's copy, page
-    faults included, is the bottleneck (256 MiB: 1.45x a plain ``read()`` with 2 threads,
-    0.85x with one, 2 CPUs). From the disk they are read in order by this thread, which keeps
-    the kernel's readahead streaming (parallel readers there: 0.75-0.9x), and the pool
-    checksums each piece while the next is read. A whole-object sha256 (older commits) cannot
-    be cut: it runs once every piece is in. Afterwards ``hashing`` has checksummed what was
-    read: a file shorter than ``view`` shows as a smaller size. Call ``hashing.settle()``
-    before closing ``fd`` or freeing ``view``.
+    From the page cache (its first piece is there) the pieces are read in the pool, several at
+    once, each checksummed by the thread that read it: there one thread's copy, page faults
+    included, is the bottleneck (two threads beat one and a plain ``read()``: the warm load rows
+    of benchmarks/results/*-checkpoint-io.md). From the disk they are read in order by this
+    thread, which keeps the kernel's readahead streaming (parallel readers there were slower),
+    and the pool checksums each piece while the next is read. A whole-object sha256 (older
+    commits) cannot be cut: it runs once every piece is in. Afterwards ``hashing`` has
+    checksummed what was read: a file shorter than ``view`` shows as a smaller size. Call
+    ``hashing.settle()`` before closing ``fd`` or freeing ``view``.
     """
     step = hashing.piece_size or CHUNK
     pieces = [view[start : start + step] for start in range(0, len(view), step)]

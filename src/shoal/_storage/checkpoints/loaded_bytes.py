@@ -7,15 +7,16 @@ the reads Flyte 2 code makes on the local path its ``load()`` returns (``read_by
 a load reads the file (or a GET's body) straight into the object it returns.
 
 Python itself cannot do that: ``LoadedBytes(data)`` copies ``data``, and a ``bytes`` has no
-writable buffer. That copy of fresh memory (page faults, then a memcpy) made a 256 MiB load
-0.45x of a plain ``read()`` (benchmarks/checkpoint_io.py). C code fills a new ``bytes`` in place
-before publishing it (``PyBytes_FromStringAndSize(NULL, n)``, then writes); ``_fast_allocator``
-does the same for ``LoadedBytes`` through ctypes, with the documented allocator of a
-garbage-collected variable-size object (``PyObject_GC_NewVar``: every heap type is
-garbage-collected, and it, unlike ``PyType_GenericAlloc``, does not zero memory about to be
-overwritten). It is used only on CPython and only after checking, on real objects, where a
-``bytes`` keeps its data and its cached hash; anywhere else ``fill`` writes into a ``bytearray``
-that is then copied once (the plain path, slower, same result).
+writable buffer. That copy of fresh memory (page faults, then a memcpy) more than doubled a
+load's time against a plain ``read()`` (the "load bytes warm, copied" row of
+benchmarks/results/*-checkpoint-io.md). C code fills a new ``bytes`` in place before publishing
+it (``PyBytes_FromStringAndSize(NULL, n)``, then writes); ``_fast_allocator`` does the same for
+``LoadedBytes`` through ctypes, with the documented allocator of a garbage-collected
+variable-size object (``PyObject_GC_NewVar``: every heap type is garbage-collected, and it,
+unlike ``PyType_GenericAlloc``, does not zero memory about to be overwritten). It is used only
+on CPython and only after checking, on real objects, where a ``bytes`` keeps its data and its
+cached hash; anywhere else ``fill`` writes into a ``bytearray`` that is then copied once (the
+plain path, slower, same result).
 
 Fresh memory costs a page fault per page on its first write, taken by whichever thread writes
 it: for a download that is the thread copying the body in, holding the GIL. So on Linux a

@@ -2,9 +2,9 @@
 
 An asynchronous save returns once its data is staged; one dedicated thread then writes and
 hashes it, one save at a time, while training runs beside it. At full speed that thread and the
-hashing pool took the cores training needs: on 2 cores, training ran at 0.38x (bytes) and 0.47x
-(a state dict) of its steps/s while a 256 MiB save was in flight
-(benchmarks/results/2026-11-30-cpu2-checkpoint-io.md).
+hashing pool took the cores training needs: on 2 cores training lost more than half its
+steps/s while a 256 MiB save was in flight (the writer "at training's priority" rows of
+benchmarks/results/*-checkpoint-io.md).
 
 So the writer stands back, as long as nobody waits for it:
 
@@ -27,14 +27,13 @@ So the writer stands back, as long as nobody waits for it:
   RLIMIT_NICE of 20 or more; where refused, the save stays at its low priority, which costs
   nothing while the caller waits (training is blocked then, and the CPUs are the writer's).
 
-The cost is a longer flight. Measured on 2 cores with 2 training threads and 256 MiB
-(benchmarks/checkpoint_io.py, which also runs the writer at training's priority): nice 13 kept
-training at 0.85x (bytes) and 0.93x (a state dict) of its steps/s, the saves in flight 4.7 and
-7.2 s (0.6 and 0.7 s as sync saves); nice 10 at 0.81x and 0.86x, in flight 2.3 and 3.9 s; the
-writer at training's priority at 0.22-0.33x. Where other processes keep every core busy too
-(data-loader workers), a lowered writer that must win the GIL back after each write or hash
-waits longer for a core, and so does the training thread that handed it the GIL: a smaller
-``SHOAL_CHECKPOINT_WRITER_NICE`` (5) is the knob there.
+The cost is a longer flight: a lowered save stays in flight several times as long as a sync save
+takes, and training keeps most of its steps/s meanwhile. benchmarks/checkpoint_io.py measures
+both writers side by side (lowered, and at training's priority), with the steps/s and the time
+in flight of each; the figures are in benchmarks/results/*-checkpoint-io.md. Where other
+processes keep every core busy too (data-loader workers), a lowered writer that must win the GIL
+back after each write or hash waits longer for a core, and so does the training thread that
+handed it the GIL: a smaller ``SHOAL_CHECKPOINT_WRITER_NICE`` (5) is the knob there.
 """
 
 from __future__ import annotations
