@@ -40,7 +40,10 @@ class RunOutcome:
     error: BaseException | None = None
 
 
-def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) -> Engine:
+def make_engine(kind: str, *, run: str, home: Path, store: str,
+                earlier_runs: tuple[str, ...] = (), **options: Any) -> Engine:
+    """The engine ``kind`` for run ``run``: the one place engines are built. ``earlier_runs``:
+    the runs it continues (`--resume`), whose work an engine may have to adopt."""
     if kind == "local":
         from shoal._engines.local.engine import LocalEngine
 
@@ -54,7 +57,9 @@ def make_engine(kind: str, *, run: str, home: Path, store: str, **options: Any) 
         from shoal._engines.routed import RoutedEngine
         from shoal._engines.slurm.engine import SlurmEngine, runs_here
 
-        slurm = SlurmEngine(run=run, home=home, store=store, **options)
+        # its jobs of the runs resumed may still be running
+        slurm = SlurmEngine(run=run, home=home, store=store, earlier_runs=earlier_runs,
+                            **options)
         # The driver task runs here, on the local engine, with the store the nodes share.
         local = LocalEngine(run=run, home=home, store=slurm.store,
                             lineage=options.get("lineage"))
@@ -117,13 +122,11 @@ class Runner:
         check_profiles(self.envs, local=engine == "local")
         check_system_metrics_interval()
         self.reporter = reporter
-        engine_kw = dict(engine_options or {})
-        if engine == "slurm":  # its jobs of the runs resumed may still be running
-            engine_kw.setdefault("earlier_runs", tuple(self.resumes))
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,
-                                  lineage=self.lineage_root, **engine_kw)
-        if engine == "slurm":  # the Slurm settings may name the store the nodes share
-            self.store_uri = self.engine.there.store  # type: ignore[attr-defined]
+                                  lineage=self.lineage_root, earlier_runs=tuple(self.resumes),
+                                  **dict(engine_options or {}))
+        # an engine's settings may name the store its nodes share (Slurm's)
+        self.store_uri = self.engine.shared_store() or self.store_uri
         self.engine.check_envs(self.envs)  # before the run is recorded, or --dry-run prints
 
     def dry_run(self) -> str:

@@ -87,6 +87,11 @@ class Engine(abc.ABC):
         """The plan this engine would carry out for ``call``, as printable text."""
         return self._dry_run(call)
 
+    def shared_store(self) -> str | None:
+        """The store this engine's nodes share when its own settings chose it (the run then
+        keeps its records there); None: the run's store, as given."""
+        return None
+
     def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
         """What ``--dry-run`` prints after `dry_run`: what this engine would start for each
         environment ``call`` may call (their process plans, sbatch scripts...); with ``out``,

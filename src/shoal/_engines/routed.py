@@ -35,6 +35,9 @@ class RoutedEngine(Engine):
             return f"{self.there.dry_run(call)}\n{self.here.dry_run(call)}"
         return self.there.dry_run(call)
 
+    def shared_store(self) -> str | None:
+        return self.there.shared_store()
+
     def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
         return self.there.dry_run_plans(call, envs, out)
 

@@ -155,6 +155,9 @@ class SlurmEngine(Engine):
                 call if root else _placeholder_call(env, call.task.code_file), ref).script
         return out
 
+    def shared_store(self) -> str | None:
+        return self.store
+
     def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
         """The sbatch script of each environment the driver calls, or with ``out`` written
         there and a line saying so."""
