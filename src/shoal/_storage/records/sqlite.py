@@ -69,6 +69,7 @@ class RecordsFile:
         self._retrying(self._use_wal)
         version = self._retrying(schema_version)
         if version is not None and version > SCHEMA_VERSION:
+            self.close()
             raise ShoalSystemError(
                 f"the run records at {self.path} have schema version {version}, newer than this "
                 f"Shoal understands ({SCHEMA_VERSION}). Fix: upgrade shoal, or point SHOAL_HOME "
@@ -187,6 +188,13 @@ class RecordsFile:
             raise
         self._local.batch = None
         self._retrying(lambda c: c.execute("COMMIT"))
+
+    def __del__(self) -> None:
+        # A connection left to the garbage collector warns from Python 3.13 (ResourceWarning):
+        # records dropped without close() (a CLI verb's, say) close what they opened here.
+        with contextlib.suppress(Exception):
+            if not self._closed and os.getpid() == self._pid:
+                self.close()
 
     def close(self) -> None:
         """Close every thread's connection; the object cannot be used afterwards."""
