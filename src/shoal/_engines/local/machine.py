@@ -18,6 +18,7 @@ The folder is per user, not per ``SHOAL_HOME``: runs with different homes share 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sqlite3
@@ -132,6 +133,13 @@ class LeaseTable:
 
     def close(self) -> None:
         self._conn.close()
+
+    def __del__(self) -> None:
+        # A connection left to the garbage collector warns from Python 3.13; a forked child
+        # leaves its parent's alone.
+        with contextlib.suppress(Exception):
+            if os.getpid() == self.pid:
+                self._conn.close()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
