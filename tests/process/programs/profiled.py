@@ -113,6 +113,7 @@ def no_steps(seconds: float = 2.5) -> int:
     while time.monotonic() < end:
         torch.ones(100, 100) @ torch.ones(100, 100)
         n += 1
+        time.sleep(0.002)  # a few hundred steps a second: a trace that exports in a moment
     _, dist = _setup()
     dist.barrier()  # type: ignore[attr-defined]
     dist.destroy_process_group()  # type: ignore[attr-defined]
