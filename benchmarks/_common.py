@@ -137,6 +137,8 @@ def cpu_model() -> str:
 
 
 def free_port() -> int:
+    """A free loopback port. Not shoal._runtime.ports': dispatch.py imports this module inside
+    Flyte's venv, where Shoal is not installed."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

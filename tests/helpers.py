@@ -8,11 +8,12 @@ long everywhere else. A sleep stays only where time itself is what a test exerci
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+
+from shoal._runtime.ports import free_port  # noqa: F401  (the tests import it from here)
 
 T = TypeVar("T")
 
@@ -63,10 +64,3 @@ async def wait_until_async(what: str, check: Callable[[], T], *, timeout: float 
         if time.monotonic() > deadline:
             raise AssertionError(_timed_out(what, timeout, last, detail))
         await asyncio.sleep(every)
-
-
-def free_port() -> int:
-    """A loopback TCP port that nothing listens on now (the OS's pick of a free one)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
