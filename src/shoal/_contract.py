@@ -88,6 +88,12 @@ NPROC_PER_NODE = "SHOAL_NPROC_PER_NODE"
 MASTER_ADDR = "SHOAL_MASTER_ADDR"
 MASTER_PORT = "SHOAL_MASTER_PORT"
 RESTART_ATTEMPT = "SHOAL_RESTART_ATTEMPT"  # whole-group restarts so far
+# Why this start of the gang began: a key of `shoal._spec.call.START_CAUSES` (`ctx().start_cause`).
+START_CAUSE = "SHOAL_START_CAUSE"
+# An elastic gang's fewest and most nodes (`ctx().min_nnodes`, `ctx().max_nnodes`; a Slurm
+# allocation restarts on the nodes still alive while at least the fewest are).
+MIN_NNODES = "SHOAL_MIN_NNODES"
+MAX_NNODES = "SHOAL_MAX_NNODES"
 # The same count under the name JobSet gives it, which code written for Flyte 2 reads.
 JOBSET_RESTART_ATTEMPT = "JOBSET_RESTART_ATTEMPT"
 CHECKPOINT_URI = "SHOAL_CHECKPOINT_URI"
@@ -359,6 +365,9 @@ class NodeEnv:
     node_addr: str = ""
     checkpoint_uri: str = ""
     profile: str = ""  # `ProfileSpec.to_text()`; "": no rank of the gang is profiled
+    start_cause: str = "first_start"  # a key of `shoal._spec.call.START_CAUSES`
+    min_nnodes: int = 0  # an elastic gang's fewest nodes; 0: fixed (``nnodes``)
+    max_nnodes: int = 0  # an elastic gang's most nodes; 0: fixed (``nnodes``)
 
     _NAMES: ClassVar[dict[str, str]] = {
         "home": HOME, "store": STORE, "run": RUN, "action": ACTION, "attempt": ATTEMPT,
@@ -369,13 +378,18 @@ class NodeEnv:
         "torch_max_restarts": TORCH_MAX_RESTARTS, "launch": LAUNCH,
         "rank_log_dir": RANK_LOG_DIR, "collective_timeout": COLLECTIVE_TIMEOUT,
         "grace_period": GRACE_PERIOD, "master_wait": MASTER_WAIT, "node_addr": NODE_ADDR,
-        "checkpoint_uri": CHECKPOINT_URI, "profile": PROFILE,
+        "checkpoint_uri": CHECKPOINT_URI, "profile": PROFILE, "start_cause": START_CAUSE,
+        "min_nnodes": MIN_NNODES, "max_nnodes": MAX_NNODES,
     }
 
+    _OMITTED_AT_DEFAULT: ClassVar[frozenset[str]] = frozenset(
+        {"profile", "start_cause", "min_nnodes", "max_nnodes"})
+
     def to_env(self) -> dict[str, str]:
-        # An unprofiled gang's pods and nodes carry no SHOAL_PROFILE at all.
+        # An unprofiled gang's pods and nodes carry no SHOAL_PROFILE at all, and a fixed gang's
+        # first start none of the elastic ones.
         return {self._NAMES[f.name]: str(getattr(self, f.name)) for f in fields(self)
-                if f.name != "profile" or self.profile}
+                if f.name not in self._OMITTED_AT_DEFAULT or getattr(self, f.name) != f.default}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NodeEnv:

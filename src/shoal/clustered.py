@@ -8,6 +8,12 @@
         runtime=TorchRun(), failure_policy=ClusterFailurePolicy(max_restarts=1),
     )
 
+An elastic gang trains on as many nodes as it can get between two bounds: ``replicas`` is the
+most, ``min_replicas`` the fewest (Flyte's ``Elastic(nnodes="2:4")`` from
+`shoal.plugins.pytorch` compiles to the same). It is admitted once ``min_replicas`` nodes fit,
+goes on at a smaller size when a node is lost or lent to a run of higher priority, and grows
+back as nodes return (docs/elastic.md).
+
 Every rank runs the same task function with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set (so DDP, FSDP, Lightning, Accelerate and DeepSpeed work
 unchanged) and the topology in `shoal.ctx()`. Rank 0's return value is the task's output.
@@ -92,6 +98,10 @@ class ClusterFailurePolicy:
     bounds how long a collective may wait on a dead or unreachable peer; ``grace_period`` is how
     long ranks get after SIGTERM (to checkpoint) before they are killed.
 
+    ``monitor_interval``: a node whose launcher says nothing for that long (a frozen host, a
+    launcher stopped) is lost, as one whose processes are gone is at once (Flyte's
+    ``Elastic.monitor_interval``).
+
     ``progress_timeout`` (off by default): the gang is hung when no rank's step (what ranks
     report through ``shoal.log_metrics(..., step=)``) advanced for that long; ranks that report
     no steps are never judged on them. A hang, or a collective timeout, is diagnosed before
@@ -106,6 +116,7 @@ class ClusterFailurePolicy:
     collective_timeout: float | _dt.timedelta = 300.0
     grace_period: float | _dt.timedelta = 30.0
     progress_timeout: float | _dt.timedelta | None = None
+    monitor_interval: float | _dt.timedelta = 3.0
 
     def __post_init__(self) -> None:
         _count("ClusterFailurePolicy.max_restarts", self.max_restarts, 0)
@@ -120,6 +131,8 @@ class ClusterFailurePolicy:
         if self.progress_timeout is not None:
             object.__setattr__(self, "progress_timeout", _seconds(
                 "ClusterFailurePolicy.progress_timeout", self.progress_timeout))
+        object.__setattr__(self, "monitor_interval", _seconds(
+            "ClusterFailurePolicy.monitor_interval", self.monitor_interval))
 
     @property
     def resumes_after_preemption(self) -> bool:
@@ -128,7 +141,8 @@ class ClusterFailurePolicy:
 
 class ClusteredTaskEnvironment(TaskEnvironment):
     """A `TaskEnvironment` whose tasks run as a gang of ``replicas`` nodes × ``nproc_per_node``
-    processes. ``resources`` apply to each node."""
+    processes. ``resources`` apply to each node. With ``min_replicas`` (< ``replicas``) the gang
+    is elastic: it runs on any number of nodes from ``min_replicas`` to ``replicas``."""
 
     def __init__(
         self,
@@ -136,13 +150,19 @@ class ClusteredTaskEnvironment(TaskEnvironment):
         *,
         replicas: int = 1,
         nproc_per_node: int = 1,
+        min_replicas: int | None = None,
         runtime: TorchRun | JaxRun | None = None,
         failure_policy: ClusterFailurePolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
+        if self._plugin is not None and self._plugin.cluster is not None:
+            raise SpecError(f"ClusteredTaskEnvironment({name!r}).plugin_config",
+                            self.plugin_config, "makes a gang, and so does this environment",
+                            "use one: ClusteredTaskEnvironment(replicas=, min_replicas=, ...) "
+                            "or TaskEnvironment(plugin_config=Elastic(...))")
         self._given.update(replicas=replicas, nproc_per_node=nproc_per_node, runtime=runtime,
-                           failure_policy=failure_policy)
+                           failure_policy=failure_policy, min_replicas=min_replicas)
         if self.reusable is not None:
             raise SpecError(f"ClusteredTaskEnvironment({name!r}).reusable", self.reusable,
                             "a gang's nodes and ranks are started for each call, never reused",
@@ -158,12 +178,21 @@ class ClusteredTaskEnvironment(TaskEnvironment):
                             "use failure_policy=ClusterFailurePolicy(max_restarts=1)")
         self.replicas = replicas
         self.nproc_per_node = nproc_per_node
+        self.min_replicas = min_replicas
         self._validate_topology()
 
     def _validate_topology(self) -> None:
         where = f"ClusteredTaskEnvironment({self.name!r})"
         _count(f"{where}.replicas", self.replicas, 1)
         _count(f"{where}.nproc_per_node", self.nproc_per_node, 1)
+        if self.min_replicas is not None:
+            _count(f"{where}.min_replicas", self.min_replicas, 1)
+            if self.min_replicas > self.replicas:
+                raise SpecError(f"{where}.min_replicas", self.min_replicas,
+                                f"must be <= replicas ({self.replicas}): the fewest nodes the "
+                                "elastic gang trains with, replicas the most",
+                                f"use min_replicas={self.replicas}, or replicas="
+                                f"{self.min_replicas}")
         _at_most(f"{where}.replicas", self.replicas, MAX_REPLICAS,
                  "the largest training clusters have a few tens of thousands of nodes")
         _at_most(f"{where}.nproc_per_node", self.nproc_per_node, MAX_NPROC_PER_NODE,
@@ -180,9 +209,9 @@ class ClusteredTaskEnvironment(TaskEnvironment):
 
     def override(self, field: str, value: int) -> None:
         """Change ``replicas`` or ``nproc_per_node`` (``shoal run --override``), re-validated."""
-        if field not in ("replicas", "nproc_per_node"):
+        if field not in ("replicas", "nproc_per_node", "min_replicas"):
             raise SpecError("--override", f"{self.name}.{field}",
-                            "only replicas and nproc_per_node can be overridden",
+                            "only replicas, min_replicas and nproc_per_node can be overridden",
                             f"e.g. --override {self.name}.replicas=2")
         old = getattr(self, field)
         setattr(self, field, value)
@@ -199,6 +228,8 @@ class ClusteredTaskEnvironment(TaskEnvironment):
         policy = self.failure_policy
         return ClusterSpec(
             replicas=self.replicas,
+            min_replicas=self.min_replicas if self.min_replicas != self.replicas else None,
+            monitor_interval=float(policy.monitor_interval),  # type: ignore[arg-type]
             nproc_per_node=self.nproc_per_node,
             runtime="jax" if isinstance(self.runtime, JaxRun) else "torch",
             rdzv_backend=torch.rdzv_backend,

@@ -87,7 +87,7 @@ def test_override_is_validated_and_drops_cached_specs() -> None:
     with pytest.raises(SpecError, match="nproc_per_node"):
         env.override("nproc_per_node", 3)
     assert env.nproc_per_node == 2
-    with pytest.raises(SpecError, match="only replicas and nproc_per_node"):
+    with pytest.raises(SpecError, match="only replicas, min_replicas and nproc_per_node"):
         env.override("image", 1)
 
 

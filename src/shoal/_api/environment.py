@@ -85,7 +85,9 @@ class TaskEnvironment:
     ``secrets=``); wrap a false alarm in `shoal.NotSecret`.
     ``secrets``: keys and `shoal.Secret` values (see `shoal._api.secret`). ``reusable``: a
     `shoal.ReusePolicy` bounding the local engine's warm workers. ``queue``: the Kueue queue
-    label of the pod template. ``plugin_config`` (Flyte's Ray/Spark/Dask plugins) is refused.
+    label of the pod template. ``plugin_config``: one of Shoal's plugin configs
+    (`shoal._api.plugin_config.PROVIDED`: ``shoal.plugins.pytorch.Elastic`` makes the
+    environment's tasks elastic gangs); any other (Flyte's Spark, Dask, ...) is refused.
     """
 
     def __init__(
@@ -164,11 +166,17 @@ class TaskEnvironment:
             raise SpecError(f"{kind}({name!r}).reusable", reusable, "must be shoal.ReusePolicy",
                             "e.g. reusable=shoal.ReusePolicy(replicas=2, idle_ttl=300)")
         self.reusable = reusable
-        if plugin_config is not None:
-            raise SpecError(f"{kind}({name!r}).plugin_config", plugin_config,
-                            "Flyte plugins (Ray, Spark, Dask, ...) do not run on Shoal",
-                            "use shoal.clustered.ClusteredTaskEnvironment for multi-node "
-                            "torch/JAX, or start the framework inside a task")
+        from shoal._api.plugin_config import settings_of
+
+        self.plugin_config = plugin_config
+        self._plugin = settings_of(f"{kind}({name!r})", plugin_config)
+        if self._plugin is not None:
+            # The plugin's variables (NCCL knobs, ...) under the user's own, which win.
+            self.env_vars = frozen_map({**self._plugin.env_vars, **self.env_vars})
+            if self._plugin.cluster is not None and reusable is not None:
+                raise SpecError(f"{kind}({name!r}).reusable", reusable,
+                                "a gang's nodes and ranks are started for each call, never "
+                                "reused", "leave reusable out with this plugin_config")
         from shoal._spec.profile import Profile
 
         if profile is not None and not isinstance(profile, Profile):
@@ -207,7 +215,15 @@ class TaskEnvironment:
 
     # -- specs -------------------------------------------------------------------------
     def _cluster_spec(self) -> ClusterSpec | None:
-        return None  # ClusteredTaskEnvironment overrides
+        # ClusteredTaskEnvironment overrides; a plugin config (Elastic) may make a gang.
+        return self._plugin.cluster if self._plugin is not None else None
+
+    def task_defaults(self) -> tuple[float | None, int | None]:
+        """(max_runtime, retries) of this environment's tasks that set none (a plugin's
+        run policy); (None, None) without one."""
+        if self._plugin is None:
+            return None, None
+        return self._plugin.task_timeout, self._plugin.task_retries
 
     def spec(self) -> EnvSpec:
         return EnvSpec(

@@ -64,6 +64,11 @@ class TaskTemplate(LoadableTask, Generic[F]):
         self.retries, self.backoff = retry_settings(f"task {self.name!r}: retries", retries)
         self.timeout, self.max_queued_time, self.deadline = timeout_settings(
             f"task {self.name!r}: timeout", timeout)
+        default_timeout, default_retries = env.task_defaults()
+        if self.timeout is None and default_timeout is not None:
+            self.timeout = default_timeout  # e.g. RunPolicy(active_deadline_seconds=)
+        if self.retries == 0 and self.backoff is None and default_retries is not None:
+            self.retries = default_retries  # e.g. RunPolicy(backoff_limit=)
         self.settings = settings or TaskSettings()
         self.cache_override = cache
         self.allow_pickle = bool(allow_pickle)

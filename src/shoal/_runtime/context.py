@@ -35,6 +35,13 @@ class TaskContext:
     master_addr: str | None = None
     master_port: int | None = None
     restart_attempt: int | None = None
+    # Why this start of a gang began (a key of `shoal._spec.call.START_CAUSES`: "first_start",
+    # "restart", "preempted", "node_lost", "grown", "node_lent"); None outside a gang.
+    start_cause: str | None = None
+    # An elastic gang's fewest and most nodes (``nnodes`` is this start's); fixed gangs: both
+    # equal ``nnodes``.
+    min_nnodes: int | None = None
+    max_nnodes: int | None = None
     checkpoint: Any = None
     run_start_time: _dt.datetime | None = None  # when this run's engine started (UTC)
     in_gang: bool = False  # a rank of a clustered task (it cannot call other tasks yet)

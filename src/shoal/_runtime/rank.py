@@ -57,7 +57,9 @@ def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
         nnodes=node.nnodes,
         master_addr=os.environ.get(contract.TORCH_MASTER_ADDR, node.master_addr),
         master_port=int(os.environ.get(contract.TORCH_MASTER_PORT, node.master_port)),
-        restart_attempt=node.restart_attempt, in_gang=True, checkpoint=_checkpoint(node, rank),
+        restart_attempt=node.restart_attempt, start_cause=node.start_cause,
+        min_nnodes=node.min_nnodes or node.nnodes, max_nnodes=node.max_nnodes or node.nnodes,
+        in_gang=True, checkpoint=_checkpoint(node, rank),
     )
 
 

@@ -33,10 +33,42 @@ class ClusterSpec:
     collective_timeout: float = 300.0  # seconds a collective may wait on a dead peer
     grace_period: float = 30.0  # seconds between SIGTERM and SIGKILL when the gang is stopped
     progress_timeout: float | None = None  # seconds without a step advancing: a hang
+    # Elastic gangs (`min_replicas=` on ClusteredTaskEnvironment, or Flyte's
+    # `Elastic(nnodes="MIN:MAX")`): the fewest nodes the gang trains with; ``replicas`` is
+    # then the most. None: a fixed gang of ``replicas`` nodes.
+    min_replicas: int | None = None
+    monitor_interval: float = 3.0  # seconds a node's launcher may stay silent: the node is lost
+    # Seconds a start's nodes may take to meet; None: the engine's own bound.
+    rendezvous_timeout: float | None = None
+    ttl_after_finished: int | None = None  # Kubernetes: seconds a finished gang's JobSet stays
 
     @property
     def world_size(self) -> int:
+        """The most ranks (an elastic gang may run with fewer: see `min_nodes`)."""
         return self.replicas * self.nproc_per_node
+
+    @property
+    def min_nodes(self) -> int:
+        return self.replicas if self.min_replicas is None else self.min_replicas
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the gang may run with fewer nodes than ``replicas``."""
+        return self.min_nodes < self.replicas
+
+
+# Why a start of a gang began, as `shoal.ctx().start_cause` says it and the gang_started event
+# records it: the first start of an attempt, a restart after a rank failed or hung, a start
+# after a preemption, or an elastic gang's change of size (a node lost, nodes back, a node lent
+# to a run of higher priority).
+START_CAUSES = {
+    "first_start": "first start",
+    "restart": "a rank failed",
+    "preempted": "preempted, readmitted",
+    "node_lost": "node lost",
+    "grown": "grown",
+    "node_lent": "node lent",
+}
 
 
 @dataclass(frozen=True)

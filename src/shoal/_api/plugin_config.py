@@ -1,0 +1,62 @@
+"""What ``TaskEnvironment(plugin_config=...)`` accepts: the configs of Shoal's own plugins.
+
+A plugin's config (``shoal.plugins.<name>``, Flyte's ``flyteplugins.<name>``) subclasses
+`PluginConfig` and says, once, what it makes of the environment it is given to: a gang shape
+(`ClusterSpec`), variables for the task's processes, defaults for its tasks. The environment
+asks it when it is built, so a config's mistakes are `SpecError`s at that moment, and the specs
+engines read never name a plugin: an ``Elastic`` environment is the same `ClusterSpec` a
+``ClusteredTaskEnvironment`` makes. Anything else passed as ``plugin_config`` is refused, naming
+the configs Shoal provides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal._spec.call import ClusterSpec
+
+__all__ = ["PROVIDED", "PluginConfig", "PluginSettings"]
+
+# The configs ``plugin_config=`` takes, as a user imports them (named in the refusal of others).
+PROVIDED = ("shoal.plugins.pytorch.Elastic",)
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """What a plugin config makes of one environment."""
+
+    cluster: ClusterSpec | None = None  # the environment's tasks run as this gang
+    # Variables of every process of the task (the user's own ``env_vars`` win).
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    task_timeout: float | None = None  # a task's max_runtime when it sets none
+    task_retries: int | None = None  # a task's retries when it sets none
+
+
+class PluginConfig:
+    """The base of a plugin config ``TaskEnvironment(plugin_config=)`` accepts."""
+
+    def environment_settings(self, where: str) -> PluginSettings:
+        """What this config makes of the environment ``where`` names (for errors); raises
+        `SpecError` for what it cannot honour."""
+        raise NotImplementedError
+
+
+def settings_of(where: str, config: Any) -> PluginSettings | None:
+    """The settings of ``plugin_config=config``, or a `SpecError` naming what is accepted."""
+    from shoal.errors import SpecError
+
+    if config is None:
+        return None
+    if not isinstance(config, PluginConfig):
+        kind = f"{type(config).__module__}.{type(config).__qualname__}"
+        flyte = kind.startswith("flyteplugins.")
+        raise SpecError(
+            f"{where}.plugin_config", config,
+            f"must be one of Shoal's plugin configs ({', '.join(PROVIDED)})",
+            ("import it from shoal.plugins instead of flyteplugins (e.g. "
+             "`from shoal.plugins.pytorch import Elastic`)" if flyte and "pytorch" in kind else
+             "use shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, or start "
+             "the framework (Spark, Dask, ...) inside a task"))
+    return config.environment_settings(where)
