@@ -55,6 +55,20 @@ def test_a_failed_collective_is_kept_and_a_timeout_recognised() -> None:
         rank_status._failed[:] = [None, 0.0, 0.0]
 
 
+def test_a_peer_closed_after_the_timeout_is_a_timeout_a_quick_one_is_not() -> None:
+    """The first peer to time out closes its connections: the others fail at the same moment
+    with "Connection closed by peer", which is still the gang's collective timeout."""
+    closed = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    try:
+        rank_status._failed[:] = ["all_reduce", 100.0, 109.5]
+        assert rank_status.failure_fields(closed, 10.0)["collective_timeout"]
+        assert not rank_status.failure_fields(closed)["collective_timeout"]
+        rank_status._failed[:] = ["all_reduce", 100.0, 101.0]  # a peer crashed early
+        assert not rank_status.failure_fields(closed, 10.0)["collective_timeout"]
+    finally:
+        rank_status._failed[:] = [None, 0.0, 0.0]
+
+
 def test_the_status_file_is_rewritten_only_when_something_changed(tmp_path: Path) -> None:
     status = RankStatus(tmp_path, 3)
     first = read_status(tmp_path, 3)

@@ -140,7 +140,7 @@ def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,
         "rank": rank, "local_rank": local_rank, "node": node.node_rank, "at": time.time(),
         "message": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
         "traceback": shown,
-        **rank_status.failure_fields(e),
+        **rank_status.failure_fields(e, node.collective_timeout),
     }
     if report["collective_timeout"]:
         from shoal._runtime.reach import master_unreachable

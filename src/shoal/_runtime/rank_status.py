@@ -180,14 +180,21 @@ def start(node: NodeEnv, rank: int, writer: MetricsWriter) -> RankStatus:
     return status
 
 
-def failure_fields(error: BaseException) -> dict[str, Any]:
+def failure_fields(error: BaseException, timeout: float | None = None) -> dict[str, Any]:
     """What a failing rank adds to its failure report: the collective it failed in and
-    whether the failure is a timeout (the engine then diagnoses the gang before ending it)."""
+    whether the failure is a timeout (the engine then diagnoses the gang before ending it).
+
+    A collective that failed after waiting at least 0.9 x the gang's collective ``timeout``
+    counts as a timeout whatever its text: the peer that timed out first closes its
+    connections as it exits, so the others report "Connection closed by peer" at that moment.
+    """
     failed = failed_collective()
     if _current is not None:  # the last status on disk says where the rank stopped
         _current.publish(_current.writer.last_step if _current.writer else None)
     text = f"{type(error).__name__}: {error}"
-    return {"collective": failed,
-            "collective_timeout": bool(_TIMEOUT_WORDS.search(text)) and (
-                failed is not None or "distributed" in type(error).__module__
-                or "gloo" in text.lower() or "nccl" in text.lower())}
+    said = bool(_TIMEOUT_WORDS.search(text)) and (
+        failed is not None or "distributed" in type(error).__module__
+        or "gloo" in text.lower() or "nccl" in text.lower())
+    waited = failed is not None and timeout is not None and (
+        float(failed["failed_at"]) - float(failed["since"]) >= 0.9 * timeout)
+    return {"collective": failed, "collective_timeout": said or waited}
