@@ -34,9 +34,18 @@ class NodeLink:
     def alive(self) -> bool:
         return self.proc.returncode is None and not self.writer.is_closing()
 
+    async def _line(self) -> bytes:
+        """The launcher's next message; b"" once its socket is closed or was reset: a node
+        that is going away (killed, its host lost) resets its end, and that is the node
+        ending, never an error of the engine."""
+        try:
+            return await self.reader.readline()
+        except (ConnectionError, OSError):
+            return b""
+
     async def ready(self) -> None:
         """Once the launcher is ready to start ranks (or gone: `ended` then says so)."""
-        while line := await self.reader.readline():
+        while line := await self._line():
             if "ready" in json.loads(line):
                 return
 
@@ -44,7 +53,7 @@ class NodeLink:
         """The node's exit code for its current start, once its ranks have all ended (the
         launcher's own exit code if it died first; never 0 then)."""
         while True:
-            line = await self.reader.readline()
+            line = await self._line()
             if not line:
                 code = await self.proc.wait()
                 return code or 1
