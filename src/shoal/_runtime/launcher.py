@@ -144,6 +144,16 @@ class Node:
         self.node = replace(self.node, restart_attempt=int(start["restart_attempt"]),
                             master_port=int(start["master_port"]),
                             rank_log_dir=str(start["rank_log_dir"]))
+        # An elastic gang's start says where this node sits in it now: its rank among the
+        # nodes left, their number, the master (the first of them) and why it started.
+        topology: dict[str, Any] = {
+            k: int(start[k]) for k in ("node_rank", "nnodes", "min_nnodes", "max_nnodes")
+            if k in start}
+        for key in ("master_addr", "start_cause"):
+            if key in start:
+                topology[key] = str(start[key])
+        if topology:
+            self.node = replace(self.node, **topology)
         os.environ.update(self.node.to_env())
         self.log = str(start["node_log"])
         sys.stdout.flush()
@@ -461,6 +471,7 @@ def main() -> None:
             runner.stop(0.0)
             os._exit(0)
         runner.renew(first)
+        control.start_heartbeat(float(first.get("heartbeat", 0)))
     while True:
         runner.start()
         sampler = start_sampler(runner.node, runner.rank_pids)

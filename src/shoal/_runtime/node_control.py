@@ -8,6 +8,11 @@ node's exit code, 0 when it was told to stop); the engine says
 start together; then each restart: new master port, restart number, log folders) or closes
 the socket (exit). The launchers of a gang thus outlive its restarts. Without the
 variable (Kubernetes pods, Slurm steps) a launcher runs one start and exits with its code.
+
+A start with ``"heartbeat": s`` (an elastic gang's) makes the launcher say ``{"alive": t}``
+every ``s`` seconds from then on, from a thread of its own: a node whose launcher stays silent
+for the gang's ``monitor_interval`` (its host frozen, its process stopped) is lost to the engine
+even though its socket is still open.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -28,6 +35,8 @@ class Control:
         self._buffered = b""
         self._messages: deque[dict[str, Any]] = deque()
         self.closed = False
+        self._sending = threading.Lock()  # the heartbeat's lines never split another's
+        self._beating = False
 
     @classmethod
     def from_env(cls) -> Control | None:
@@ -63,9 +72,23 @@ class Control:
 
     def send(self, message: dict[str, Any]) -> None:
         try:
-            self.sock.sendall((json.dumps(message) + "\n").encode())
+            with self._sending:
+                self.sock.sendall((json.dumps(message) + "\n").encode())
         except OSError:
             self.closed = True
+
+    def start_heartbeat(self, every: float) -> None:
+        """Say "alive" every ``every`` seconds until the socket closes (once per process)."""
+        if self._beating or every <= 0:
+            return
+        self._beating = True
+
+        def beat() -> None:
+            while not self.closed:
+                self.send({"alive": time.time()})
+                time.sleep(every)
+
+        threading.Thread(target=beat, name="shoal-heartbeat", daemon=True).start()
 
     def next_start(self) -> dict[str, Any] | None:
         """Block until the engine says what comes next: a start's settings, or None (exit).

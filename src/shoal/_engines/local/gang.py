@@ -96,6 +96,8 @@ class Gang:
     ended: list[asyncio.Future[int]] = field(default_factory=list)  # per node: its exit code
     log_dir: Path = Path()
     io: str = ""
+    cause: str = "first_start"  # why this start happened: a key of `START_CAUSES`
+    world: int = 0  # its ranks (an elastic gang's starts differ)
 
 
 # A rank that needs CUDA where the engine emulates its GPUs on CPU can never pass here.
@@ -122,6 +124,7 @@ class GangRunner:
         self.diagnosis: gang_hang.Diagnosis | None = None  # of the last start, if it hung
         self.nets: list[NodeNet] = []  # where the nodes of the last start sit on the network
         self.links: list[NodeLink] = []  # the launchers kept for the next start
+        self.slots: list[int] = []  # where each of ``links`` sits: its index in ``nets``
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -130,6 +133,7 @@ class GangRunner:
         restarts_used = 0
         restart = 0
         reservation: Reservation | None = None
+        cause = "first_start"
         try:
             while True:
                 if reservation is None:
@@ -146,7 +150,7 @@ class GangRunner:
                             on_preempt=self.preempted.set)
                     self.engine.notify("gang_admitted", self.ref.action,
                                        {"task": self.call.task.name, "restart": restart})
-                outcome = await self._start_and_watch(restart, reservation.gpus)
+                outcome = await self._start_and_watch(restart, reservation.gpus, cause)
                 if self.call.task.env.profile is not None:
                     await self._summarize_profiles(restart)
                 if outcome == "succeeded":
@@ -160,7 +164,7 @@ class GangRunner:
                     self.engine.notify("gang_preempted", self.ref.action,
                                        {"task": self.call.task.name, "restart": restart,
                                         "uses_restart": False})
-                    restart += 1
+                    restart, cause = restart + 1, "preempted"
                     continue
                 failure = self._failure(restart, preempted=outcome == "preempted")
                 if restarts_used < self.cluster.max_restarts:
@@ -170,6 +174,7 @@ class GangRunner:
                         "message": failure.message, "rank": failure.rank,
                         "left": self.cluster.max_restarts - restarts_used})
                     restart += 1
+                    cause = "preempted" if outcome == "preempted" else "restart"
                     continue
                 return AttemptOutcome(failure=failure)
         finally:
@@ -187,11 +192,12 @@ class GangRunner:
 
     async def _drop_links(self) -> None:
         """End the launchers kept between starts, if any (they exit on EOF)."""
-        links, self.links = self.links, []
+        links, self.links, self.slots = self.links, [], []
         await asyncio.gather(*(link.close() for link in links))
 
-    async def _start_and_watch(self, restart: int, gpus: tuple[int, ...]) -> str:
-        gang = await self._start(restart, gpus)
+    async def _start_and_watch(self, restart: int, gpus: tuple[int, ...],
+                               cause: str = "first_start") -> str:
+        gang = await self._start(restart, gpus, cause)
         self.gang = gang
         self.diagnosis = None
         waits = {future: i for i, future in enumerate(gang.ended)}
@@ -231,7 +237,7 @@ class GangRunner:
         if c.progress_timeout is None:
             await asyncio.Event().wait()  # cancelled with the start
         else:
-            await gang_hang.watch(gang.log_dir, c.world_size, c.progress_timeout)
+            await gang_hang.watch(gang.log_dir, gang.world, c.progress_timeout)
 
     async def _diagnose_if_timed_out(self, gang: Gang) -> None:
         first = first_failure(self.store, join(self.io, f"r{gang.restart}"))
@@ -247,17 +253,23 @@ class GangRunner:
     async def _diagnose(self, gang: Gang, reason: str) -> None:
         self.diagnosis = await gang_hang.diagnose(
             gang.procs, self.store, join(self.io, f"r{gang.restart}"), gang.log_dir,
-            self.cluster.world_size, reason)
+            gang.world, reason)
         self.engine.notify("gang_hang", self.ref.action, {
             "task": self.call.task.name, "restart": gang.restart,
             **self.diagnosis.event()})
 
-    async def _start(self, restart: int, gpus: tuple[int, ...] = ()) -> Gang:
+    def start_dir(self, restart: int) -> Path:
+        """The folder of one start's rank and node logs."""
+        ref = self.ref
+        return ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
+
+    async def _start(self, restart: int, gpus: tuple[int, ...] = (),
+                     cause: str = "first_start") -> Gang:
         """Start every node; node ``i`` sees its share of the gang's GPUs ``gpus``."""
         c, ref = self.cluster, self.ref
-        log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
+        log_dir = self.start_dir(restart)
         private_dir(log_dir)
-        gang = Gang(restart=restart, log_dir=log_dir, io=self.io)
+        gang = Gang(restart=restart, log_dir=log_dir, io=self.io, cause=cause)
         port = free_port()
         in_place = bool(self.links)
         if in_place:
@@ -266,78 +278,60 @@ class GangRunner:
             await self._launch(gang, port, gpus)  # then told to start, as a restart is
         gang.procs = [link.proc for link in gang.links]
         gang.ended = [asyncio.ensure_future(link.ended()) for link in gang.links]
+        nnodes = len(gang.links)
+        world = gang.world = nnodes * c.nproc_per_node
         logs: dict[str, str] = {}
-        for rank in range(c.world_size):
+        for rank in range(world):
             logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(
                 log_dir / f"rank{rank}.log")
         self.engine.notify("gang_started", ref.action, {
             "task": self.call.task.name, "restart": restart, "logs": logs,
             "pids": [p.pid for p in gang.procs], "master_port": port,
             # `shoal logs` and the UI place each rank on its node from these.
-            "nnodes": c.replicas, "nproc_per_node": c.nproc_per_node,
+            "nnodes": nnodes, "nproc_per_node": c.nproc_per_node, "world_size": world,
+            "cause": cause, "min_nnodes": c.min_nodes, "max_nnodes": c.replicas,
             "same_launchers": in_place})
         return gang
 
     def _restart_in_place(self, gang: Gang, port: int) -> None:
         """The start in the launchers of ``self.links`` (the last start's, or new ones): each
-        forks its ranks."""
+        forks its ranks. Node ranks follow the order of ``self.links`` and the master is
+        node 0's address, so an elastic gang that lost its first node starts on the rest."""
+        c = self.cluster
+        master = self.nets[self.slots[0]].address
+        beat = self.heartbeat()
         for node_rank, link in enumerate(self.links):
-            link.send({"start": {"restart_attempt": gang.restart, "master_port": port,
-                                 "rank_log_dir": str(gang.log_dir),
-                                 "node_log": str(gang.log_dir / f"node{node_rank}.log")}})
+            start: dict[str, Any] = {
+                "restart_attempt": gang.restart, "master_port": port,
+                "rank_log_dir": str(gang.log_dir),
+                "node_log": str(gang.log_dir / f"node{node_rank}.log"),
+                "node_rank": node_rank, "nnodes": len(self.links), "master_addr": master,
+                "start_cause": gang.cause}
+            if c.elastic:
+                start |= {"min_nnodes": c.min_nodes, "max_nnodes": c.replicas}
+            if beat:
+                start["heartbeat"] = beat
+            link.send({"start": start})
         gang.links = list(self.links)
+
+    def heartbeat(self) -> float:
+        """Seconds between a launcher's "alive" lines; 0: it sends none (a fixed gang: its
+        nodes' loss is their process ending)."""
+        return 0.0
 
     async def _launch(self, gang: Gang, port: int, gpus: tuple[int, ...]) -> None:
         """A launcher process per node, each with its control socket."""
-        c, ref, env = self.cluster, self.ref, self.call.task.env
-        restart, log_dir = gang.restart, gang.log_dir
+        c = self.cluster
         self.links = gang.links  # filled as they start: ended with the attempt if one fails
-        prefix = self.engine.namespace_prefix()
-        emulated = self.engine.gpus_emulated(env)
-        nets = node_nets(c.replicas)
-        self.nets = nets
+        self.slots = []
+        self.nets = node_nets(c.replicas)
+        share = len(gpus) // c.replicas
         for node_rank in range(c.replicas):
-            node = NodeEnv(
-                home=str(self.engine.home), store=self.engine.store, run=ref.run,
-                action=ref.action, attempt=ref.attempt, env_name=env.name,
-                code_file=self.call.task.code_file, task=self.call.task.name, io=self.io,
-                node_rank=node_rank, nnodes=c.replicas, nproc_per_node=c.nproc_per_node,
-                master_addr=nets[0].address, master_port=port, restart_attempt=restart,
-                runtime=c.runtime, rdzv_backend=c.rdzv_backend,
-                torch_max_restarts=c.torch_max_restarts, launch=self.engine.launch_mode(c),
-                rank_log_dir=str(log_dir), collective_timeout=c.collective_timeout,
-                grace_period=c.grace_period, master_wait=30.0,
-                # Each simulated node has its own address, as real nodes have their own IPs:
-                # torchrun's c10d rendezvous tells agents apart by address and pid, and pids
-                # repeat across PID namespaces.
-                node_addr=nets[node_rank].address,
-                checkpoint_uri=contract.checkpoint_uri(self.engine.store, self.engine.lineage,
-                                                       ref.action),
-                profile=env.profile.to_text() if env.profile is not None else "",
-            )
-            environ = worker_environ(env, None, self.engine.base_environ(),
-                                     gpus_emulated=emulated)
-            environ.update(self.engine.secret_env(env))
-            share = len(gpus) // c.replicas
-            environ.update(self.engine.gpu_environ(
-                env, gpus[node_rank * share:(node_rank + 1) * share]))
-            environ.update(node.to_env())
-            ours, theirs = socket.socketpair()
-            fds: tuple[int, ...] = (theirs.fileno(),)
-            environ[contract.CONTROL_FD] = str(theirs.fileno())
-            if self.engine.lifeline is not None:
-                fds += (self.engine.lifeline[0],)
-                environ[contract.LIFELINE_FD] = str(self.engine.lifeline[0])
-            log = log_dir / f"node{node_rank}.log"
-            command = (*nets[node_rank].prefix, *prefix, *LAUNCHER)
-            try:
-                proc = await procs.spawn(command, environ, log, pass_fds=fds)
-            except BaseException:
-                ours.close()
-                raise
-            finally:
-                theirs.close()
-            gang.links.append(await NodeLink.open(proc, ours))
+            self.slots.append(node_rank)
+            gang.links.append(await self._spawn(
+                node_rank, node_rank, c.replicas, gang.restart, port, gang.log_dir,
+                gpus[node_rank * share:(node_rank + 1) * share],
+                gang.log_dir / f"node{node_rank}.log"))
         # Every node imports in its zygote first; told to start together, the gang's ranks do.
         try:
             await asyncio.gather(*(link.ready() for link in gang.links))
@@ -347,6 +341,52 @@ class GangRunner:
             await asyncio.gather(*(procs.kill_tree(link.proc.pid) for link in gang.links))
             raise
         self._restart_in_place(gang, port)
+
+    async def _spawn(self, slot: int, node_rank: int, nnodes: int, restart: int, port: int,
+                     log_dir: Path, gpus: tuple[int, ...], log: Path) -> NodeLink:
+        """One node's launcher at ``self.nets[slot]``, seeing ``gpus``, writing to ``log``
+        until its first start names its own; its ranks wait for a start."""
+        c, ref, env = self.cluster, self.ref, self.call.task.env
+        nets = self.nets
+        node = NodeEnv(
+            home=str(self.engine.home), store=self.engine.store, run=ref.run,
+            action=ref.action, attempt=ref.attempt, env_name=env.name,
+            code_file=self.call.task.code_file, task=self.call.task.name, io=self.io,
+            node_rank=node_rank, nnodes=nnodes, nproc_per_node=c.nproc_per_node,
+            master_addr=nets[self.slots[0] if self.slots else slot].address,
+            master_port=port, restart_attempt=restart,
+            runtime=c.runtime, rdzv_backend=c.rdzv_backend,
+            torch_max_restarts=c.torch_max_restarts, launch=self.engine.launch_mode(c),
+            rank_log_dir=str(log_dir), collective_timeout=c.collective_timeout,
+            grace_period=c.grace_period, master_wait=30.0,
+            # Each simulated node has its own address, as real nodes have their own IPs:
+            # torchrun's c10d rendezvous tells agents apart by address and pid, and pids
+            # repeat across PID namespaces.
+            node_addr=nets[slot].address,
+            checkpoint_uri=contract.checkpoint_uri(self.engine.store, self.engine.lineage,
+                                                   ref.action),
+            profile=env.profile.to_text() if env.profile is not None else "",
+        )
+        environ = worker_environ(env, None, self.engine.base_environ(),
+                                 gpus_emulated=self.engine.gpus_emulated(env))
+        environ.update(self.engine.secret_env(env))
+        environ.update(self.engine.gpu_environ(env, gpus))
+        environ.update(node.to_env())
+        ours, theirs = socket.socketpair()
+        fds: tuple[int, ...] = (theirs.fileno(),)
+        environ[contract.CONTROL_FD] = str(theirs.fileno())
+        if self.engine.lifeline is not None:
+            fds += (self.engine.lifeline[0],)
+            environ[contract.LIFELINE_FD] = str(self.engine.lifeline[0])
+        command = (*nets[slot].prefix, *self.engine.namespace_prefix(), *LAUNCHER)
+        try:
+            proc = await procs.spawn(command, environ, log, pass_fds=fds)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return await NodeLink.open(proc, ours)
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
         """Stop the ranks of every node still running some: ``keep``, through the control
@@ -402,7 +442,7 @@ class GangRunner:
 
     def _failure_of(self, restart: int, preempted: bool) -> FailureInfo:
         task, ref = self.call.task.name, self.ref
-        log_dir = ref.log_path.parent / "gang" / f"{ref.action}.{ref.attempt}" / f"r{restart}"
+        log_dir = self.start_dir(restart)
         if preempted:
             return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
                                message=f"the gang was preempted (restart {restart}) and "

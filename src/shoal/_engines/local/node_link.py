@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import json
 import socket
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from shoal._engines.local import procs
@@ -24,6 +25,9 @@ class NodeLink:
     proc: asyncio.subprocess.Process
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    # When the launcher last said anything (monotonic): an elastic gang's launchers say
+    # "alive" every heartbeat, so a silent one is lost (`_runtime.node_control`).
+    heard: float = field(default_factory=time.monotonic)
 
     @classmethod
     async def open(cls, proc: asyncio.subprocess.Process, sock: socket.socket) -> NodeLink:
@@ -39,9 +43,11 @@ class NodeLink:
         that is going away (killed, its host lost) resets its end, and that is the node
         ending, never an error of the engine."""
         try:
-            return await self.reader.readline()
+            line = await self.reader.readline()
         except (ConnectionError, OSError):
             return b""
+        self.heard = time.monotonic()
+        return line
 
     async def ready(self) -> None:
         """Once the launcher is ready to start ranks (or gone: `ended` then says so)."""
