@@ -158,7 +158,7 @@ def test_defaults_come_from_the_task_context() -> None:
         with pytest.raises(SpecError) as err:  # worlds of 2, 4 and 6 ranks: 8 fails at 6
             ElasticSampler(10, 8)
     assert err.value.field == "ElasticSampler.batch_size"
-    assert "(2, 4, 6); 6 do not divide it" in err.value.rule
+    assert "(2, 4, 6), and it does not over 6 ranks" in err.value.rule
     assert err.value.fix is not None and "batch_size=12 (a multiple of 12)" in err.value.fix
 
 

@@ -133,7 +133,8 @@ class ElasticSampler:
         sizes = ", ".join(map(str, sorted(worlds)))
         raise SpecError(f"{_WHERE}.batch_size", self.batch_size,
                         f'with keep="global" must divide equally over every world size the '
-                        f"gang can have ({sizes}); {', '.join(map(str, bad))} do not divide it",
+                        f"gang can have ({sizes}), and it does not over "
+                        f"{' or '.join(map(str, bad))} ranks",
                         f"use batch_size={fit} (a multiple of {every}), or keep=\"per_rank\" "
                         "(batch_size is then each rank's)")
 
