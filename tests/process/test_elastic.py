@@ -39,12 +39,29 @@ def _signal_tree(pid: int, sig: int) -> None:
             p.send_signal(sig)
 
 
-def _steps(out: Path, rank: int) -> list[tuple[int, int, int]]:
+def _lines(out: Path, rank: int) -> list[list[str]]:
     path = out / f"steps-rank{rank}.txt"
-    if not path.exists():
-        return []
-    return [tuple(map(int, line.split())) for line in path.read_text().splitlines()
-            if line.strip()]  # type: ignore[misc]
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _steps(out: Path, rank: int) -> list[tuple[int, int, int]]:
+    """(restart, step, world) of each step ``rank`` trained."""
+    return [(int(r), int(s), int(w)) for r, s, w, *_ in _lines(out, rank)]
+
+
+def _samples_used(out: Path, kept: list[int], final_restart: int) -> list[int]:
+    """Every sample the steps that count trained on, over every rank: what each start
+    trained before a later one resumed from an earlier step is not counted."""
+    owner: dict[int, int] = {}  # step -> the restart whose training of it counts
+    for restart, step, _world in _steps(out, 0):
+        owner[step] = restart
+    assert sorted(owner) == kept and max(owner.values()) == final_restart
+    used: list[int] = []
+    for rank in (0, 1):
+        for r, s, _w, *batch in _lines(out, rank):
+            if owner.get(int(s)) == int(r) and batch:
+                used += [int(i) for i in batch[0].split(",")]
+    return sorted(used)
 
 
 def _trained(out: Path) -> list[int]:
@@ -98,7 +115,11 @@ def test_a_lost_node_shrinks_the_gang_which_trains_on_and_grows_back(
     assert first_small["world"] == 1 and first_small["cause"] == "node_lost"
     assert first_small["start"] % elastic.EVERY == 0 and first_small["start"] > 0
     assert (first_small["min"], first_small["max"]) == (1, 2)
-    assert _trained(tmp_path) == list(range(STEPS))  # every step trained once in the end
+    kept = _trained(tmp_path)
+    assert kept == list(range(STEPS))  # every step trained once in the end
+    # Exactly once across the shrink and the growth: every sample of the epoch, none twice.
+    assert _samples_used(tmp_path, kept, result["restart"]) == list(
+        range(elastic.BATCH * STEPS))
     if how == "freeze":
         assert "said nothing for 2 s" in resized[0]["reason"], resized[0]
     print(f"\nnode {node} {how}: run ended {time.monotonic() - killed_at:.1f} s later; "
@@ -129,4 +150,7 @@ def test_a_higher_priority_call_borrows_a_node_and_the_gang_grows_back(
     grown = json.loads((tmp_path / "start-r2-rank0.json").read_text())
     assert grown["world"] == 2 and grown["cause"] == "grown"
     assert (tmp_path / "start-r2-rank0.json").stat().st_mtime >= urgent_at
-    assert _trained(tmp_path) == list(range(STEPS))
+    kept = _trained(tmp_path)
+    assert kept == list(range(STEPS))
+    assert _samples_used(tmp_path, kept, result["restart"]) == list(
+        range(elastic.BATCH * STEPS))

@@ -1,8 +1,10 @@
 """Elastic gangs (1 to 2 nodes × 1 rank) that train from a durable checkpoint.
 
 Every start writes what it saw (world, cause, step it resumed from) and every step what it
-trained, so the tests can follow the gang through a lost node, a lent node and growth back.
-Rank 0 commits the state (step, the sum of world sizes seen) every ``EVERY`` steps.
+trained, and on which samples, so the tests can follow the gang through a lost node, a lent
+node and growth back. The samples come from an `ElasticSampler` (a global batch of 2, one
+epoch of ``2 × steps`` samples); rank 0 commits the state (step, sampler position, the sum of
+world sizes seen) every ``EVERY`` steps.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import time
 from pathlib import Path
 
 import shoal
-from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, ElasticSampler
 
 EVERY = 3  # steps between checkpoint commits
+BATCH = 2  # the global batch: one sample a rank at 2 nodes, two at 1
 STEP_SECONDS = 0.15
 RES = shoal.Resources(cpu=1, memory="512Mi")
 
@@ -51,19 +54,25 @@ def _train(out_dir: str, steps: int) -> dict[str, int | str]:
     raw = cp.load_sync()
     state = json.loads(raw) if isinstance(raw, bytes) else {"step": -1, "worlds": 0}
     start = int(state["step"]) + 1
+    sampler = ElasticSampler(BATCH * steps, batch_size=BATCH, seed=7)
+    if "sampler" in state:
+        sampler.load_state_dict(state["sampler"])
+    batches = iter(sampler.batches())
     out = Path(out_dir)
     (out / f"start-r{ctx.restart_attempt}-rank{rank}.json").write_text(json.dumps({
         "world": world, "cause": ctx.start_cause, "nnodes": ctx.nnodes, "start": start,
         "node": ctx.node_rank, "min": ctx.min_nnodes, "max": ctx.max_nnodes,
         "pid": os.getpid()}))
     t = torch.zeros(1)
-    for step in range(start, steps):
+    for done, step in enumerate(range(start, steps), 1):
+        batch = next(batches)
         t.fill_(1.0)
         dist.all_reduce(t)  # every rank of this start agrees on its world
         assert int(t.item()) == world, (t.item(), world)
         state["step"], state["worlds"] = step, int(state["worlds"]) + world
+        state["sampler"] = sampler.state_dict(batches_done=done)
         with (out / f"steps-rank{rank}.txt").open("a") as f:
-            f.write(f"{ctx.restart_attempt} {step} {world}\n")
+            f.write(f"{ctx.restart_attempt} {step} {world} {','.join(map(str, batch))}\n")
         if step % EVERY == EVERY - 1:
             if rank == 0:
                 cp.save_sync(json.dumps(state).encode(), step=step)

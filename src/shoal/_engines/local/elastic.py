@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 # Seconds between the grower's looks at the pool and at the checkpoint's commits.
 GROW_POLL = 0.5
+# Seconds a new node's launcher may take to be ready (its zygote's imports) unless the gang
+# says (``rendezvous_timeout``: Flyte's ``rdzv_configs`` timeout, 900 s by default there).
+JOIN_TIMEOUT = 900.0
 # Seconds to wait, once a rank failed, for a launcher that died with it to be seen: a node
 # killed whole is a lost node, not a rank failure of the nodes that lost their peer.
 LOSS_SETTLE = 0.3
@@ -205,8 +208,15 @@ class ElasticGangRunner(GangRunner):
             self._claimed.discard(slot)
         spare = Member(link=link, slot=slot, gpus=gpus, own=own)
         self.spares.append(spare)
+        meet = self.cluster.rendezvous_timeout or JOIN_TIMEOUT
         try:
-            await link.ready()
+            await asyncio.wait_for(link.ready(), meet)
+        except asyncio.TimeoutError:
+            print(f"shoal: {self.ref.action}: a new node's launcher was not ready within "
+                  f"{meet:g} s (rdzv_configs timeout); the gang goes on without it",
+                  file=sys.stderr)
+            await self._drop(spare)
+            return
         except BaseException:
             await self._drop(spare)
             raise
