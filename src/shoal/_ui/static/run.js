@@ -102,10 +102,11 @@ function startsTable(att) {
 }
 
 // The world size over one attempt's time, as steps (an SVG of its own: no chart library for
-// a handful of points). Drawn where there is a change to see: several starts, or elastic.
+// a handful of points). Drawn where the size can change: an elastic gang, or one whose starts
+// differ in size (a fixed gang's flat line would say nothing the table does not).
 function worldChart(att, now) {
   const pts = att.starts.filter(s => s.started_at !== null && s.world_size !== null);
-  if (!pts.length || (pts.length < 2 && !att.elastic)) return "";
+  if (!pts.length || (!att.elastic && new Set(pts.map(s => s.world_size)).size < 2)) return "";
   const ns = "http://www.w3.org/2000/svg";
   const svg = (tag, attrs, text) => {
     const node = document.createElementNS(ns, tag);
