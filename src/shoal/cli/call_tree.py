@@ -122,8 +122,9 @@ def start_lines(starts: Mapping[tuple[str, int], Sequence[GangStart]], action: s
                              f"{r.reason or r.cause.replace('_', ' ')}")
             per = "?" if s.nproc_per_node is None else s.nproc_per_node
             world = "?" if s.world_size is None else s.world_size
+            ranks = "rank" if world == 1 else "ranks"
             lines.append(f"· {named}start r{s.restart}: {_nodes(s.nnodes)} × {per} = {world} "
-                         f"ranks ({s.cause_text})")
+                         f"{ranks} ({s.cause_text})")
     return lines
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -284,8 +285,7 @@ class ElasticGangRunner(GangRunner):
                     dead = next((m for m in self.members if m.link.proc.returncode is not None),
                                 None)
                     if dead is not None:
-                        code = dead.link.proc.returncode
-                        return await self._lose(gang, dead, f"its launcher exited ({code})")
+                        return await self._lose(gang, dead, _ended(dead.link.proc.returncode))
                     await self._diagnose_if_timed_out(gang)
                     await self._stop(gang, FAILURE_GRACE, keep=True)
                     return Outcome("failed")
@@ -441,3 +441,11 @@ class ElasticGangRunner(GangRunner):
             task=self.call.task.name, action=ref.action, attempt=ref.attempt, kind="crash",
             message=f"{outcome.why} (restart {restart}) and max_restarts={c.max_restarts} "
                     "is used up", node=node)
+
+
+def _ended(code: int | None) -> str:
+    """How a node's launcher ended, as a person reads it."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"its launcher was killed by {signal.Signals(-code).name}"
+    return f"its launcher exited with code {code}"
