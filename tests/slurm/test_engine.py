@@ -208,6 +208,42 @@ def test_a_lost_node_fails_the_gang_and_is_named(slurm_cluster: SlurmCluster,
     assert f"node {victim} (node rank 1) ended first and left no report" in err, err
 
 
+def test_an_elastic_gang_that_loses_a_node_goes_on_with_the_rest(
+        slurm_cluster: SlurmCluster, shoal_home: Path) -> None:
+    """An elastic gang (1 to 2 nodes, --no-kill) whose second node's slurmd is killed with
+    everything on it: the next srun step runs on the node left, from the last checkpoint,
+    using the one restart; the run succeeds at world size 1."""
+    run = shoal_home.name + "-elastic"
+    proc = start("run", "--engine", "slurm", "--name", run, str(GANGS), "elastic_steps",
+                 "--count", "24", "--step_seconds", "0.3")
+    try:
+        wait_while_running("step 2", lambda: rank_log_says(shoal_home, run, "step 2"), proc)
+        (job,) = started_jobs(shoal_home, run)
+        info = slurm_cluster.squeue(job)
+        assert info is not None
+        nodes = _nodes(slurm_cluster, info.nodes)
+        assert len(nodes) == 2, nodes
+        slurm_cluster.kill_node(nodes[1])
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0, f"{out}\n{err}"
+    result = json.loads(out)
+    assert result["world"] == 1 and result["restart"] == 1 and result["total"] > 24, result
+    assert result["first_step"] > 2, result  # resumed from the checkpoint
+    got = events(shoal_home, run)
+    resized = [d for k, d in got if k == "gang_resized"]
+    assert len(resized) == 1 and resized[0]["cause"] == "node_lost", got
+    assert resized[0]["from"] == 2 and resized[0]["to"] == 1 and nodes[1] in str(
+        resized[0]["reason"])
+    starts = [d for k, d in got if k == "gang_started"]
+    assert [s["cause"] for s in starts] == ["first_start", "node_lost"], starts
+    assert [s["nnodes"] for s in starts] == [2, 1]
+    assert set(started_jobs(shoal_home, run)) == {job}  # the same allocation went on
+
+
 def _nodes(cluster: SlurmCluster, nodelist: str) -> list[str]:
     return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 

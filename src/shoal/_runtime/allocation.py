@@ -39,6 +39,9 @@ from shoal._runtime.ports import free_port
 from shoal._spec.names import check_node_name
 
 STATE_FILE = "allocation.json"
+# The cause of a start (`shoal._spec.call.START_CAUSES`) from why this program began it.
+START_CAUSE_OF = {"first": "first_start", "failed": "restart", "requeued": "preempted",
+                  "node_lost": "node_lost"}
 # What srun says when a node's task ends badly ("srun: error: n2: task 1: Killed") or a node
 # fails ("srun: error: Node failure on n2"): the first such line names the node that ended
 # first, before srun ends the others ("Terminating StepId=...").
@@ -55,13 +58,15 @@ class Start:
     nodes: list[str]
     master: str
     port: int
-    why: str  # "first" | "failed" (a restart was used) | "requeued"
+    why: str  # "first" | "failed" (a restart was used) | "requeued" | "node_lost"
     uses_restart: bool = False
     exit_code: int | None = None  # the step's, once it ended
     ended_at: float | None = None
     # What srun said of nodes that ended badly, in its order: [node, what], the first one
     # before srun began ending the rest ("first": true) marked so.
     srun_says: list[dict[str, Any]] = field(default_factory=list)
+    # An elastic gang's start after a node was lost: each node left out -> why.
+    lost: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,6 +77,7 @@ class AllocationState:
     phase: str = "running"  # "running" | "stopping" | "succeeded" | "failed"
     message: str = ""  # why it failed, when no rank report says it
     starts: list[Start] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # an elastic gang's nodes left out
 
     @property
     def restart(self) -> int:
@@ -124,6 +130,8 @@ class Allocation:
         self.grace = float(environ.get(contract.GRACE_PERIOD, "30"))
         self.step: subprocess.Popen[str] | None = None
         self.stopping = False
+        # An elastic gang (0: fixed): its fewest nodes; a lost node leaves, the rest go on.
+        self.min_nnodes = int(environ.get(contract.MIN_NNODES, "0") or 0)
 
     # -- the state in the store --------------------------------------------------------------
     def load(self) -> AllocationState | None:
@@ -138,25 +146,27 @@ class Allocation:
         self.store.put_bytes(self.state_key, state.to_json())
 
     # -- one start ---------------------------------------------------------------------------
-    def step_argv(self, restart: int, nnodes: int) -> list[str]:
+    def step_argv(self, restart: int, nnodes: int, nodes: list[str] | None = None) -> list[str]:
         node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
             [sys.executable, "-m", "shoal._runtime.launcher"])
         # One node launcher per node, told its node rank by Slurm (the same for every task of
         # a step otherwise: srun gives all tasks one environment).
         on_node = f'export {contract.NODE_RANK}="$SLURM_NODEID"; exec {node_command}'
+        where = [f"--nodelist={','.join(nodes)}"] if nodes else []
         return ["srun", f"--nodes={nnodes}", f"--ntasks={nnodes}", "--ntasks-per-node=1",
-                "--kill-on-bad-exit=1", "--export=ALL",
+                *where, "--kill-on-bad-exit=1", "--export=ALL",
                 f"--output={os.path.join(self.log_dir, f'r{restart}', 'node%n.log')}",
                 *shlex.split(self.environ.get(contract.SRUN_OPTIONS, "")),
                 "bash", "-c", on_node]
 
     def run_step(self, state: AllocationState, restart: int, why: str,
-                 uses_restart: bool) -> int:
-        nodes = hostnames(self.environ["SLURM_JOB_NODELIST"])
+                 uses_restart: bool, lost: dict[str, str] | None = None) -> int:
+        nodes = [n for n in hostnames(self.environ["SLURM_JOB_NODELIST"])
+                 if n not in state.lost]
         master = node_address(nodes[0])
         start = Start(restart=restart, at=time.time(), nodes=nodes, master=master,
                       port=free_port(""),  # node rank 0 runs here, where the batch script does
-                      why=why, uses_restart=uses_restart)
+                      why=why, uses_restart=uses_restart, lost=dict(lost or {}))
         state.starts.append(start)
         state.phase = "running"
         self.save(state)
@@ -167,7 +177,12 @@ class Allocation:
                     contract.RANK_LOG_DIR: os.path.join(self.log_dir, f"r{restart}")})
         print(f"shoal-allocation {self.job}: start r{restart} ({why}) on {','.join(nodes)}, "
               f"master {master}:{env[contract.MASTER_PORT]}", flush=True)
-        step = self.step = subprocess.Popen(self.step_argv(restart, len(nodes)), env=env,
+        if self.min_nnodes:
+            env.update({contract.MIN_NNODES: str(self.min_nnodes),
+                        contract.MAX_NNODES: self.environ.get(contract.MAX_NNODES, "0"),
+                        contract.START_CAUSE: START_CAUSE_OF[why]})
+        argv = self.step_argv(restart, len(nodes), nodes if self.min_nnodes else None)
+        step = self.step = subprocess.Popen(argv, env=env,
                                             stderr=subprocess.PIPE, text=True,
                                             errors="replace")
         assert step.stderr is not None
@@ -199,6 +214,7 @@ class Allocation:
         if state.phase in ("succeeded", "failed"):
             return None
         state.requeues = requeues
+        state.lost = []  # a requeued job is a new allocation: every node of it is there
         restart = state.restart + 1
         if self.resume:
             return state, restart, "requeued", False
@@ -218,20 +234,50 @@ class Allocation:
             done = self.load()
             return 0 if done is not None and done.phase == "succeeded" else 1
         state, restart, why, uses = first
+        lost: dict[str, str] = {}
         while True:
-            code = self.run_step(state, restart, why, uses)
+            code = self.run_step(state, restart, why, uses, lost)
             if self.stopping:
                 return 128 + signal.SIGTERM
             if code == 0:
                 state.phase = "succeeded"
                 self.save(state)
                 return 0
+            lost = self.lost_nodes(state.starts[-1]) if self.min_nnodes else {}
             if state.restarts_used >= self.max_restarts:
                 state.phase = "failed"
                 self.save(state)
                 return 1
+            left = len(state.starts[-1].nodes) - len(lost)
+            if lost and left < self.min_nnodes:
+                state.phase, state.message = "failed", (
+                    f"node {', '.join(lost)} lost after start r{restart}: {left} node(s) "
+                    f"left, fewer than the gang's MIN of {self.min_nnodes}")
+                self.save(state)
+                return 1
             state.restarts_used += 1
-            restart, why, uses = restart + 1, "failed", True
+            state.lost += list(lost)
+            restart, why, uses = restart + 1, "node_lost" if lost else "failed", True
+
+    def lost_nodes(self, start: Start) -> dict[str, str]:
+        """The nodes of an elastic gang's failed ``start`` that are gone (name -> why): srun
+        saw each end badly and its launcher left no report (it was killed with everything
+        on its machine), or Slurm marks it down or not responding."""
+        from shoal._runtime.reports import read_reports
+        from shoal._storage.store import join
+
+        reported = {r.get("node") for r in read_reports(
+            self.store, join(self.io, f"r{start.restart}")) if r.get("kind") == "node"}
+        gone = {s["node"]: f"srun: {s['what']}" for s in start.srun_says
+                if s["node"] in start.nodes and start.nodes.index(s["node"]) not in reported}
+        done = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(start.nodes), "-o",
+                               "%N %t"], capture_output=True, text=True, timeout=60)
+        for line in done.stdout.splitlines():
+            name, _, state = line.partition(" ")
+            if name in start.nodes and (state.endswith("*") or state.startswith(
+                    ("down", "drain", "fail"))):
+                gone.setdefault(name, f"Slurm marks it {state}")
+        return gone
 
     def on_term(self, signum: int, frame: object) -> None:
         """Preemption, the time limit or scancel: the step's launchers give their ranks the

@@ -29,6 +29,11 @@ durable = ClusteredTaskEnvironment(
     failure_policy=ClusterFailurePolicy(max_restarts=0, resume_after_preemption=True,
                                         grace_period=2))
 
+elastic = ClusteredTaskEnvironment(
+    name="elastic", resources=small, replicas=2, min_replicas=1, nproc_per_node=1,
+    runtime=TorchRun(), env_vars={"OMP_NUM_THREADS": "1"},
+    failure_policy=ClusterFailurePolicy(max_restarts=1, grace_period=2))
+
 
 def _group() -> tuple[int, int]:
     import torch.distributed as dist
@@ -69,9 +74,20 @@ def always_fails(how: str = "raise") -> int:
     return rank
 
 
+@elastic.task
+def elastic_steps(count: int = 20, step_seconds: float = 0.5) -> dict[str, int]:
+    """`steps` in an elastic gang of 1 to 2 nodes: a lost node's gang goes on with one."""
+    result = _steps(count, step_seconds)
+    return {**result, "world": shoal.ctx().world_size or 0}
+
+
 @durable.task
 def steps(count: int = 20, step_seconds: float = 0.5) -> dict[str, int]:
     """One checkpoint per step; a requeued gang resumes after the last one."""
+    return _steps(count, step_seconds)
+
+
+def _steps(count: int, step_seconds: float) -> dict[str, int]:
     import torch
     import torch.distributed as dist
 

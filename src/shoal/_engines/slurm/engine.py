@@ -49,7 +49,13 @@ from shoal._engines.slurm.script import (
     secret_env_vars,
     slurm_minutes,
 )
-from shoal._runtime.allocation import STATE_FILE, AllocationState, Start, hostnames
+from shoal._runtime.allocation import (
+    START_CAUSE_OF,
+    STATE_FILE,
+    AllocationState,
+    Start,
+    hostnames,
+)
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
@@ -124,7 +130,9 @@ class SlurmEngine(Engine):
             collective_timeout=c.collective_timeout, grace_period=c.grace_period,
             master_wait=60.0,
             checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage, ref.action),
-            profile=env.profile.to_text() if env.profile is not None else "")
+            profile=env.profile.to_text() if env.profile is not None else "",
+            min_nnodes=c.min_nodes if c.elastic else 0,
+            max_nnodes=c.replicas if c.elastic else 0)
         placement = self.placement(env)
         if call.task.timeout is not None and placement.time_limit is None:
             placement = replace(placement, time_limit=slurm_minutes(call.task.timeout))
@@ -377,7 +385,16 @@ class SlurmJob:
         left = (c.max_restarts if c is not None else 0) - state.restarts_used
         for start in state.starts[self.told:]:
             previous = state.starts[start.restart - 1] if start.restart > 0 else None
-            if start.why == "failed" and previous is not None:
+            if start.why == "node_lost" and previous is not None:
+                gone = [n for n in previous.nodes if n not in start.nodes]
+                said = "; ".join(f"{n}: {start.lost.get(n, 'gone')}" for n in gone)
+                self.engine.notify("gang_resized", self.ref.action, {
+                    "task": self.task, "restart": start.restart, "from": len(previous.nodes),
+                    "to": len(start.nodes), "cause": "node_lost",
+                    "nodes": [previous.nodes.index(n) for n in gone],
+                    "reason": f"node {', '.join(gone)} lost ({said})", "uses_restart": True,
+                    "left": left, "job": self.job})
+            elif start.why == "failed" and previous is not None:
                 failure = await asyncio.to_thread(self._failure, previous)
                 self.engine.notify("gang_restart", self.ref.action, {
                     "task": self.task, "restart": previous.restart, "message": failure.message,
@@ -402,7 +419,11 @@ class SlurmJob:
             self.engine.notify("gang_started", self.ref.action, {
                 "task": self.task, "restart": start.restart, "logs": logs, "pids": [],
                 "master_port": start.port, "nnodes": len(start.nodes),
-                "nproc_per_node": nproc, "job": self.job, "nodes": start.nodes})
+                "nproc_per_node": nproc, "world_size": len(start.nodes) * nproc,
+                "cause": START_CAUSE_OF.get(start.why, "restart"),
+                "min_nnodes": c.min_nodes if c is not None else 1,
+                "max_nnodes": c.replicas if c is not None else 1,
+                "job": self.job, "nodes": start.nodes})
             self.told += 1
 
     def _lost_nodes(self, nodes: list[str]) -> dict[str, str]:

@@ -137,8 +137,19 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
              f"# Shoal: run {shown(node.run)}, action {shown(node.action)} (task {shown(task)}), "
              f"attempt {node.attempt}: {c.replicas} node(s) x {c.nproc_per_node} process(es)",
              directive("--job-name", name),
-             f"#SBATCH --nodes={c.replicas}",
-             "#SBATCH --ntasks-per-node=1"]
+             ]
+    if c.elastic:
+        # As many nodes as fit now, MIN to MAX: MAX tasks spread over as many nodes as are
+        # free (with one task a node Slurm gives a range's minimum, and with
+        # --ntasks-per-node=1 it waits for MAX). Started on fewer, the tasks left over are
+        # CPUs held on those nodes; the srun steps run one launcher a node. A node that
+        # fails leaves the allocation instead of ending it (--no-kill), and the next step
+        # runs on the nodes left (`shoal._runtime.allocation`).
+        lines += [f"#SBATCH --nodes={c.min_nodes}-{c.replicas}",
+                  f"#SBATCH --ntasks={c.replicas}", "#SBATCH --spread-job",
+                  "#SBATCH --no-kill"]
+    else:
+        lines += [f"#SBATCH --nodes={c.replicas}", "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH {o}" for o in resource_options(env, settings.gpu_types)]
     lines += _placement_lines(placement)
     # sbatch refuses a directive with a bare space in it ("Invalid directive"); it reads quotes.
