@@ -27,7 +27,7 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._engines.base import default_launch, refuse_progress_timeout
+from shoal._engines.base import default_launch, refuse_elastic, refuse_progress_timeout
 from shoal._engines.kubernetes import validate
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.names import (
@@ -131,6 +131,7 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
                         "has no per-workload admission deadline)",
                         "leave it out on Kubernetes, or bound the run with max_runtime=")
     refuse_progress_timeout(env, "Kubernetes")
+    refuse_elastic(env, "Kubernetes")
     labels, annotations = _identity(env, run, action, attempt, call.task.name)
     own, pod_labels = split_labels(env, config, default_queue=True)
     # The controller lowers each attempt's timeout to what is left of a Timeout(deadline=);
@@ -209,8 +210,11 @@ def _jobset(name: str, config: KubeConfig, c: ClusterSpec, labels: Mapping[str, 
     spec: dict[str, Any] = {}
     if any(k in labels for k in validate.KUEUE_LABELS):
         spec["suspend"] = True
-    if config.ttl_seconds_after_finished is not None:
-        spec["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
+    # Elastic(run_policy=RunPolicy(ttl_seconds_after_finished=)) wins over the config's.
+    ttl = c.ttl_after_finished if c.ttl_after_finished is not None \
+        else config.ttl_seconds_after_finished
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
     spec["network"] = {"enableDNSHostnames": True, "publishNotReadyAddresses": True,
                        "subdomain": name}
     spec["failurePolicy"] = failure
