@@ -12,7 +12,8 @@ An elastic gang trains on as many nodes as it can get between two bounds: ``repl
 most, ``min_replicas`` the fewest (Flyte's ``Elastic(nnodes="2:4")`` from
 `shoal.plugins.pytorch` compiles to the same). It is admitted once ``min_replicas`` nodes fit,
 goes on at a smaller size when a node is lost or lent to a run of higher priority, and grows
-back as nodes return (docs/elastic.md).
+back as nodes return (docs/elastic.md). `ElasticSampler` gives its ranks a data order that
+uses each sample of an epoch once across those resizes.
 
 Every rank runs the same task function with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set (so DDP, FSDP, Lightning, Accelerate and DeepSpeed work
@@ -26,11 +27,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from shoal._api.elastic_sampler import ElasticSampler
 from shoal._api.environment import TaskEnvironment
 from shoal._spec.call import ClusterSpec
 from shoal.errors import SpecError
 
-__all__ = ["ClusterFailurePolicy", "ClusteredTaskEnvironment", "JaxRun", "TorchRun"]
+__all__ = ["ClusterFailurePolicy", "ClusteredTaskEnvironment", "ElasticSampler", "JaxRun",
+           "TorchRun"]
+
+ElasticSampler.__module__ = __name__  # users import it from here; repr and docs say so
 
 _RDZV = ("static", "c10d")
 # Upper bounds of a gang, past any real cluster: a bigger number is a typo, refused before a

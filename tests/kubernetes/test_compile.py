@@ -455,3 +455,18 @@ def test_an_unknown_gpu_renders_without_a_product_selector_and_warns_once(
         spec = _pod_spec(obj)
         assert "nodeSelector" not in spec
         assert _container(obj)["resources"]["limits"]["nvidia.com/gpu"] in ("2", "4")
+
+
+def test_a_run_policys_ttl_is_the_jobsets_over_the_configs() -> None:
+    from shoal.plugins.pytorch import Elastic, RunPolicy
+
+    env = shoal.TaskEnvironment(name="ttl", plugin_config=Elastic(
+        nnodes=2, nproc_per_node=1, run_policy=RunPolicy(ttl_seconds_after_finished=120)))
+
+    @env.task
+    def ttl_task() -> int:
+        return 1
+
+    jobset = next(o for o in _compile(ttl_task) if o["kind"] == "JobSet")
+    assert jobset["spec"]["ttlSecondsAfterFinished"] == 120
+    assert CONFIG.ttl_seconds_after_finished != 120

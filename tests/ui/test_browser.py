@@ -16,6 +16,7 @@ from shoal._runtime.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
 
 from .conftest import Server, screenshots_dir
+from .elastic import elastic_run
 from .programs import metrics_gang
 
 pytestmark = [pytest.mark.slow, pytest.mark.ui]
@@ -132,3 +133,29 @@ def test_live_points_and_log_lines_show_within_seconds(ui_server: Server, page: 
     assert records.cancel_requested(run.name)
     print(f"\nmetric point -> chart {metric_latency * 1000:.0f} ms; "
           f"log line -> browser {log_latency * 1000:.0f} ms")
+
+
+def test_an_elastic_gangs_starts_in_the_browser(ui_server: Server, page: Any,
+                                                shoal_home: Path) -> None:
+    """A gang that went 2 → 1 → 2 nodes: the starts table shows each start's nodes, world size,
+    cause and resize, and the world-size chart steps 4 → 2 → 4."""
+    run = elastic_run(Records(shoal_home / "shoal.db"), shoal_home)
+    page.goto(ui_server.url)
+    page.goto(f"{ui_server.base}/runs/{run.name}")
+    page.wait_for_selector(".gang table.starts tr[data-restart='2']")
+    rows = page.query_selector_all(".gang table.starts tr[data-restart]")
+    shown = [[td.inner_text() for td in row.query_selector_all("td")] for row in rows]
+    assert [[r[0], r[2], r[3], r[4], r[5]] for r in shown] == [
+        ["r0", "2 × 2", "4", "first start", ""],
+        ["r1", "1 × 2", "2", "node lost", "2 → 1: node 1 lost (its launcher exited, -9)"],
+        ["r2", "2 × 2", "4", "grown", "1 → 2: node 1 is back"]], shown
+    assert all(r[1] for r in shown), shown  # started at
+    assert "(elastic)" in page.inner_text(".gang table.starts caption")
+    chart = page.get_attribute(".gang svg.world-chart", "aria-label")
+    assert chart == "world size over time: 4 → 2 → 4", chart
+    steps = page.get_attribute(".gang svg.world-chart path.world-line", "d")
+    assert steps is not None and steps.count("V") == 2, steps
+    assert "gang_resized" in page.inner_text(".gang .gang-events")
+    # each start's grid has that start's nodes
+    assert len(page.query_selector_all(".gang table.grid[data-restart='1'] tr")) == 1
+    page.screenshot(path=str(screenshots_dir() / "run-elastic-gang.png"), full_page=True)

@@ -375,3 +375,45 @@ def test_a_hang_diagnosis_stacks_are_log_sources_of_their_own(
     assert "hang diagnosis" in stacks["a0.0.r0.stacksall"]
     body = client.get(f"/api/runs/{run.name}/logs/a0.0.r0.stacks2/download").text
     assert "time.sleep" in body
+
+
+def test_gang_json_of_an_elastic_gang_says_each_starts_size_cause_and_resize(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    """2 → 1 → 2 nodes: each start's nodes, world size and cause, and the resize before it."""
+    from .elastic import elastic_run
+
+    run = elastic_run(records, shoal_home)
+    client.get(f"/?token={TOKEN}")
+    doc = client.get(f"/api/runs/{run.name}/gangs/a0").json()
+    (attempt,) = doc["attempts"]
+    assert attempt["elastic"] is True
+    starts = attempt["starts"]
+    assert [(s["restart"], s["nnodes"], s["nproc_per_node"], s["world_size"], s["cause"],
+             s["cause_text"]) for s in starts] == [
+        (0, 2, 2, 4, "first_start", "first start"), (1, 1, 2, 2, "node_lost", "node lost"),
+        (2, 2, 2, 4, "grown", "grown")]
+    assert starts[0]["resize"] is None
+    assert starts[1]["resize"] == {"from": 2, "to": 1, "cause": "node_lost", "nodes": [1],
+                                   "reason": "node 1 lost (its launcher exited, -9)"}
+    assert starts[2]["resize"]["from"] == 1 and starts[2]["resize"]["to"] == 2
+    assert [(s["min_nnodes"], s["max_nnodes"]) for s in starts] == [(1, 2)] * 3
+    assert all(s["started_at"] is not None for s in starts)
+    # each start's grid has its own nodes: the 1-node start has 2 ranks
+    assert [[len(n["ranks"]) for n in s["nodes"]] for s in starts] == [[2, 2], [2], [2, 2]]
+    assert "gang_resized" in [e["kind"] for e in doc["events"]]
+
+
+def test_gang_json_of_old_records_has_a_cause_and_no_size(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    """Records of an older Shoal: gang_started without topology or cause."""
+    run = _run(records, shoal_home)
+    records.create_action(run=run.name, action_id="a0", task="g.train", env="g", inputs={})
+    records.start_attempt(run.name, "a0", 0, pid=None, log_path=None)
+    for restart in range(2):
+        records.add_event(run.name, "gang_started", "started", action_id="a0",
+                          data={"restart": restart})
+    client.get(f"/?token={TOKEN}")
+    (attempt,) = client.get(f"/api/runs/{run.name}/gangs/a0").json()["attempts"]
+    assert attempt["elastic"] is False
+    assert [(s["cause"], s["world_size"], s["resize"]) for s in attempt["starts"]] == [
+        ("first_start", None, None), ("restart", None, None)]

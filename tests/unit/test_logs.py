@@ -35,7 +35,8 @@ def _plain(home: Path, rec: Records, action: str, attempt: int, text: str | None
 
 
 def _gang(home: Path, rec: Records, action: str, attempt: int, restart: int,
-          nnodes: int, nproc: int, *, event: bool = True, ranks: list[int] | None = None) -> Path:
+          nnodes: int, nproc: int, *, event: bool = True, ranks: list[int] | None = None,
+          **extra: object) -> Path:
     """A gang attempt's folder as the local engine leaves it: node and rank logs."""
     if rec.find_action(RUN, action) is None:
         rec.create_action(run=RUN, action_id=action, task="g.train", env="g", inputs={})
@@ -50,7 +51,7 @@ def _gang(home: Path, rec: Records, action: str, attempt: int, restart: int,
         (folder / f"rank{r}.log").write_text(f"rank {r} says hi\n")
     data: dict[str, object] = {"restart": restart, "pids": list(range(nnodes))}
     if event:
-        data |= {"nnodes": nnodes, "nproc_per_node": nproc}
+        data |= {"nnodes": nnodes, "nproc_per_node": nproc} | extra
     rec.add_event(RUN, "gang_started", "g.train: gang started", action_id=action, data=data)
     return folder
 
@@ -288,3 +289,66 @@ def test_shoal_logs_shows_a_ranks_stacks_with_its_log(shoal_home: Path, records:
     assert main(["logs", RUN, "--rank", "1"]) == 0
     out = capsys.readouterr().out
     assert "rank 1 stacks <==" in out and "    stuck" in out
+
+
+# --- an elastic gang ------------------------------------------------------------------------
+def _elastic(home: Path, rec: Records) -> None:
+    """A 2-node × 1-rank elastic gang (1..2 nodes): node 1 lost, then back."""
+    bounds = {"min_nnodes": 1, "max_nnodes": 2}
+    _gang(home, rec, "a0", 0, 0, nnodes=2, nproc=1, cause="first_start", **bounds)
+    rec.add_event(RUN, "gang_resized", "gang resized 2 -> 1 nodes: node 1 lost",
+                  action_id="a0", data={"restart": 1, "from": 2, "to": 1, "cause": "node_lost",
+                                        "nodes": [1], "reason": "node 1 lost"})
+    _gang(home, rec, "a0", 0, 1, nnodes=1, nproc=1, cause="node_lost", **bounds)
+    rec.add_event(RUN, "gang_resized", "gang resized 1 -> 2 nodes: node 1 back",
+                  action_id="a0", data={"restart": 2, "from": 1, "to": 2, "cause": "grown",
+                                        "nodes": [1], "reason": "node 1 back"})
+    _gang(home, rec, "a0", 0, 2, nnodes=2, nproc=1, cause="grown", **bounds)
+
+
+def test_an_elastic_gangs_labels_name_each_starts_world(shoal_home: Path, records: Records,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    _elastic(shoal_home, records)
+    sources = log_sources(shoal_home, records, RUN)
+    assert [(s.restart, s.rank, s.world) for s in sources if s.kind == "rank"] == [
+        (0, 0, "2×1"), (0, 1, "2×1"), (1, 0, "1×1"), (2, 0, "2×1"), (2, 1, "2×1")]
+    assert main(["logs", RUN]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "==> a0 g.train attempt 0 (running) <==",
+        "[node 0 rank 0 attempt 0, world 2×1] rank 0 says hi",
+        "[node 0 launcher attempt 0, world 2×1] launcher 0",
+        "[node 1 rank 1 attempt 0, world 2×1] rank 1 says hi",
+        "[node 1 launcher attempt 0, world 2×1] launcher 1",
+        "[node 0 rank 0 attempt 0 restart 1, world 1×1] rank 0 says hi",
+        "[node 0 launcher attempt 0 restart 1, world 1×1] launcher 0",
+        "[node 0 rank 0 attempt 0 restart 2, world 2×1] rank 0 says hi",
+        "[node 0 launcher attempt 0 restart 2, world 2×1] launcher 0",
+        "[node 1 rank 1 attempt 0 restart 2, world 2×1] rank 1 says hi",
+        "[node 1 launcher attempt 0 restart 2, world 2×1] launcher 1",
+    ]
+    assert main(["logs", RUN, "--rank", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "==> a0 attempt 0 restart 0 rank 1, world 2×1 <==", "rank 1 says hi",
+        "==> a0 attempt 0 restart 2 rank 1, world 2×1 <==", "rank 1 says hi"]
+
+
+def test_an_elastic_gang_that_kept_its_size_keeps_the_plain_labels(
+        shoal_home: Path, records: Records) -> None:
+    bounds = {"min_nnodes": 1, "max_nnodes": 2, "cause": "first_start"}
+    _gang(shoal_home, records, "a0", 0, 0, nnodes=2, nproc=1, **bounds)
+    _gang(shoal_home, records, "a0", 0, 1, nnodes=2, nproc=1, **bounds | {"cause": "restart"})
+    labels = [s.label for s in log_sources(shoal_home, records, RUN) if s.kind == "rank"]
+    assert labels == ["[node 0 rank 0 attempt 0]", "[node 1 rank 1 attempt 0]",
+                      "[node 0 rank 0 attempt 0 restart 1]", "[node 1 rank 1 attempt 0 restart 1]"]
+
+
+def test_each_start_places_its_ranks_with_its_own_topology(shoal_home: Path,
+                                                           records: Records) -> None:
+    """A start whose event is not recorded yet takes the call's ranks per node."""
+    _gang(shoal_home, records, "a0", 0, 0, nnodes=2, nproc=2)
+    _gang(shoal_home, records, "a0", 0, 1, nnodes=1, nproc=2, event=False, ranks=[0, 1])
+    ranks = [s for s in log_sources(shoal_home, records, RUN) if s.kind == "rank"]
+    assert [(s.restart, s.rank, s.node, s.per_node) for s in ranks] == [
+        (0, 0, 0, 2), (0, 1, 0, 2), (0, 2, 1, 2), (0, 3, 1, 2), (1, 0, 0, None),
+        (1, 1, 0, None)]

@@ -96,6 +96,11 @@ class Controller:
                        f"({d['left']} restart(s) left)")
         elif kind == "gang_preempted":
             message = "gang preempted; requeued, resumes without using a restart"
+        elif kind == "gang_resized":
+            cost = (f"uses a restart ({d['left']} left)" if d["uses_restart"]
+                    else "no restart used")
+            message = (f"gang resized {d['from']} → {d['to']} nodes: {d['reason']}; "
+                       f"{cost}")
         elif kind == "gang_hang":
             why = "a collective timed out" if d["reason"] == "collective_timeout" else \
                 "no rank's step advanced"

@@ -9,10 +9,16 @@ shown after the logs they explain). Each file is a `LogSource`;
 ``shoal logs`` and the web UI both read through these, so a label means the same in both.
 
 The node of a rank is ``rank // nproc_per_node``. The local engine puts ``nnodes`` and
-``nproc_per_node`` into the data of each ``gang_started`` event; that is the topology the
-gang was started with, so it is exact even while rank files are still appearing. Runs whose
-events lack it (recorded before) fall back to counting node launcher logs: the engine creates
-each before its node's ranks start, so the count is right once the gang has started.
+``nproc_per_node`` into the data of each ``gang_started`` event; that is the topology of that
+start (`shoal._storage.gang_starts`), so it is exact even while rank files are still
+appearing. Runs whose events lack it (recorded before) fall back to counting node launcher
+logs: the engine creates each before its node's ranks start, so the count is right once the
+gang has started.
+
+An elastic gang's starts differ in size: rank 1 of a 2-node start and rank 1 of the 1-node
+start after it are different processes in different worlds. Where a gang's node count changed
+between starts, each of its labels names its start's world (``world 1×2``: nodes × ranks per
+node); a fixed gang's labels stay as they were.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from shoal._storage.gang_starts import GangStart, gang_starts, size_changed
 
 if TYPE_CHECKING:
     from shoal._storage.records import Records
@@ -51,19 +59,25 @@ class LogSource:
     # stacks from a hang diagnosis; rank None: the whole diagnosis, hang.txt)
     kind: str
     path: Path
+    # ranks per node of this start, where its gang_started event said
+    per_node: int | None = None
+    # "1×2" (nodes × ranks per node of this start) where the gang's size changed between
+    # starts, so a label tells which world a line came from; "" otherwise
+    world: str = ""
 
     @property
     def label(self) -> str:
-        """``[node 1 rank 3 attempt 0]`` (``restart 2`` added after a gang restart); ``""``
-        for a plain call, whose lines need no prefix in its own section."""
+        """``[node 1 rank 3 attempt 0]`` (``restart 2`` added after a gang restart, ``, world
+        1×2`` where the gang's size changed); ``""`` for a plain call, whose lines need no
+        prefix in its own section."""
         if self.kind == "task":
             return ""
         again = f" restart {self.restart}" if self.restart else ""
+        again += f", world {self.world}" if self.world else ""
         if self.kind == "stacks":
             who = "hang diagnosis" if self.rank is None else f"node {self.node} rank {self.rank}"
             return f"[{who} stacks attempt {self.attempt}{again}]"
         who = f"node {self.node}" + (f" rank {self.rank}" if self.kind == "rank" else " launcher")
-        again = f" restart {self.restart}" if self.restart else ""
         return f"[{who} attempt {self.attempt}{again}]"
 
     @property
@@ -84,15 +98,21 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
     gang's files once they exist (a follower re-lists to find new ones).
     """
     tasks = {a.action_id: a.task for a in records.list_actions(run)}
-    per_node = ranks_per_node(records, run)
+    attempts = records.list_attempts(run)
+    starts = gang_starts(records.events(run), attempts)
+    changed = {action for action in {k[0] for k in starts}
+               if size_changed([s for k, v in starts.items() if k[0] == action for s in v])}
+    per_node = ranks_per_node(starts)
     root = gang_log_root(home, run)
     out: list[LogSource] = []
-    for att in records.list_attempts(run):
+    for att in attempts:
         task = tasks.get(att.action_id, "?")
         gang_dir = root / f"{att.action_id}.{att.attempt}"
         if gang_dir.is_dir():
+            mine = {s.restart: s for s in starts.get((att.action_id, att.attempt), ())}
             out += _gang_sources(gang_dir, att.action_id, att.attempt, task,
-                                 per_node.get(att.action_id))
+                                 per_node.get(att.action_id), mine,
+                                 att.action_id in changed)
         elif att.log_path:
             out.append(LogSource(action=att.action_id, attempt=att.attempt, task=task,
                                  restart=None, node=None, rank=None, kind="task",
@@ -100,19 +120,20 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
     return out
 
 
-def ranks_per_node(records: Records, run: str) -> dict[str, int]:
-    """action -> nproc_per_node, from the gang_started events that carry it."""
+def ranks_per_node(starts: dict[tuple[str, int], list[GangStart]]) -> dict[str, int]:
+    """action -> nproc_per_node of its last start that says it: for a start whose own
+    event is not recorded (yet)."""
     found: dict[str, int] = {}
-    for e in records.events(run):
-        if e.kind == "gang_started" and e.action_id and isinstance(e.data, dict):
-            nproc = e.data.get("nproc_per_node")
-            if isinstance(nproc, int) and nproc > 0:
-                found[e.action_id] = nproc
+    for (action, _), of_attempt in sorted(starts.items()):
+        for s in of_attempt:
+            if s.nproc_per_node is not None and s.nproc_per_node > 0:
+                found[action] = s.nproc_per_node
     return found
 
 
 def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
-                  per_node: int | None) -> list[LogSource]:
+                  per_node: int | None, starts: dict[int, GangStart],
+                  changed: bool) -> list[LogSource]:
     restarts = sorted((int(m.group(1)), d) for d in gang_dir.iterdir()
                       if d.is_dir() and (m := _RESTART_DIR.fullmatch(d.name)))
     out: list[LogSource] = []
@@ -127,21 +148,28 @@ def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
                 ranks.append((int(m.group(1)), f))
             elif m := _STACKS_FILE.fullmatch(f.name):
                 stacks.append((int(m.group(1)), f))
-        nproc = per_node
+        start = starts.get(restart)
+        known = start.nproc_per_node if start is not None else None
+        nproc = known if known is not None and known > 0 else per_node
         if nproc is None:  # a run recorded before the events carried it
             nproc = -(-(max((r for r, _ in ranks), default=0) + 1) // max(len(nodes), 1))
+        # (a start whose event is not recorded yet has no world to name: its label says
+        # none until the event is there)
+        world = start.world if changed and start is not None else ""
         rows = [(n, 1, n, 0, LogSource(action=action, attempt=attempt, task=task,
                                         restart=restart, node=n, rank=None, kind="node",
-                                        path=p))
+                                        path=p, per_node=known, world=world))
                 for n, p in nodes]
         rows += [(r // nproc, 0, r, kind, LogSource(action=action, attempt=attempt, task=task,
                                                      restart=restart, node=r // nproc, rank=r,
-                                                     kind=("rank", "stacks")[kind], path=p))
+                                                     kind=("rank", "stacks")[kind], path=p,
+                                                     per_node=known, world=world))
                  for kind, files in enumerate((ranks, stacks)) for r, p in files]
         if (folder / HANG_FILE).exists():
             rows.append((1 << 30, 0, 0, 0, LogSource(
                 action=action, attempt=attempt, task=task, restart=restart, node=None,
-                rank=None, kind="stacks", path=folder / HANG_FILE)))
+                rank=None, kind="stacks", path=folder / HANG_FILE, per_node=known,
+                world=world)))
         out += [s for *_, s in sorted(rows, key=lambda row: row[:4])]
     return out
 

@@ -1,9 +1,11 @@
 """One clustered call as the gang panel draws it: nodes × ranks, restarts, failures, checkpoints.
 
 Everything is read from what the engine and the ranks already leave: the gang events of the
-records (admitted, started, restart, preempted), the rank and node logs' folders (which ranks
-and nodes each start had), the failure reports in the store (read with the engine's own
-`first_failure`, so "who failed first" is the engine's rule), and the checkpoint commits.
+records (admitted, started, resized, restart, preempted), the rank and node logs' folders
+(which ranks and nodes each start had), the failure reports in the store (read with the
+engine's own `first_failure`, so "who failed first" is the engine's rule), and the checkpoint
+commits. Each start says its size and why it began as `shoal runs RUN` does
+(`shoal._storage.gang_starts`): an elastic gang's world changes from one start to the next.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from shoal import _contract as contract
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import first_failure, read_reports
 from shoal._storage.checkpoints import Versions
+from shoal._storage.gang_starts import GangStart, gang_starts
 from shoal._storage.records import AttemptRecord, EventRecord, Records, RunRecord
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import ObjectNotFound, ShoalError
@@ -31,7 +34,9 @@ def gang_json(records: Records, home: Path, run: RunRecord, action: str) -> dict
     events = [e for e in records.events(run.name)
               if e.action_id == action and e.kind.startswith("gang_")]
     store = open_store(run.store)
-    out = [_attempt_json(store, home, run, att, _events_of(att, attempts, events))
+    starts = gang_starts(events, attempts)
+    out = [_attempt_json(store, home, run, att, _events_of(att, attempts, events),
+                         {s.restart: s for s in starts.get((action, att.attempt), ())})
            for att in attempts]
     return {"action": action, "attempts": out,
             "events": [{"at": e.at, "kind": e.kind, "message": e.message,
@@ -54,7 +59,7 @@ def _gang_folder(home: Path, run: RunRecord, att: AttemptRecord) -> Path:
 
 
 def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
-                  events: list[EventRecord]) -> dict[str, Any]:
+                  events: list[EventRecord], sizes: dict[int, GangStart]) -> dict[str, Any]:
     folder = _gang_folder(home, run, att)
     started = [e for e in events if e.kind == "gang_started"]
     restarts = sorted({int((e.data or {}).get("restart", 0)) for e in started}
@@ -90,9 +95,24 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
             "nodes": [{"node": n, "ranks": [{"rank": r, "state": states[r]} for r in ranks
                                             if r // per_node == n]} for n in nodes],
             "first_failure": first,
-        })
+        } | _size_json(sizes.get(restart)))
+    elastic = any(s.elastic for s in sizes.values())
     return {"attempt": att.attempt, "state": att.state, "started": att.started_at,
-            "ended": att.ended_at, "starts": starts}
+            "ended": att.ended_at, "elastic": elastic, "starts": starts}
+
+
+def _size_json(s: GangStart | None) -> dict[str, Any]:
+    """How big one start was and why it began (None where its event is not recorded)."""
+    if s is None:
+        return {"nnodes": None, "nproc_per_node": None, "world_size": None, "cause": None,
+                "cause_text": None, "min_nnodes": None, "max_nnodes": None, "resize": None}
+    r = s.resize
+    return {"nnodes": s.nnodes, "nproc_per_node": s.nproc_per_node,
+            "world_size": s.world_size, "cause": s.cause, "cause_text": s.cause_text,
+            "min_nnodes": s.min_nnodes, "max_nnodes": s.max_nnodes,
+            "resize": None if r is None else {"from": r.from_nodes, "to": r.to_nodes,
+                                              "cause": r.cause, "reason": r.reason,
+                                              "nodes": list(r.nodes)}}
 
 
 def _layout(folder: Path, started: dict[str, Any]) -> tuple[list[int], list[int], int]:

@@ -47,7 +47,8 @@ def sources_json(home: Path, records: Records, run: str) -> list[dict[str, Any]]
             size = 0
         out.append({"key": source_key(s), "action": s.action, "attempt": s.attempt,
                     "task": s.task, "restart": s.restart, "node": s.node, "rank": s.rank,
-                    "kind": s.kind, "label": s.label, "title": _title(s), "size": size})
+                    "kind": s.kind, "label": s.label, "title": _title(s), "size": size,
+                    "world": s.world})
     return out
 
 
@@ -59,8 +60,9 @@ def _title(s: LogSource) -> str:
         who = "hang diagnosis" if s.rank is None else f"rank {s.rank} stacks"
     else:
         who = f"rank {s.rank}" if s.kind == "rank" else "launcher"
+    world = f", world {s.world}" if s.world else ""  # an elastic gang that changed size
     return (f"{s.task} {s.action} node {s.node} {who} attempt {s.attempt} "
-            f"restart {s.restart}")
+            f"restart {s.restart}{world}")
 
 
 def find_source(home: Path, records: Records, run: str, key: str) -> LogSource | None:

@@ -15,7 +15,7 @@ from shoal._storage.records import ActionRecord, AttemptRecord, EventRecord, Rec
 PREVIEW_CHARS = 2000
 # Events drawn on the timeline as marks (the rest are listed in the run's event log).
 TIMELINE_EVENTS = ("retry", "cache_hit", "replayed", "gang_started", "gang_restart",
-                   "gang_preempted", "cancel_requested", "preempt_requested")
+                   "gang_resized", "gang_preempted", "cancel_requested", "preempt_requested")
 
 
 def preview(value: Any) -> dict[str, Any]:

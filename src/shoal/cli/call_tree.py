@@ -8,6 +8,15 @@ grouped under the `shoal.group` they were made in, with state, duration and atte
     │  └─ a0.t1  trace load_batch  succeeded  0.01s
     └─ a0.t2  trace score  replayed (not run again)
 
+Under a clustered call that started more than once, or that is elastic, one line per start
+and per resize says how big each world was and why it began (a fixed gang that started once
+gets none: it has nothing to tell):
+
+    └─ a0.1  pipeline.train  succeeded  9.80s
+       · start r0: 2 nodes × 2 = 4 ranks (first start)
+       · resized r1: 2 → 1 nodes: node 1 lost (its launcher exited, -9)
+       · start r1: 1 node × 2 = 2 ranks (node lost)
+
 A group holds the calls made in it in the order they were made; a group nested in another is
 shown inside it. Pure: it reads records, prints nothing.
 """
@@ -17,9 +26,10 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from shoal._storage.gang_starts import GangStart
 from shoal._storage.records import ActionRecord, AttemptRecord
 
 IO_WIDTH = 60
@@ -89,10 +99,42 @@ def _summary(group: _Group) -> str:
     return f"▸ {group.name}  ({len(calls)} call{'s' if len(calls) != 1 else ''}: {shown})"
 
 
+def _nodes(n: int | None) -> str:
+    return "? nodes" if n is None else f"{n} node{'s' if n != 1 else ''}"
+
+
+def start_lines(starts: Mapping[tuple[str, int], Sequence[GangStart]], action: str) -> list[str]:
+    """The lines of one clustered call's starts and resizes (none for a fixed gang that
+    started once); attempts are named when there were several."""
+    mine = sorted((k[1], v) for k, v in starts.items() if k[0] == action)
+    every = [s for _, v in mine for s in v]
+    if len(every) <= 1 and not any(s.elastic for s in every):
+        return []
+    lines = []
+    for attempt, of_attempt in mine:
+        named = f"attempt {attempt} " if len(mine) > 1 else ""
+        for s in of_attempt:
+            if s.resize is not None:
+                r = s.resize
+                was = "?" if r.from_nodes is None else r.from_nodes
+                now = "?" if r.to_nodes is None else r.to_nodes
+                lines.append(f"· {named}resized r{s.restart}: {was} → {now} nodes: "
+                             f"{r.reason or r.cause.replace('_', ' ')}")
+            per = "?" if s.nproc_per_node is None else s.nproc_per_node
+            world = "?" if s.world_size is None else s.world_size
+            lines.append(f"· {named}start r{s.restart}: {_nodes(s.nnodes)} × {per} = {world} "
+                         f"ranks ({s.cause_text})")
+    return lines
+
+
 def render_tree(actions: Sequence[ActionRecord], attempts: Sequence[AttemptRecord] = (), *,
-                io: bool = False, now: float | None = None) -> list[str]:
-    """The lines of the call tree of one run's actions (records in creation order)."""
+                io: bool = False, now: float | None = None,
+                starts: Mapping[tuple[str, int], Sequence[GangStart]] | None = None,
+                ) -> list[str]:
+    """The lines of the call tree of one run's actions (records in creation order), with the
+    starts of its gangs (`shoal._storage.gang_starts.gang_starts`) where given."""
     now = time.time() if now is None else now
+    starts = starts or {}
     tries = Counter(t.action_id for t in attempts)
     known = {a.action_id for a in actions}
     children: dict[str | None, list[ActionRecord]] = defaultdict(list)
@@ -110,6 +152,7 @@ def render_tree(actions: Sequence[ActionRecord], attempts: Sequence[AttemptRecor
                 walk(item.items, prefix + more)
             else:
                 lines.append(prefix + branch + _line(item, tries[item.action_id], io, now))
+                lines.extend(prefix + more + x for x in start_lines(starts, item.action_id))
                 walk(_grouped(children[item.action_id]).items, prefix + more)
 
     for top in _grouped(children[None]).items:
@@ -118,5 +161,6 @@ def render_tree(actions: Sequence[ActionRecord], attempts: Sequence[AttemptRecor
             walk(top.items, "")
             continue
         lines.append(_line(top, tries[top.action_id], io, now))
+        lines.extend(start_lines(starts, top.action_id))
         walk(_grouped(children[top.action_id]).items, "")
     return lines

@@ -185,8 +185,9 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
     matched = 0
     for source in found:
         what = {"stacks": " stacks", "node": f" (in node {source.node}'s log)"}
+        world = f", world {source.world}" if source.world else ""  # the gang changed size
         header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
-                  f"rank {source.rank}{what.get(source.kind, '')} <==\n")
+                  f"rank {source.rank}{what.get(source.kind, '')}{world} <==\n")
         if pattern is None:
             sys.stdout.write(header)
         printed = 0
@@ -205,12 +206,14 @@ def _ranks_in_node_logs(records: Records, run: str, every: list[LogSource]) -> l
     their node's stdout (Kubernetes pods), that is a rank's log."""
     import dataclasses
 
+    from shoal._storage.gang_starts import gang_starts
     from shoal._storage.logs import ranks_per_node
 
-    per_node = ranks_per_node(records, run)
+    # each start's own ranks per node, else the call's (a start whose event is not there yet)
+    per_node = ranks_per_node(gang_starts(records.events(run), records.list_attempts(run)))
     out = []
     for s in every:
-        nproc = per_node.get(s.action)
+        nproc = s.per_node or per_node.get(s.action)
         if s.kind == "node" and s.node is not None and nproc:
             out += [dataclasses.replace(s, rank=r)
                     for r in range(s.node * nproc, (s.node + 1) * nproc)]

@@ -88,7 +88,7 @@ class Progress:
         elif kind == "gang_hang":
             self._flush_gang(action)
             self._print(f"⧗ {task} [{action}] {data['message']}")
-        elif kind in ("gang_restart", "gang_preempted"):
+        elif kind in ("gang_restart", "gang_preempted", "gang_resized"):
             self._flush_gang(action)
             self._print(f"↻ {task} [{action}] {data['message']}")
         elif kind in ("failed", "cancelled"):

@@ -78,6 +78,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _tree(records: Records, name: str, *, io: bool) -> int:
+    from shoal._storage.gang_starts import gang_starts
     from shoal.cli.call_tree import render_tree
 
     run = records.get_run(name)
@@ -85,7 +86,8 @@ def _tree(records: Records, name: str, *, io: bool) -> int:
     print(f"run {run.name}  {run.task}  {run.state}  "
           f"{_duration(run.started_at, run.ended_at)}{resumed}")
     # what @env.task(short_name=, docs=, links=) said about the run's task
-    about = next((e.data for e in records.events(run.name) if e.kind == "task_info"), None)
+    events = records.events(run.name)
+    about = next((e.data for e in events if e.kind == "task_info"), None)
     if isinstance(about, dict):
         if about.get("display_name"):
             print(f"  name:  {about['display_name']}")
@@ -93,7 +95,8 @@ def _tree(records: Records, name: str, *, io: bool) -> int:
             print(f"  about: {line}" if line else "  about:")
         for link in about.get("links") or ():
             print(f"  link:  {link}")
-    for line in render_tree(records.list_actions(run.name), records.list_attempts(run.name),
-                            io=io):
+    attempts = records.list_attempts(run.name)
+    starts = gang_starts(events, attempts)
+    for line in render_tree(records.list_actions(run.name), attempts, io=io, starts=starts):
         print(line)
     return 0

@@ -210,11 +210,11 @@ def _jobset(name: str, config: KubeConfig, c: ClusterSpec, labels: Mapping[str, 
     spec: dict[str, Any] = {}
     if any(k in labels for k in validate.KUEUE_LABELS):
         spec["suspend"] = True
-    # Elastic(run_policy=RunPolicy(ttl_seconds_after_finished=)) wins over the config's.
-    ttl = c.ttl_after_finished if c.ttl_after_finished is not None \
-        else config.ttl_seconds_after_finished
+    # The gang's own (Flyte's RunPolicy.ttl_seconds_after_finished) wins over the config's.
+    ttl = c.ttl_after_finished if c.ttl_after_finished is not None else \
+        config.ttl_seconds_after_finished
     if ttl is not None:
-        spec["ttlSecondsAfterFinished"] = ttl
+        spec["ttlSecondsAfterFinished"] = int(ttl)
     spec["network"] = {"enableDNSHostnames": True, "publishNotReadyAddresses": True,
                        "subdomain": name}
     spec["failurePolicy"] = failure

@@ -24,6 +24,7 @@ from shoal._contract import WorkerEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.local import procs
+from shoal._engines.local.elastic import ElasticGangRunner
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
 from shoal._engines.local.gang_limits import check_gang
 from shoal._engines.local.node_net import node_nets
@@ -253,6 +254,22 @@ class LocalEngine(Engine):
             self._admissions[key] = (whole, plan.priority)
         return self._admissions[key]
 
+    def elastic_admission(self, call: CallSpec) -> tuple[Request, int]:
+        """(one node's request, priority) of an elastic gang: admitted on MIN of them, each
+        node above MIN reserved on its own (`elastic`)."""
+        cluster = call.task.env.cluster
+        assert cluster is not None
+        env = call.task.env.name
+        key = f"{env}#elastic{cluster.min_nodes}:{cluster.replicas}x{cluster.nproc_per_node}"
+        if key not in self._admissions:
+            check_gang(call.task.env, self.pool.capacity)
+            plan = self.plan(call.task.env, call.task.code_file)
+            node, clamped = self.pool.clamp(request_for(call.task.env))
+            for note in (*(f"each node: {c}" for c in clamped), *plan.notes):
+                warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
+            self._admissions[key] = (node, plan.priority)
+        return self._admissions[key]
+
     def gpus_emulated(self, env: EnvSpec) -> bool:
         return request_for(env).gpu > self.pool.capacity.gpu
 
@@ -277,7 +294,9 @@ class LocalEngine(Engine):
         return len(self._gangs)
 
     async def _run_gang(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
-        gang = GangRunner(self, call, ref)
+        assert call.task.env.cluster is not None
+        gang = (ElasticGangRunner(self, call, ref) if call.task.env.cluster.elastic
+                else GangRunner(self, call, ref))
         self._gangs[ref.action] = gang
         try:
             return await gang.run()

@@ -181,6 +181,20 @@ class ResourcePool:
         self._held.add(reservation)
         return reservation
 
+    async def try_acquire(self, request: Request, *, priority: int = 0, label: str = "",
+                          on_preempt: Callable[[], None] | None = None,
+                          within: float = 1.0) -> Reservation | None:
+        """``request`` reserved now if it fits and nothing waits, else None: it never queues,
+        so it never holds up a call that waits (an elastic gang's nodes above its MIN)."""
+        if self.others_waiting() or not request.fits(self.free):
+            return None
+        try:  # a shared pool admits through the machine's table: another run may come first
+            return await asyncio.wait_for(
+                self.acquire(request, priority=priority, label=label, on_preempt=on_preempt),
+                within)
+        except asyncio.TimeoutError:
+            return None
+
     @property
     def waiting(self) -> int:
         return len(self._waiters)

@@ -78,15 +78,80 @@ async function renderGangs(data) {
   const panels = [];
   for (const a of gangs) {
     const g = await api(`/api/runs/${encodeURIComponent(RUN)}/gangs/${encodeURIComponent(a.id)}`);
-    panels.push(gangPanel(a, g));
+    panels.push(gangPanel(a, g, data.now));
   }
   box.replaceChildren(...panels);
 }
 
-function gangPanel(a, g) {
+// One attempt's starts: how big each world was, why it began, and the resize that led to it.
+function startsTable(att) {
+  const nodes = s => s.nnodes === null ? "?" :
+    s.nnodes + (s.nproc_per_node === null ? "" : ` × ${s.nproc_per_node}`);
+  const resized = s => !s.resize ? "" :
+    `${s.resize.from ?? "?"} → ${s.resize.to ?? "?"}` + (s.resize.reason ? `: ${s.resize.reason}` : "");
+  return el("table", {class: "starts", "data-attempt": att.attempt},
+    el("caption", {text: `attempt ${att.attempt}: starts` + (att.elastic ? " (elastic)" : "")}),
+    el("tr", {}, ...["restart", "started at", "nodes", "world size", "cause", "resized"]
+      .map(h => el("th", {text: h}))),
+    ...att.starts.map(s => el("tr", {"data-restart": s.restart},
+      el("td", {text: "r" + s.restart}), el("td", {text: fmtTime(s.started_at)}),
+      el("td", {class: "nodes", text: nodes(s)}),
+      el("td", {class: "world", text: s.world_size === null ? "?" : String(s.world_size)}),
+      el("td", {class: "cause", text: s.cause_text || ""}),
+      el("td", {class: "resized", text: resized(s)}))));
+}
+
+// The world size over one attempt's time, as steps (an SVG of its own: no chart library for
+// a handful of points). Drawn where the size can change: an elastic gang, or one whose starts
+// differ in size (a fixed gang's flat line would say nothing the table does not).
+function worldChart(att, now) {
+  const pts = att.starts.filter(s => s.started_at !== null && s.world_size !== null);
+  if (!pts.length || (!att.elastic && new Set(pts.map(s => s.world_size)).size < 2)) return "";
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = (tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const W = 420, H = 100, L = 34, R = 8, T = 16, B = 18;
+  const t0 = pts[0].started_at, t1 = Math.max(att.ended || now || t0, pts[pts.length - 1].started_at);
+  const span = Math.max(t1 - t0, 0.001);
+  const top = Math.max(...pts.map(s => s.world_size),
+                       ...pts.map(s => (s.max_nnodes || 0) * (s.nproc_per_node || 0)), 1);
+  const x = t => L + ((t - t0) / span) * (W - L - R);
+  const y = w => T + (1 - w / top) * (H - T - B);
+  let d = `M ${x(t0)} ${y(pts[0].world_size)}`;
+  pts.forEach((s, i) => {
+    if (i) d += ` V ${y(s.world_size)}`;
+    d += ` H ${x(i + 1 < pts.length ? pts[i + 1].started_at : t1)}`;
+  });
+  const chart = svg("svg", {class: "world-chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`,
+                            "data-attempt": att.attempt, role: "img",
+                            "aria-label": "world size over time: " + pts.map(s => s.world_size).join(" → ")});
+  chart.append(
+    svg("line", {x1: L, y1: y(0), x2: W - R, y2: y(0), stroke: "#99a"}),
+    svg("line", {x1: L, y1: T, x2: L, y2: y(0), stroke: "#99a"}),
+    svg("text", {x: L - 4, y: y(top) + 4, "text-anchor": "end", "font-size": 10}, String(top)),
+    svg("text", {x: L - 4, y: y(0), "text-anchor": "end", "font-size": 10}, "0"),
+    svg("text", {x: W - R, y: H - 4, "text-anchor": "end", "font-size": 10}, fmtDur(span)),
+    svg("text", {x: L + 2, y: H - 4, "font-size": 10}, "world size over time"),
+    svg("path", {d, fill: "none", stroke: "#4a90e2", "stroke-width": 2, class: "world-line"}),
+    // each step's label above its line, to the left of it near the right edge
+    ...pts.map((s, i) => {
+      const at = x(s.started_at), right = at > L + 0.6 * (W - L - R);
+      return svg("text", {x: right ? at - 3 : at + 3, y: y(s.world_size) - 3, "font-size": 10,
+                          "text-anchor": right ? "end" : "start", "data-restart": s.restart},
+                 `${s.world_size}` + (i ? ` (${s.cause_text || ""})` : ""));
+    }));
+  return chart;
+}
+
+function gangPanel(a, g, now) {
   const panel = el("div", {class: "gang", "data-action": a.id},
                    el("h2", {text: `Gang ${a.id} ${a.task}`}));
   for (const att of g.attempts) {
+    panel.append(el("div", {class: "gang-starts"}, startsTable(att), worldChart(att, now)));
     for (const s of att.starts) {
       const grid = el("table", {class: "grid", "data-restart": s.restart},
         el("caption", {text: `attempt ${att.attempt} restart ${s.restart}: ${s.ended}`}),
@@ -104,7 +169,7 @@ function gangPanel(a, g) {
       }
     }
   }
-  panel.append(el("h3", {text: "Restarts and preemptions"}),
+  panel.append(el("h3", {text: "Restarts, resizes and preemptions"}),
     el("ol", {class: "gang-events"}, ...g.events.map(e => el("li", {"data-kind": e.kind},
       `${fmtTime(e.at)} ${e.kind}: ${e.message}`))));
   const cps = g.checkpoints;
