@@ -33,6 +33,8 @@ MAX_LOOPBACK_NODES = 254  # 127.0.0.1 .. 127.0.0.254
 RANK_MEMORY = 256 * 2**20  # what one rank holds at least: an interpreter with torch imported
 FD_RESERVE = 64  # descriptors a rank needs besides one per peer (logs, libraries, pipes)
 ELSEWHERE = "or run it on a cluster (--engine kubernetes or slurm)"
+# Those engines run fixed gangs only (`refuse_elastic`).
+ELASTIC_ELSEWHERE = "or run it on a cluster at a fixed size (--engine kubernetes or slurm)"
 
 
 def open_files_limit() -> int | None:
@@ -104,7 +106,7 @@ def _check_elastic(env: EnvSpec, c: ClusterSpec, capacity: Request,
                         f"the elastic gang starts once {low} nodes fit, and the local engine "
                         f"runs at most {MAX_LOOPBACK_NODES} (each listens on its own loopback "
                         "address, 127.0.0.<node + 1>)",
-                        f"--override {name}.min_replicas={MAX_LOOPBACK_NODES}, {ELSEWHERE}")
+                        f"--override {name}.min_replicas={MAX_LOOPBACK_NODES}, {ELASTIC_ELSEWHERE}")
     files = open_files_limit() if open_files is None else open_files
     most, why = most_ranks(capacity, files)
     world = low * c.nproc_per_node
@@ -119,4 +121,4 @@ def _check_elastic(env: EnvSpec, c: ClusterSpec, capacity: Request,
                     f"{most:,} on this machine (cpu={capacity.cpu:g}, memory="
                     f"{capacity.memory / 2**30:.1f}Gi): {why}",
                     f"{fix} (it grows to replicas={c.replicas} where the nodes fit), "
-                    f"{ELSEWHERE}")
+                    f"{ELASTIC_ELSEWHERE}")
