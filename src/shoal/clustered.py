@@ -46,7 +46,8 @@ MAX_NPROC_PER_NODE = 1_024  # one process per GPU (at most 64 per node) or per C
 
 def _count(field: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(field, value, f"must be an int >= {minimum}", f"e.g. {field}={minimum}")
+        raise SpecError(field, value, f"must be an int >= {minimum}",
+                        f"e.g. {field.rpartition('.')[2]}={minimum}")
     return value
 
 

@@ -160,7 +160,8 @@ def test_overrides_travel_to_the_driver_with_the_inputs(
              "--override", "remote-gang.nproc_per_node=2", str(program), "main")
     player.join(5)
     assert p.returncode == 0, p.stderr
-    assert topology("r-over") == {"remote-gang": {"replicas": 4, "nproc_per_node": 2}}
+    assert topology("r-over") == {"remote-gang": {"replicas": 4, "nproc_per_node": 2,
+                                                   "min_replicas": 4}}
 
     task = find_task(program, "main")
     task.env.reachable()["remote-gang"].override("replicas", 3)
@@ -169,7 +170,8 @@ def test_overrides_travel_to_the_driver_with_the_inputs(
     run = shoal.with_runcontext(name="r-over-py").run(task)
     assert run.wait(quiet=True) is run
     player.join(5)
-    assert topology("r-over-py") == {"remote-gang": {"replicas": 3, "nproc_per_node": 1}}
+    assert topology("r-over-py") == {"remote-gang": {"replicas": 3, "nproc_per_node": 1,
+                                                      "min_replicas": 3}}
 
 
 def test_a_failed_remote_run_raises_its_failure_in_python_and_fails_the_cli(

@@ -232,6 +232,21 @@ def test_a_gang_with_flyte_wheels_in_its_image_restarts_and_trains_on_emulated_g
     assert ran.stdout.count("torch.cuda.set_device(0) does nothing") == 1, ran.tails()
 
 
+def test_an_elastic_plugin_config_runs_ddp_as_a_two_node_gang(
+        tmp_path: Path, shoal_home: Path) -> None:
+    """Flyte's torch plugin example's shape: ``TaskEnvironment(plugin_config=Elastic(nnodes=2,
+    nproc_per_node=1))`` runs the task as 2 nodes x 1 rank on the local engine."""
+    pytest.importorskip("torch")
+    ran = run_program("torch_elastic.py", tmp_path, shoal_home, timeout=240)
+    m = re.search(r"world=(\d+) ctx_world=(\d+) nnodes=(\d+) nodes=([\d,]+) shards=([\d,]+) "
+                  r"in_sync=(\w+) first_loss=([\d.]+) loss=([\d.]+)", ran.result("outputs"))
+    assert m is not None, ran.tails()
+    assert m.groups()[:6] == ("2", "2", "2", "0,1", "4,4", "True"), ran.tails()
+    assert float(m[8]) < float(m[7]) / 10, ran.tails()  # it trained
+    assert "succeeded" in ran.result("phase").lower(), ran.tails()
+    assert "epoch 29: loss" in ran.stdout, ran.tails()  # rank 0's prints reach the program
+
+
 def test_code_that_needs_cuda_fails_saying_the_gpus_were_emulated(
         tmp_path: Path, shoal_home: Path) -> None:
     pytest.importorskip("torch")

@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 import shoal
 from shoal import _contract as contract
 from shoal._api.resources import MAX_CPU, MAX_GPU, MAX_MEMORY
-from shoal._engines.local.gang_limits import RANK_MEMORY, check_gang, most_ranks
+from shoal._engines.local.gang_limits import RANK_MEMORY, check_gang, fitting_nodes, most_ranks
 from shoal._engines.local.pool import Request
 from shoal._storage.records import Records
 from shoal.cli.main import main
 from shoal.clustered import MAX_NPROC_PER_NODE, MAX_REPLICAS, ClusteredTaskEnvironment
 from shoal.errors import SpecError
+from shoal.plugins.pytorch import Elastic
 
 GiB = 2**30
 
@@ -102,6 +103,55 @@ def test_more_nodes_than_loopback_addresses_is_refused() -> None:
     assert err.value.field.endswith(".replicas")
 
 
+# An elastic gang is admitted once its MIN nodes fit: MIN is what must fit here.
+ELASTIC_FIELD = ("environment 'stretch': min_replicas (the MIN of Elastic(nnodes=\"MIN:MAX\"), "
+                 "ClusteredTaskEnvironment(min_replicas=))")
+
+
+def _elastic(low: int, high: int, nproc: int) -> Any:
+    return ClusteredTaskEnvironment("stretch", replicas=high, min_replicas=low,
+                                    nproc_per_node=nproc).spec()
+
+
+def test_an_elastic_gang_that_fits_at_min_but_not_at_max_is_accepted_and_starts_smaller(
+        ) -> None:
+    gang = _elastic(1, 4, 2)  # 8 ranks at MAX, 2 at MIN; room for 4
+    check_gang(gang, ONE_GIB, open_files=1024)
+    assert gang.cluster is not None and fitting_nodes(gang.cluster, ONE_GIB, 1024) == 2
+    flyte = shoal.TaskEnvironment("stretch", plugin_config=Elastic(
+        nnodes="1:4", nproc_per_node=2)).spec()
+    check_gang(flyte, ONE_GIB, open_files=1024)
+
+
+def test_an_elastic_gang_whose_min_does_not_fit_is_refused_naming_min_replicas() -> None:
+    with pytest.raises(SpecError) as err:
+        check_gang(_elastic(3, 4, 2), ONE_GIB, open_files=1024)
+    e = err.value
+    assert (e.field, e.value) == (ELASTIC_FIELD, 3)
+    assert e.rule.startswith("the elastic gang starts once 3 nodes fit: 3 x nproc_per_node=2 "
+                             "is 6 ranks; the local engine runs at most 4 on this machine")
+    assert str(e.fix).startswith("--override stretch.min_replicas=2 (it grows to replicas=4")
+    check_gang(_elastic(2, 4, 2), ONE_GIB, open_files=1024)  # the fix fits
+
+
+def test_an_elastic_gang_whose_one_node_does_not_fit_asks_for_fewer_ranks_per_node() -> None:
+    with pytest.raises(SpecError) as err:
+        check_gang(_elastic(1, 2, 8), ONE_GIB, open_files=1024)
+    fix = "--override stretch.min_replicas=1 --override stretch.nproc_per_node=4"
+    assert str(err.value.fix).startswith(fix)
+
+
+def test_an_elastic_gang_past_the_loopback_addresses_at_max_only_is_accepted() -> None:
+    roomy = Request(cpu=2.0, memory=1024 * GiB, gpu=0)
+    gang = _elastic(2, 300, 1)
+    check_gang(gang, roomy, open_files=None)
+    assert gang.cluster is not None and fitting_nodes(gang.cluster, roomy, None) == 254
+    with pytest.raises(SpecError, match=r"runs at most 254") as err:
+        check_gang(_elastic(255, 300, 1), roomy, open_files=None)
+    assert err.value.field == ELASTIC_FIELD and err.value.value == 255
+    assert str(err.value.fix).startswith("--override stretch.min_replicas=254")
+
+
 PROGRAM = """
     import shoal
     from shoal.clustered import ClusteredTaskEnvironment
@@ -139,6 +189,34 @@ def test_a_run_of_a_gang_larger_than_the_machine_is_refused_before_it_is_recorde
     monkeypatch.setenv(contract.MACHINE_CAPACITY, "cpu=2,memory=1Gi")
     assert main(["run", str(_program(tmp_path, "rungang")), "train"]) == 2
     assert Records(shoal_home / "shoal.db").list_runs(limit=10) == []
+
+
+ELASTIC_PROGRAM = """
+    import shoal
+    from shoal.plugins.pytorch import Elastic
+
+    env = shoal.TaskEnvironment("{name}", plugin_config=Elastic(nnodes="4:8", nproc_per_node=1))
+
+    @env.task
+    def train() -> int:
+        return 0
+"""
+
+
+def test_the_override_an_elastic_refusal_names_is_taken_by_the_cli(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        shoal_home: Path) -> None:
+    """A Flyte ``Elastic`` environment whose MIN is past the machine: the fix the error names
+    (``--override ENV.min_replicas=N``) is one ``shoal run`` takes."""
+    monkeypatch.setenv(contract.MACHINE_CAPACITY, "cpu=8,memory=768Mi")  # 3 ranks, 8 CPUs
+    program = tmp_path / "dryelastic.py"
+    program.write_text(textwrap.dedent(ELASTIC_PROGRAM.format(name="dryelastic")))
+    assert main(["run", str(program), "train", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "min_replicas (the MIN of Elastic" in err and "=4: the elastic gang starts" in err
+    assert "--override dryelastic.min_replicas=3" in err
+    assert main(["run", str(program), "train", "--dry-run",
+                 "--override", "dryelastic.min_replicas=3"]) == 0
 
 
 # --- finding 6: an accelerator asked for zero times -----------------------------------------

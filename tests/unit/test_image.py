@@ -367,6 +367,14 @@ def test_missing_locally_uses_metadata_not_imports() -> None:
     assert missing_locally(Image.from_debian_base("3.11")) == []
 
 
+def test_a_flyte_plugin_shoal_ships_is_not_missing_locally() -> None:
+    """Flyte's torch example keeps ``with_pip_packages("flyteplugins-pytorch")`` in its image;
+    ``shoal.plugins.pytorch`` stands in for it, so a port is not told to install it."""
+    image = Image.from_debian_base("3.11").with_pip_packages(
+        "flyteplugins-pytorch", "flyteplugins_pytorch>=2", "flyteplugins-not-a-shoal-plugin")
+    assert missing_locally(image) == ["flyteplugins-not-a-shoal-plugin"]
+
+
 # --- validation ------------------------------------------------------------------------------
 
 

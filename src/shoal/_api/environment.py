@@ -200,6 +200,29 @@ class TaskEnvironment:
                             "change one of: " + ", ".join(sorted(self._given)))
         return type(self)(name, **{**self._given, **changes})
 
+    def gang(self) -> ClusterSpec | None:
+        """The gang this environment's tasks run as (`override` then applies), overrides in;
+        None: each call is one process."""
+        return self._cluster_spec()
+
+    def override(self, field: str, value: int) -> None:
+        """``shoal run --override ENV.FIELD=N`` of the gang a plugin config made (``Elastic``):
+        ``replicas`` (its MAX nodes), ``min_replicas`` (its MIN) or ``nproc_per_node``,
+        re-validated by the config; nothing changes when it refuses."""
+        from shoal._api.plugin_config import settings_of
+
+        if self._plugin is None or self._plugin.cluster is None:
+            raise SpecError("--override", f"{self.name}.{field}",
+                            f"{self!r} runs its tasks as one process each, not as a gang",
+                            "override a clustered environment (ClusteredTaskEnvironment, or "
+                            "TaskEnvironment(plugin_config=Elastic(...)))")
+        config = self.plugin_config.overridden(field, value)
+        kind = type(self).__name__
+        self._plugin = settings_of(f"{kind}({self.name!r})", config)
+        self.plugin_config = self._given["plugin_config"] = config
+        for task in self.tasks.values():
+            task.forget_spec()
+
     # -- the dependency graph ----------------------------------------------------------
     def reachable(self) -> dict[str, TaskEnvironment]:
         """This environment and every environment reachable from it through depends_on."""

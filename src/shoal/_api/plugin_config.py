@@ -42,6 +42,14 @@ class PluginConfig:
         `SpecError` for what it cannot honour."""
         raise NotImplementedError
 
+    def overridden(self, field: str, value: int) -> PluginConfig:
+        """This config with its gang's ``field`` set to ``value`` (``shoal run --override``),
+        or a `SpecError` naming what may be overridden."""
+        from shoal.errors import SpecError
+
+        raise SpecError("--override", field, f"{type(self).__name__} makes no gang whose size "
+                        "can be overridden", "leave --override out for this environment")
+
 
 def settings_of(where: str, config: Any) -> PluginSettings | None:
     """The settings of ``plugin_config=config``, or a `SpecError` naming what is accepted."""
@@ -50,13 +58,27 @@ def settings_of(where: str, config: Any) -> PluginSettings | None:
     if config is None:
         return None
     if not isinstance(config, PluginConfig):
-        kind = f"{type(config).__module__}.{type(config).__qualname__}"
-        flyte = kind.startswith("flyteplugins.")
-        raise SpecError(
-            f"{where}.plugin_config", config,
-            f"must be one of Shoal's plugin configs ({', '.join(PROVIDED)})",
-            ("import it from shoal.plugins instead of flyteplugins (e.g. "
-             "`from shoal.plugins.pytorch import Elastic`)" if flyte and "pytorch" in kind else
-             "use shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, or start "
-             "the framework (Spark, Dask, ...) inside a task"))
+        raise SpecError(f"{where}.plugin_config", config,
+                        f"must be one of Shoal's plugin configs ({', '.join(PROVIDED)})",
+                        _fix_for(config))
     return config.environment_settings(where)
+
+
+def _fix_for(config: Any) -> str:
+    """What to pass instead of ``config``: the rename of a Flyte plugin Shoal provides, the
+    config a part belongs in, or where the rest of Flyte's plugins' work goes on Shoal."""
+    module, name = type(config).__module__, type(config).__qualname__
+    if module.startswith("flyteplugins."):
+        plugin = module.split(".")[1]
+        if plugin == "pytorch":
+            return (f"import it from shoal.plugins instead of flyteplugins: "
+                    f"`from shoal.plugins.pytorch import {name}` (rename `flyteplugins.` to "
+                    "`shoal.plugins.` in the imports)")
+        return (f"Shoal has no counterpart of {module}.{name}: use "
+                "shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, or start the "
+                "framework (Spark, Dask, Ray, ...) inside a task")
+    if module.startswith("shoal.plugins.pytorch") and name == "RunPolicy":
+        return "a RunPolicy goes inside the Elastic config: plugin_config=Elastic(..., " \
+               "run_policy=RunPolicy(...))"
+    return ("use shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, or start "
+            "the framework (Spark, Dask, ...) inside a task")

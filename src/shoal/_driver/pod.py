@@ -80,13 +80,19 @@ def resize_gangs(task: Any, topology: Mapping[str, Mapping[str, int]]) -> None:
     envs = task.env.reachable()
     for name, sizes in topology.items():
         env = envs.get(name)
-        if env is None or not hasattr(env, "override"):
+        gang = env.gang() if env is not None else None
+        if env is None or gang is None:
             raise SpecError("topology.json", name, "is not a clustered environment the task "
                             "reaches in the code bundle", "submit the run again: the bundle "
                             "and the topology come from the same shoal run")
-        for field, value in sizes.items():
-            if getattr(env, field) != value:
-                env.override(field, value)
+        now = {"replicas": gang.replicas, "nproc_per_node": gang.nproc_per_node,
+               "min_replicas": gang.min_nodes}
+        # Each step keeps min_replicas <= replicas: MIN first when MAX drops below it.
+        order = ["min_replicas", "replicas"] if sizes.get("replicas", now["replicas"]) \
+            < now["min_replicas"] else ["replicas", "min_replicas"]
+        for field in sorted(sizes, key=lambda f: order.index(f) if f in order else -1):
+            if now.get(field) != sizes[field]:
+                env.override(field, sizes[field])
 
 
 async def _run_publishing(runner: Runner, store: Store, io: str) -> RunOutcome:

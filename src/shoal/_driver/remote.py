@@ -174,7 +174,8 @@ def write_plan(driver: RemoteDriver, objects: list[dict[str, Any]], out: str | N
 
 def topology(envs: Iterable[EnvSpec]) -> dict[str, dict[str, int]]:
     """The gang size of each clustered environment, as this process has it (overrides in)."""
-    return {e.name: {"replicas": e.cluster.replicas, "nproc_per_node": e.cluster.nproc_per_node}
+    return {e.name: {"replicas": e.cluster.replicas, "nproc_per_node": e.cluster.nproc_per_node,
+                     "min_replicas": e.cluster.min_nodes}
             for e in envs if e.cluster is not None}
 
 

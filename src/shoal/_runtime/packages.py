@@ -5,7 +5,8 @@ the image declares and this interpreter lacks. Requirements are read with `packa
 one whose environment marker is false here (``pywin32; sys_platform == "win32"`` on Linux) is
 not expected here; otherwise the distribution must be installed (by metadata, never by import),
 its version must satisfy the requirement's specifiers, and the distributions its requested
-extras pull in (``datasets[audio]``) must be installed too.
+extras pull in (``datasets[audio]``) must be installed too. A Flyte plugin Shoal ships as
+``shoal.plugins.<name>`` (``flyteplugins-pytorch``, kept in a ported image) is met by Shoal.
 """
 
 from __future__ import annotations
@@ -57,6 +58,20 @@ def _extra_needs(dist: Distribution, extras: Iterable[str]) -> list[Requirement]
     return needs
 
 
+def _stood_in_by_shoal(name: str) -> bool:
+    """Whether ``name`` is a Flyte plugin whose ``shoal.plugins`` counterpart is here."""
+    import importlib.util
+    import re
+
+    plugin = re.fullmatch(r"flyteplugins[-_.]+([a-z0-9_]+)", name.lower())
+    if plugin is None:
+        return False
+    try:
+        return importlib.util.find_spec(f"shoal.plugins.{plugin[1]}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _unmet_one(req: Requirement) -> str | None:
     dist = _installed(req.name)
     if dist is None:
@@ -77,6 +92,8 @@ def unmet(requirements: Iterable[str]) -> list[str]:
     out: list[str] = []
     for text in requirements:
         req = parse_requirement(text)
-        if req is not None and applies_here(req) and (problem := _unmet_one(req)) is not None:
+        if req is None or not applies_here(req) or _stood_in_by_shoal(req.name):
+            continue
+        if (problem := _unmet_one(req)) is not None:
             out.append(problem)
     return out

@@ -293,8 +293,8 @@ def apply_overrides(task: Any, overrides: list[str]) -> None:
             raise SpecError("--override", item, "must look like ENV.FIELD=N",
                             "e.g. --override pretrain.replicas=2")
         env = envs.get(env_name)
-        if env is None or not hasattr(env, "override"):
-            clustered = [n for n, e in envs.items() if hasattr(e, "override")]
+        if env is None or env.gang() is None:
+            clustered = [n for n, e in envs.items() if e.gang() is not None]
             raise SpecError("--override", item,
                             f"{env_name!r} is not a clustered environment this task reaches",
                             f"use one of: {', '.join(clustered) or 'none'}")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal import _contract as contract
-from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
+from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, refuse_elastic
 from shoal._engines.kubernetes.client import KubeClient, Watch, WatchEvent
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.logs import log_tail, pod_selector
@@ -97,6 +97,10 @@ class KubernetesEngine(Engine):
         return compile_call(call, run=ref.run, action=ref.action, attempt=ref.attempt,
                             config=self.config, code=self._bundle(call, upload),
                             lineage=self.lineage)
+
+    def _check_envs(self, envs: list[EnvSpec]) -> None:
+        for env in envs:  # before the run is recorded, not at its first call
+            refuse_elastic(env, "Kubernetes")
 
     def _dry_run(self, call: CallSpec) -> str:
         ref = AttemptRef(self.run, "a0", 0, Path())

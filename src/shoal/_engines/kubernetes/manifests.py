@@ -27,7 +27,7 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._engines.base import default_launch, refuse_progress_timeout
+from shoal._engines.base import default_launch, refuse_elastic, refuse_progress_timeout
 from shoal._engines.kubernetes import validate
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.names import (
@@ -131,6 +131,7 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
                         "has no per-workload admission deadline)",
                         "leave it out on Kubernetes, or bound the run with max_runtime=")
     refuse_progress_timeout(env, "Kubernetes")
+    refuse_elastic(env, "Kubernetes")
     labels, annotations = _identity(env, run, action, attempt, call.task.name)
     own, pod_labels = split_labels(env, config, default_queue=True)
     # The controller lowers each attempt's timeout to what is left of a Timeout(deadline=);

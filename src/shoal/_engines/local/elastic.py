@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from shoal._engines.base import AttemptOutcome
 from shoal._engines.local import procs
 from shoal._engines.local.gang import FAILURE_GRACE, Gang, GangRunner
+from shoal._engines.local.gang_limits import fitting_nodes
 from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import node_nets
 from shoal._spec.call import START_CAUSES
@@ -89,6 +90,9 @@ class ElasticGangRunner(GangRunner):
         self.priority = 0
         self._claimed: set[int] = set()  # slots of launchers being started
         self.size = 0  # the nodes of the last start
+        # The most nodes a start may have here: replicas, or fewer where the machine holds
+        # fewer ranks or addresses (`gang_limits.fitting_nodes`; MIN always fits).
+        self.most = self.cluster.replicas
 
     def heartbeat(self) -> float:
         return max(0.1, min(1.0, self.cluster.monitor_interval / 3))
@@ -98,7 +102,8 @@ class ElasticGangRunner(GangRunner):
         put_call_io(self.store, self.io, self.call.inputs, self.call.custom_context)
         c = self.cluster
         self.node_request, self.priority = self.engine.elastic_admission(self.call)
-        self.nets = node_nets(c.replicas)
+        self.most = fitting_nodes(c, self.engine.pool.capacity)
+        self.nets = node_nets(self.most)
         restarts_used, restart, cause = 0, 0, "first_start"
         try:
             while True:
@@ -164,7 +169,7 @@ class ElasticGangRunner(GangRunner):
                            {"task": self.call.task.name, "restart": restart})
         # The first start waits for as many nodes as fit now, not for more to come.
         ready = [self._add_spare(share_, None) for share_ in self._take_shares()]
-        for _ in range(c.replicas - c.min_nodes):
+        for _ in range(self.most - c.min_nodes):
             own = await self._try_node()
             if own is None:
                 break
@@ -195,7 +200,7 @@ class ElasticGangRunner(GangRunner):
     async def _add_spare(self, gpus: tuple[int, ...], own: Reservation | None) -> None:
         """A launcher for one more node, ready (its zygote's imports done) to join."""
         used = {m.slot for m in (*self.members, *self.spares)} | self._claimed
-        slot = min(s for s in range(self.cluster.replicas) if s not in used)
+        slot = min(s for s in range(self.most) if s not in used)
         self._claimed.add(slot)
         folder = self.start_dir(0).parent
         private_dir(folder)
@@ -335,10 +340,9 @@ class ElasticGangRunner(GangRunner):
             await asyncio.Event().wait()
 
     async def _grow_until_ready(self) -> None:
-        c = self.cluster
         mark: int | None = None  # the latest commit when the first spare was ready
         while True:
-            if len(self.members) + len(self.spares) < c.replicas:
+            if len(self.members) + len(self.spares) < self.most:
                 if self.base_shares:  # a node of the base was lost: its share is free
                     await self._add_spare(self.base_shares.pop(0), None)
                     continue

@@ -13,6 +13,10 @@ fail part-way, or take the machine down, after its run was recorded:
 - **open files**: gloo connects every pair of ranks and rank 0's store holds a connection from
   every rank, so a rank holds about one descriptor per rank: the world size stays below the
   soft ``RLIMIT_NOFILE`` (``ulimit -n``) less a reserve for the files a rank opens itself.
+
+An elastic gang (``min_replicas``, Flyte's ``Elastic(nnodes="MIN:MAX")``) is admitted once its
+MIN nodes fit, so MIN is what must fit here: one that fits at MIN but not at MAX is accepted
+and starts with `fitting_nodes` nodes, never more than this machine can hold.
 """
 
 from __future__ import annotations
@@ -20,14 +24,17 @@ from __future__ import annotations
 import resource
 
 from shoal._engines.local.pool import Request
-from shoal._spec.call import EnvSpec
+from shoal._spec.call import ClusterSpec, EnvSpec
 from shoal.errors import SpecError
 
-__all__ = ["RANK_MEMORY", "check_gang", "most_ranks"]
+__all__ = ["RANK_MEMORY", "check_gang", "fitting_nodes", "most_ranks"]
 
 MAX_LOOPBACK_NODES = 254  # 127.0.0.1 .. 127.0.0.254
 RANK_MEMORY = 256 * 2**20  # what one rank holds at least: an interpreter with torch imported
 FD_RESERVE = 64  # descriptors a rank needs besides one per peer (logs, libraries, pipes)
+ELSEWHERE = "or run it on a cluster (--engine kubernetes or slurm)"
+# Those engines run fixed gangs only (`refuse_elastic`).
+ELASTIC_ELSEWHERE = "or run it on a cluster at a fixed size (--engine kubernetes or slurm)"
 
 
 def open_files_limit() -> int | None:
@@ -47,19 +54,31 @@ def most_ranks(capacity: Request, open_files: int | None) -> tuple[int, str]:
     return min(limits)
 
 
+def fitting_nodes(cluster: ClusterSpec, capacity: Request, open_files: int | None = None) -> int:
+    """The most nodes of ``cluster`` a start may have here: ``replicas``, or fewer where this
+    machine holds fewer (an elastic gang then starts smaller; `check_gang` has made sure its
+    MIN fits). ``open_files`` defaults to this process's limit."""
+    files = open_files_limit() if open_files is None else open_files
+    most, _ = most_ranks(capacity, files)
+    return max(1, min(cluster.replicas, MAX_LOOPBACK_NODES, most // cluster.nproc_per_node))
+
+
 def check_gang(env: EnvSpec, capacity: Request, open_files: int | None = None) -> None:
     """Refuse a gang of ``env`` this machine cannot run, naming the field and the override
-    that fits. ``open_files`` defaults to this process's limit."""
+    that fits. ``open_files`` defaults to this process's limit. An elastic gang is judged on
+    its MIN nodes (see the module's docstring)."""
     c = env.cluster
     if c is None:
         return
+    if c.elastic:
+        _check_elastic(env, c, capacity, open_files)
+        return
     where = f"ClusteredTaskEnvironment({env.name!r})"
-    elsewhere = "or run it on a cluster (--engine kubernetes or slurm)"
     if c.replicas > MAX_LOOPBACK_NODES:
         raise SpecError(f"{where}.replicas", c.replicas,
                         f"the local engine runs at most {MAX_LOOPBACK_NODES} nodes (each listens "
                         "on its own loopback address, 127.0.0.<node + 1>)",
-                        f"--override {env.name}.replicas={MAX_LOOPBACK_NODES}, {elsewhere}")
+                        f"--override {env.name}.replicas={MAX_LOOPBACK_NODES}, {ELSEWHERE}")
     files = open_files_limit() if open_files is None else open_files
     most, why = most_ranks(capacity, files)
     world = c.replicas * c.nproc_per_node
@@ -72,4 +91,34 @@ def check_gang(env: EnvSpec, capacity: Request, open_files: int | None = None) -
                     f"with replicas={c.replicas} the gang has {world:,} ranks; the local engine "
                     f"runs at most {most:,} on this machine (cpu={capacity.cpu:g}, memory="
                     f"{capacity.memory / 2**30:.1f}Gi): {why}",
-                    f"{fix}, {elsewhere}")
+                    f"{fix}, {ELSEWHERE}")
+
+
+def _check_elastic(env: EnvSpec, c: ClusterSpec, capacity: Request,
+                   open_files: int | None) -> None:
+    """An elastic gang's MIN nodes must fit; its MAX may not (it starts smaller)."""
+    # The EnvSpec does not say which spelling made the gang: name both.
+    field = (f"environment {env.name!r}: min_replicas (the MIN of Elastic(nnodes=\"MIN:MAX\")"
+             ", ClusteredTaskEnvironment(min_replicas=))")
+    low, name = c.min_nodes, env.name
+    if low > MAX_LOOPBACK_NODES:
+        raise SpecError(field, low,
+                        f"the elastic gang starts once {low} nodes fit, and the local engine "
+                        f"runs at most {MAX_LOOPBACK_NODES} (each listens on its own loopback "
+                        "address, 127.0.0.<node + 1>)",
+                        f"--override {name}.min_replicas={MAX_LOOPBACK_NODES}, {ELASTIC_ELSEWHERE}")
+    files = open_files_limit() if open_files is None else open_files
+    most, why = most_ranks(capacity, files)
+    world = low * c.nproc_per_node
+    if world <= most:
+        return
+    nodes = most // c.nproc_per_node
+    fix = (f"--override {name}.min_replicas={nodes}" if nodes >= 1 else
+           f"--override {name}.min_replicas=1 --override {name}.nproc_per_node={most}")
+    raise SpecError(field, low,
+                    f"the elastic gang starts once {low} nodes fit: {low} x nproc_per_node="
+                    f"{c.nproc_per_node} is {world:,} ranks; the local engine runs at most "
+                    f"{most:,} on this machine (cpu={capacity.cpu:g}, memory="
+                    f"{capacity.memory / 2**30:.1f}Gi): {why}",
+                    f"{fix} (it grows to replicas={c.replicas} where the nodes fit), "
+                    f"{ELASTIC_ELSEWHERE}")

@@ -9,13 +9,15 @@ Flyte 2 code writes
 and ports by renaming ``flyteplugins.`` to ``shoal.plugins.``. The fields and defaults are
 flyte-sdk 2.12's. An ``Elastic`` environment's tasks run as the same gang a
 `shoal.clustered.ClusteredTaskEnvironment` runs (``nnodes="MIN:MAX"`` is
-``replicas=MAX, min_replicas=MIN``), on every engine; each field is honoured or refused here,
+``replicas=MAX, min_replicas=MIN``); each field is honoured or refused here,
 when the config is built or given to the environment, saying what to use instead:
 
 =============================  ===============================================================
 ``nnodes``                     an int (a fixed gang) or ``"MIN:MAX"`` (elastic: admitted once
                                MIN nodes fit, started with up to MAX, shrinks when a node is
-                               lost or lent, grows back; docs/elastic.md)
+                               lost or lent, grows back; docs/elastic.md). Elastic gangs run
+                               on the local engine; Slurm and Kubernetes refuse them (give
+                               an int there)
 ``nproc_per_node``             ranks per node
 ``rdzv_backend``               ``"c10d"``: honoured by the engine, which forms each start's
                                world from the nodes alive (no rendezvous lives on a training
@@ -35,7 +37,7 @@ when the config is built or given to the environment, saying what to use instead
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from shoal._api.plugin_config import PluginConfig, PluginSettings
@@ -184,6 +186,23 @@ class Elastic(PluginConfig):
     @property
     def max_nodes(self) -> int:
         return self._check()[1]
+
+    def overridden(self, field: str, value: int) -> Elastic:
+        """``--override ENV.replicas=N`` sets MAX, ``ENV.min_replicas=N`` MIN (the names of
+        `shoal.clustered.ClusteredTaskEnvironment`, so one override works on both spellings),
+        ``ENV.nproc_per_node=N`` the ranks per node; re-validated as ``Elastic.nnodes``."""
+        low, high = self._check()
+        if field == "nproc_per_node":
+            return replace(self, nproc_per_node=value)
+        if field == "replicas":
+            low, high = (value, value) if low == high else (low, value)
+        elif field == "min_replicas":
+            low = value
+        else:
+            raise SpecError("--override", field, "only replicas (MAX nodes), min_replicas (MIN "
+                            "nodes) and nproc_per_node can be overridden",
+                            "e.g. --override ENV.min_replicas=1")
+        return replace(self, nnodes=high if low == high else f"{low}:{high}")
 
     def environment_settings(self, where: str) -> PluginSettings:
         low, high = self._check()  # a dataclass's fields may have changed since it was built
