@@ -1,8 +1,9 @@
 """Bad input for an elastic gang gets one clear error before anything runs, naming the field,
 the value, the rule and the fix: Flyte's ``Elastic`` (shoal.plugins.pytorch), Shoal's
 ``ClusteredTaskEnvironment(min_replicas=)``, ``plugin_config=`` of another object, an elastic
-gang on an engine that does not resize gangs (Slurm, Kubernetes: their compile steps are pure,
-so they run here; no Slurm, no cluster), and ``--override`` of an ``Elastic`` environment.
+gang on Kubernetes, which does not resize gangs, and Slurm's plan of one (their compile steps
+are pure, so they run here; no Slurm, no cluster), and ``--override`` of an ``Elastic``
+environment.
 A gang larger than this machine is refused in test_bounds.py, where the other bounds are."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 import shoal
+from shoal import _contract as contract
 from shoal._api.plugin_config import PROVIDED
 from shoal._engines.base import AttemptRef
 from shoal._engines.kubernetes import compile_call
@@ -184,7 +186,7 @@ def test_an_override_of_an_environment_without_a_gang_is_refused() -> None:
     assert e.field == "--override" and "not as a gang" in e.rule
 
 
-# --- Slurm and Kubernetes do not resize a gang: refused when planned --------------------------
+# --- Kubernetes does not resize a gang: refused when planned; Slurm plans MIN-MAX -------------
 
 
 def _call(env: shoal.TaskEnvironment) -> CallSpec:
@@ -236,10 +238,17 @@ def test_kubernetes_refuses_an_elastic_gang_when_it_compiles(make: Any) -> None:
 
 
 @pytest.mark.parametrize("make", ELASTIC_SPELLINGS)
-def test_slurm_refuses_an_elastic_gang_when_it_plans(tmp_path: Path, make: Any) -> None:
-    _assert_refused_elastic(_refused(lambda: _sbatch(tmp_path, make())), "Slurm")
-    engine = _slurm(tmp_path)
-    _assert_refused_elastic(_refused(lambda: engine.check_envs([make().spec()])), "Slurm")
+def test_slurm_plans_an_elastic_gang_as_one_allocation_of_min_to_max_nodes(
+        tmp_path: Path, make: Any) -> None:
+    """As many nodes as are free from MIN to MAX (MAX tasks spread over them), kept when one
+    fails (--no-kill); the bounds reach the allocation program, which resizes the steps."""
+    script = _sbatch(tmp_path, make())
+    for line in ("#SBATCH --nodes=1-2", "#SBATCH --ntasks=2", "#SBATCH --spread-job",
+                 "#SBATCH --no-kill", f"export {contract.MIN_NNODES}=1",
+                 f"export {contract.MAX_NNODES}=2"):
+        assert line in script.splitlines(), (line, script)
+    assert "--ntasks-per-node" not in script
+    _slurm(tmp_path).check_envs([make().spec()])  # not refused
 
 
 def test_the_override_the_refusal_names_makes_it_compile(tmp_path: Path) -> None:

@@ -75,9 +75,9 @@ def refuse_progress_timeout(env: EnvSpec, engine: str) -> None:
 
 
 def refuse_elastic(env: EnvSpec, engine: str) -> None:
-    """An elastic gang (``min_replicas`` < ``replicas``) is resized by the local engine only:
-    a Slurm allocation or a JobSet of this engine has a fixed node count, so it is refused
-    when the job is planned, before anything is submitted."""
+    """An elastic gang (``min_replicas`` < ``replicas``) is resized by the local engine and
+    within a Slurm allocation; a JobSet of the Kubernetes engine has a fixed node count, so it
+    is refused there when the job is planned, before anything is submitted."""
     c = env.cluster
     if c is None or not c.elastic:
         return

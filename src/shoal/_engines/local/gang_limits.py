@@ -33,8 +33,9 @@ MAX_LOOPBACK_NODES = 254  # 127.0.0.1 .. 127.0.0.254
 RANK_MEMORY = 256 * 2**20  # what one rank holds at least: an interpreter with torch imported
 FD_RESERVE = 64  # descriptors a rank needs besides one per peer (logs, libraries, pipes)
 ELSEWHERE = "or run it on a cluster (--engine kubernetes or slurm)"
-# Those engines run fixed gangs only (`refuse_elastic`).
-ELASTIC_ELSEWHERE = "or run it on a cluster at a fixed size (--engine kubernetes or slurm)"
+# Slurm runs elastic gangs too; Kubernetes runs fixed ones only (`refuse_elastic`).
+ELASTIC_ELSEWHERE = ("or run it on a cluster (--engine slurm; --engine kubernetes at a fixed "
+                     "size)")
 
 
 def open_files_limit() -> int | None:

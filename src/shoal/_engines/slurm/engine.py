@@ -35,7 +35,6 @@ from shoal._engines.base import (
     AttemptRef,
     Engine,
     default_launch,
-    refuse_elastic,
     refuse_progress_timeout,
 )
 from shoal._engines.host_secrets import SecretMissing, secret_environ
@@ -120,7 +119,6 @@ class SlurmEngine(Engine):
     def job_plan(self, call: CallSpec, ref: AttemptRef) -> JobPlan:
         env = call.task.env
         refuse_progress_timeout(env, "Slurm")
-        refuse_elastic(env, "Slurm")
         c = env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
         node = NodeEnv(
             home=str(self.home), store=self.store, run=ref.run, action=ref.action,
@@ -178,10 +176,6 @@ class SlurmEngine(Engine):
                 (Path(out) / name).write_text(text)
             return f"wrote {len(scripts)} sbatch script(s) to {out}/: {', '.join(scripts)}\n"
         return "".join(f"\n# --- {name}\n{text}" for name, text in scripts.items())
-
-    def _check_envs(self, envs: list[EnvSpec]) -> None:
-        for env in envs:  # before the run is recorded, not at its first call
-            refuse_elastic(env, "Slurm")
 
     def _dry_run(self, call: CallSpec) -> str:
         where = (f"the driver task {call.task.name!r} runs here (a local process); every call "
