@@ -9,8 +9,8 @@ current world, so a checkpoint's position means the same thing in a world of any
 
     sampler = ElasticSampler(len(ds), batch_size=64)          # 64 per step, over the world
     loader = DataLoader(ds, batch_size=sampler.per_rank_batch, sampler=sampler)
-    if (ckpt := shoal.latest_checkpoint()) is not None:
-        sampler.load_state_dict(ckpt["sampler"])
+    if (saved := shoal.ctx().checkpoint.load_sync()) is not None:   # bytes you saved
+        sampler.load_state_dict(json.loads(saved)["sampler"])
     for epoch in range(sampler.epoch, epochs):
         sampler.set_epoch(epoch)
         for step, batch in enumerate(loader, 1):
