@@ -243,31 +243,31 @@ class LocalEngine(Engine):
         """(request for the whole gang, priority): every node's request, clamped as one."""
         cluster = call.task.env.cluster
         assert cluster is not None
-        env = call.task.env.name
-        key = f"{env}#gang{cluster.replicas}x{cluster.nproc_per_node}"
-        if key not in self._admissions:
-            check_gang(call.task.env, self.pool.capacity)
-            plan = self.plan(call.task.env, call.task.code_file)
-            whole, clamped = self.pool.clamp(request_for(call.task.env) * cluster.replicas)
-            for note in (*(f"{cluster.replicas} nodes: {c}" for c in clamped), *plan.notes):
-                warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
-            self._admissions[key] = (whole, plan.priority)
-        return self._admissions[key]
+        return self._gang_request(call, f"gang{cluster.replicas}x{cluster.nproc_per_node}",
+                                  cluster.replicas, f"{cluster.replicas} nodes")
 
     def elastic_admission(self, call: CallSpec) -> tuple[Request, int]:
         """(one node's request, priority) of an elastic gang: admitted on MIN of them, each
         node above MIN reserved on its own (`elastic`)."""
         cluster = call.task.env.cluster
         assert cluster is not None
+        return self._gang_request(
+            call, f"elastic{cluster.min_nodes}:{cluster.replicas}x{cluster.nproc_per_node}",
+            1, "each node")
+
+    def _gang_request(self, call: CallSpec, kind: str, nodes: int,
+                      what: str) -> tuple[Request, int]:
+        """``nodes`` nodes' request of a gang, clamped to the machine (said once), checked
+        against what the machine can run, and its priority; kept per environment."""
         env = call.task.env.name
-        key = f"{env}#elastic{cluster.min_nodes}:{cluster.replicas}x{cluster.nproc_per_node}"
+        key = f"{env}#{kind}"
         if key not in self._admissions:
             check_gang(call.task.env, self.pool.capacity)
             plan = self.plan(call.task.env, call.task.code_file)
-            node, clamped = self.pool.clamp(request_for(call.task.env))
-            for note in (*(f"each node: {c}" for c in clamped), *plan.notes):
+            request, clamped = self.pool.clamp(request_for(call.task.env) * nodes)
+            for note in (*(f"{what}: {c}" for c in clamped), *plan.notes):
                 warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
-            self._admissions[key] = (node, plan.priority)
+            self._admissions[key] = (request, plan.priority)
         return self._admissions[key]
 
     def gpus_emulated(self, env: EnvSpec) -> bool:
