@@ -33,9 +33,8 @@ MAX_LOOPBACK_NODES = 254  # 127.0.0.1 .. 127.0.0.254
 RANK_MEMORY = 256 * 2**20  # what one rank holds at least: an interpreter with torch imported
 FD_RESERVE = 64  # descriptors a rank needs besides one per peer (logs, libraries, pipes)
 ELSEWHERE = "or run it on a cluster (--engine kubernetes or slurm)"
-# Slurm runs elastic gangs too; Kubernetes runs fixed ones only (`refuse_elastic`).
-ELASTIC_ELSEWHERE = ("or run it on a cluster (--engine slurm; --engine kubernetes at a fixed "
-                     "size)")
+# Slurm and Kubernetes run elastic gangs too.
+ELASTIC_ELSEWHERE = ELSEWHERE
 
 
 def open_files_limit() -> int | None:

@@ -1,0 +1,179 @@
+"""Elastic gangs on the Kubernetes engine, end to end over real HTTP against the fake API server
+(`fake_apiserver`; the JobSet controller, Kueue and the kubelet are `FakeCluster`'s script, and
+the tests play the ranks, as in `test_engine`): each start is a JobSet of its own; a lost node
+makes the next start a new JobSet of the nodes left, a rank failure one of the same size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shoal
+from shoal import _contract as contract
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
+from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.test_engine import Harness
+
+pytestmark = pytest.mark.s3
+
+elastic_env = ClusteredTaskEnvironment(
+    name="engine-elastic", image="shoal:test", replicas=2, min_replicas=1, nproc_per_node=1,
+    runtime=TorchRun(), failure_policy=ClusterFailurePolicy(max_restarts=1),
+    pod_template=shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "research"}),
+)
+
+
+@elastic_env.task
+def train(steps: int = 3) -> float:
+    raise NotImplementedError  # never runs here: the test plays the ranks
+
+
+@pytest.fixture
+def harness(fake: FakeApiServer, s3_root: str, tmp_path: Path) -> Harness:
+    return Harness(fake, s3_root, tmp_path)
+
+
+def _names(h: Harness) -> list[str]:
+    return [str(js["metadata"]["name"]) for js in h.fake.all("jobsets")]
+
+
+async def _next_jobset(h: Harness, *old: str) -> str:
+    found = await h.until("a new JobSet", lambda: [n for n in _names(h) if n not in old])
+    return str(found[0])
+
+
+def _pod_env(jobset: dict[str, Any]) -> dict[str, Any]:
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    return {e["name"]: e.get("value") for e in job["template"]["spec"]["containers"][0]["env"]}
+
+
+def _data(h: Harness, kind: str, index: int = 0) -> dict[str, Any]:
+    return [d for k, d in h.events if k == kind][index]
+
+
+def test_a_lost_node_starts_the_gang_again_as_a_new_jobset_of_the_nodes_left(
+        harness: Harness) -> None:
+    seen: dict[str, Any] = {}
+
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        seen["first"] = h.fake.get("jobsets", first)
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        seen["lost_pod"] = h.cluster.lose_node(first, 1)["metadata"]["name"]  # host gone
+        second = await _next_jobset(h, first)
+        seen["deleted_first"] = h.fake.get("jobsets", first) is None
+        seen["second"] = h.fake.get("jobsets", second)
+        await h.told("gang_queued", 2)  # a new Kueue workload, admitted whole again
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        h.put("a0", 1, "output.json", 0.5)  # rank 0 of start r1
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.ok and outcome.output == 0.5
+    assert harness.kinds() == ["gang_queued", "gang_admitted", "gang_started", "gang_resized",
+                               "gang_queued", "gang_admitted", "gang_started", "gang_finished"]
+    first, second = seen["first"], seen["second"]
+    assert seen["deleted_first"]  # gone, its pods with it, before the next start was created
+    deletes = [p for m, p in harness.fake.requests if m == "DELETE"]
+    assert deletes == [f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/"
+                       f"{first['metadata']['name']}"]
+    # the first start: MAX nodes; JobSet never restarts it (the engine decides)
+    assert first["spec"]["failurePolicy"]["maxRestarts"] == 0
+    assert first["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 2
+    # the second: one node, restart 1, told why
+    job = second["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (1, 1)
+    env = _pod_env(second)
+    assert (env[contract.NNODES], env[contract.RESTART_ATTEMPT], env[contract.START_CAUSE],
+            env[contract.MIN_NNODES], env[contract.MAX_NNODES]) == ("1", "1", "node_lost", "1",
+                                                                   "2")
+    resized = _data(harness, "gang_resized")
+    assert {k: resized[k] for k in ("task", "restart", "from", "to", "cause", "nodes",
+                                    "uses_restart", "left")} == {
+        "task": "engine-elastic.train", "restart": 1, "from": 2, "to": 1, "cause": "node_lost",
+        "nodes": [1], "uses_restart": True, "left": 0}
+    assert resized["reason"].startswith(f"node 1 lost (pod {seen['lost_pod']} was disrupted "
+                                        "(DeletionByTaintManager")
+    starts = [_data(harness, "gang_started", i) for i in (0, 1)]
+    assert [(s["restart"], s["nnodes"], s["world_size"], s["cause"], s["min_nnodes"],
+             s["max_nnodes"]) for s in starts] == [(0, 2, 2, "first_start", 1, 2),
+                                                   (1, 1, 1, "node_lost", 1, 2)]
+    assert _data(harness, "gang_finished")["restart"] == 1
+
+
+def test_a_rank_failure_with_every_pod_there_restarts_at_the_same_size(
+        harness: Harness) -> None:
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.put("a0", 0, "rank-1.failure.json", {
+            "rank": 1, "local_rank": 0, "node": 1, "at": time.time(),
+            "message": "ValueError: loss is nan", "traceback": "Traceback ...\nValueError"})
+        h.put("a0", 0, "node-1.json", {"node": 1, "local_rank": 0, "rank": 1, "exit_code": 1,
+                                       "signal": None, "at": time.time()})
+        h.cluster.fail_node(first, 1, exit_code=1)
+        h.cluster.fail(first, reason="FailedJobs", message="jobset failed due to a failed job")
+        second = await _next_jobset(h, first)
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        h.put("a0", 1, "output.json", 2.0)
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 2.0
+    assert "gang_resized" not in harness.kinds()
+    restart = _data(harness, "gang_restart")
+    assert (restart["restart"], restart["rank"], restart["left"]) == (0, 1, 0)
+    assert "ValueError: loss is nan" in restart["message"]
+    second = _data(harness, "gang_started", 1)
+    assert (second["restart"], second["nnodes"], second["cause"]) == (1, 2, "restart")
+
+
+def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -> None:
+    seen: dict[str, str] = {}
+
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.lose_node(first, 1)
+        second = await _next_jobset(h, first)
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        # `kubectl delete pod --force` of the last node: no disruption said, just gone
+        pod = h.cluster.node_pod(second, 0)
+        seen["pod"] = pod["metadata"]["name"]
+        h.fake.remove("pods", seen["pod"])
+
+    f = asyncio.run(harness.attempt(train, "a0", play)).failure
+    assert f is not None and f.kind == "crash" and f.node == 0
+    assert "fewer than its min_replicas=1" in f.message
+    assert f"pod {seen['pod']} was deleted while the gang ran" in f.message
+
+
+def test_a_kueue_preemption_of_an_elastic_start_is_no_lost_node(harness: Harness) -> None:
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.evict(first)  # pods deleted, but the JobSet is suspended first
+        await h.told("gang_preempted")
+        h.cluster.requeue(first)
+        h.cluster.admit(first)
+        await h.told("gang_started", 2)
+        h.put("a0", 0, "output.json", 1.0)
+        h.cluster.succeed(first)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 1.0 and "gang_resized" not in harness.kinds()
+    again = _data(harness, "gang_started", 1)
+    assert (again["restart"], again["nnodes"], again["cause"]) == (0, 2, "preempted")
+    assert len(harness.fake.all("jobsets")) == 1
