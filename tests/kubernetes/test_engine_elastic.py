@@ -177,3 +177,27 @@ def test_a_kueue_preemption_of_an_elastic_start_is_no_lost_node(harness: Harness
     again = _data(harness, "gang_started", 1)
     assert (again["restart"], again["nnodes"], again["cause"]) == (0, 2, "preempted")
     assert len(harness.fake.all("jobsets")) == 1
+
+
+def test_a_pod_killed_without_a_report_is_a_lost_node_when_its_jobset_fails(
+        harness: Harness) -> None:
+    """Node 1's container is SIGKILLed and nothing reached the store (its launcher died with
+    it); its Job fails and with it the JobSet: the next start has one node."""
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.fail_node(first, 1, exit_code=137, last_words="node 1: Killed")
+        h.cluster.fail(first, reason="FailedJobs", message="jobset failed due to a failed job")
+        second = await _next_jobset(h, first)
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        h.put("a0", 1, "output.json", 3.0)
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 3.0 and "gang_restart" not in harness.kinds()
+    resized = _data(harness, "gang_resized")
+    assert (resized["from"], resized["to"], resized["nodes"]) == (2, 1, [1])
+    assert "ended (SIGKILL) without a report from its launcher" in resized["reason"]
+    assert _data(harness, "gang_finished")["phase"] == "failed"  # the first start's record

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shoal._engines.kubernetes.status import lost_nodes, lost_reason
+from shoal._engines.kubernetes.status import deleted_before, lost_nodes, lost_reason
 
 Obj = dict[str, Any]
 
@@ -36,6 +36,11 @@ def test_a_disrupted_or_deleted_pod_is_a_lost_node() -> None:
     assert lost_reason(pod(1, phase="Succeeded"), deleted=True) is None  # it had finished
 
 
+def test_a_pod_whose_node_stopped_answering_is_a_lost_node() -> None:
+    assert lost_reason(pod(2, phase="Unknown")) == (
+        "pod gang-node-0-2-x's node stopped answering (phase Unknown)")
+
+
 def test_a_pod_that_never_ran_its_container_is_a_lost_node() -> None:
     p = pod(0, phase="Failed")
     p["status"].update(containerStatuses=[], reason="Evicted")
@@ -63,3 +68,11 @@ def test_lost_nodes_of_one_start() -> None:
         2: "pod gang-node-0-2-x was disrupted (EvictionByEvictionAPI: Eviction API: evicting)",
         3: "pod gang-node-0-3-x was deleted while the gang ran"}
     assert list(lost_nodes(pods, 1)) == [1]
+
+
+def test_a_deletion_asked_before_the_jobset_failed_was_while_the_gang_ran() -> None:
+    deleted = pod(1, phase="Failed", exit_code=143, deleting=True)  # asked at 02:00:05
+    pods = [pod(0, phase="Failed", exit_code=1), deleted]
+    assert deleted_before(pods, "2026-12-04T02:00:09Z") == {"uid-1-0"}
+    assert deleted_before(pods, "2026-12-04T02:00:05Z") == set()  # the same second: after
+    assert deleted_before(pods, None) == set()

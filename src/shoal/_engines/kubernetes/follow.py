@@ -25,6 +25,8 @@ from shoal._engines.kubernetes.status import (
     COMPLETION_INDEX,
     GangState,
     PodHistory,
+    condition,
+    deleted_before,
     first_failing_rank,
     gang_state,
     is_true,
@@ -178,13 +180,17 @@ class Follow:
             "crash", f"node {node} lost (restart {restart}): {why}", node=node,
             log_tail=await self._tail(pod)))
 
-    async def _lost_at_end(self) -> dict[int, str]:
-        """The nodes lost in an elastic start that failed: as `_node_lost` sees them, and a
-        pod that ended without a report from its launcher or ranks (read from the store)."""
+    async def _lost_at_end(self, jobset: Obj) -> dict[int, str]:
+        """The nodes lost in an elastic start that failed: as `_node_lost` sees them, a pod
+        whose deletion was asked before the JobSet failed (its watch event may trail the
+        JobSet's), and a pod that ended without a report from its launcher or ranks."""
         reports = await asyncio.to_thread(read_reports, self.store,
                                           join(self.io, f"r{self.offset}"))
         told = {int(r["node"]) for r in reports if isinstance(r.get("node"), int)}
-        return lost_nodes(self.pods.pods(0), 0, deleted=self.deleted, reported=told)
+        pods = self.pods.pods(0)
+        failed_at = (condition(jobset, "Failed") or {}).get("lastTransitionTime")
+        deleted = self.deleted | deleted_before(pods, failed_at)
+        return lost_nodes(pods, 0, deleted=deleted, reported=told)
 
     def _started(self, restart: int) -> None:
         cause = self.start.cause if self.start is not None else (
@@ -241,7 +247,7 @@ class Follow:
             return await self._output(restart)
         self.final = "DeadlineExceeded" in state.reason or "deactivated" in state.reason
         if self.start is not None and not self.final:
-            self.lost.update(await self._lost_at_end())
+            self.lost.update(await self._lost_at_end(jobset))
             if self.lost:
                 return await self._lost_outcome()
         return AttemptOutcome(failure=await self._failure(state.restarts, state))

@@ -324,7 +324,8 @@ def lost_reason(pod: Obj, *, deleted: bool = False, reported: bool | None = None
     or None. An elastic gang goes on without a lost node; after a rank failure it restarts
     at the same size. Lost: the pod was disrupted (``DisruptionTarget``: drained, evicted,
     its node gone), ``deleted`` while its gang ran (the caller knows: not by a Kueue
-    suspension, nor after the gang ended), failed before a container ran, or its container
+    suspension, nor after the gang ended), on a node that stopped answering (phase
+    ``Unknown``), failed before a container ran, or its container
     ended non-zero on its own while neither its launcher nor a rank left a report
     (``reported`` False; None: the reports were not read) — the launcher died with its pod,
     as the local engine counts a launcher whose process tree ended."""
@@ -338,6 +339,8 @@ def lost_reason(pod: Obj, *, deleted: bool = False, reported: bool | None = None
                 + (f": {disrupted['message']}" if disrupted.get("message") else "") + ")")
     if deleted:
         return f"pod {name} was deleted while the gang ran"
+    if status.get("phase") == "Unknown":
+        return f"pod {name}'s node stopped answering (phase Unknown)"
     terms = list(_terminations(pod))
     if status.get("phase") == "Failed" and not terms:
         why = status.get("reason") or "Failed"
@@ -369,6 +372,26 @@ def lost_nodes(pods: Iterable[Obj], restart_attempt: int, *, deleted: Iterable[s
         if why is not None:
             lost[node] = why
     return dict(sorted(lost.items()))
+
+
+def deleted_before(pods: Iterable[Obj], moment: Any) -> set[str]:
+    """The keys (`pod_key`) of the pods whose deletion was asked before ``moment`` (a JobSet's
+    Failed transition): deleted while the gang ran, which only a person, a drain or a lost
+    host does to an elastic start (JobSet never restarts it; it deletes pods once it ended).
+    Timestamps have one-second resolution: one asked in the same second does not count."""
+    until = _time(moment)
+    if until is None:
+        return set()
+    found = set()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        deadline = _time(meta.get("deletionTimestamp"))
+        if deadline is None:
+            continue
+        asked = deadline - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+        if asked < until:
+            found.add(pod_key(pod))
+    return found
 
 
 class PodHistory:
