@@ -139,6 +139,7 @@ def test_a_rank_failure_with_every_pod_there_restarts_at_the_same_size(
 
 def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -> None:
     seen: dict[str, str] = {}
+    started: list[str] = []
 
     async def play(h: Harness) -> None:
         first = await h.jobset()
@@ -146,6 +147,7 @@ def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -
         await h.told("gang_started")
         h.cluster.lose_node(first, 1)
         second = await _next_jobset(h, first)
+        started.extend([first, second])
         h.cluster.admit(second)
         await h.told("gang_started", 2)
         # `kubectl delete pod --force` of the last node: no disruption said, just gone
@@ -155,6 +157,8 @@ def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -
 
     f = asyncio.run(harness.attempt(train, "a0", play)).failure
     assert f is not None and f.kind == "crash" and f.node == 0
+    deletes = [p.rsplit("/", 1)[-1] for m, p in harness.fake.requests if m == "DELETE"]
+    assert deletes == started  # no start is left behind: the last one's nodes stop too
     assert "fewer than its min_replicas=1" in f.message
     assert f"pod {seen['pod']} was deleted while the gang ran" in f.message
 

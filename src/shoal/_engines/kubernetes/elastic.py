@@ -69,9 +69,12 @@ class ElasticStarts:
                 return outcome
             assert outcome.failure is not None
             left_nodes = start.size(c) - len(follow.lost)
-            if follow.lost and left_nodes < c.min_nodes:
-                return AttemptOutcome(failure=self._below_min(outcome.failure, follow,
-                                                              left_nodes))
+            if follow.lost and (left_nodes < c.min_nodes or used >= c.max_restarts):
+                # the nodes left would train on for nothing: the attempt ends here
+                await self._delete(follow, wait=False)
+                if left_nodes < c.min_nodes:
+                    return AttemptOutcome(failure=self._below_min(outcome.failure, follow,
+                                                                  left_nodes))
             if used >= c.max_restarts:
                 return outcome
             used += 1
@@ -101,12 +104,14 @@ class ElasticStarts:
                      f"on (JobSet {follow.name})"),
             node=failure.node, log_tail=failure.log_tail)
 
-    async def _delete(self, follow: Follow) -> None:
-        """Delete the start's JobSet and wait until it is gone: Foreground deletion removes its
-        Jobs and pods first, so the next start never meets a rank of this one."""
+    async def _delete(self, follow: Follow, wait: bool = True) -> None:
+        """Delete the start's JobSet and (``wait``) wait until it is gone: Foreground deletion
+        removes its Jobs and pods first, so the next start never meets a rank of this one."""
         client = self.engine._client()
         await asyncio.to_thread(client.delete, follow.kind, follow.name, "Foreground",
                                 missing_ok=True)
+        if not wait:
+            return
         deadline = time.monotonic() + self.cluster.grace_period + 15 + GONE_SLACK
         while True:
             try:
