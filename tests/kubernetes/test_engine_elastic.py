@@ -205,3 +205,60 @@ def test_a_pod_killed_without_a_report_is_a_lost_node_when_its_jobset_fails(
     assert (resized["from"], resized["to"], resized["nodes"]) == (2, 1, [1])
     assert "ended (SIGKILL) without a report from its launcher" in resized["reason"]
     assert _data(harness, "gang_finished")["phase"] == "failed"  # the first start's record
+
+
+POD_PROGRAM = '''
+import shoal
+from shoal.clustered import ClusteredTaskEnvironment
+
+gang = ClusteredTaskEnvironment(name="pod-elastic", image="shoal:test", replicas=2,
+                                min_replicas=1, nproc_per_node=1)
+
+
+@gang.task
+def where() -> dict:
+    c = shoal.ctx()
+    return {"cause": c.start_cause, "restart": c.restart_attempt, "nnodes": c.nnodes,
+            "world_size": c.world_size, "min": c.min_nnodes, "max": c.max_nnodes}
+'''
+
+
+def test_the_pod_of_a_shrunk_start_runs_its_rank_as_the_start_says(
+        s3_root: str, tmp_path: Path) -> None:
+    """The node launcher, a real process, with the variables of the shrunk start's pod (the
+    JobSet of restart 1, one node left): its rank sees cause node_lost, restart 1 and one node,
+    and writes its output where the engine reads that start's (r1/output.json)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from shoal._engines.kubernetes import CodeBundle, KubeConfig, Start, compile_call
+    from shoal._runtime.loader import find_task
+    from shoal._spec.call import CallSpec
+    from shoal._storage.bundle import build
+    from shoal._storage.call_io import put_call_io
+    from shoal._storage.store import join, open_store
+
+    src = tmp_path / "src"
+    src.mkdir()
+    path = src / "pod_elastic_program.py"
+    path.write_text(POD_PROGRAM)
+    bundle = build(path, s3_root)
+    config = KubeConfig(store=s3_root, namespace="default", home=str(tmp_path / "pod-home"))
+    call = CallSpec(task=find_task(path, "where").spec(), inputs={}, parent_action=None)
+    (js,) = compile_call(call, run="r-podel", action="a0", attempt=0, config=config,
+                         code=CodeBundle(uri=bundle.uri, file=bundle.file),
+                         start=Start(restart=1, nnodes=1, cause="node_lost"))
+    store = open_store(s3_root)
+    io = join(s3_root, "runs", "r-podel", "a0", "0")
+    put_call_io(store, io, {}, {})
+    env = {**os.environ, **{k: str(v) for k, v in _pod_env(js).items() if isinstance(v, str)}}
+    # what the downward API and the JobSet's DNS name give the pod
+    env.update({contract.NODE_RANK: "0", contract.MASTER_ADDR: "127.0.0.1"})
+    p = subprocess.run([sys.executable, "-m", "shoal._runtime.launcher"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(store.get_bytes(join(io, "r1", "output.json")))
+    assert out == {"cause": "node_lost", "restart": 1, "nnodes": 1, "world_size": 1, "min": 1,
+                   "max": 2}
