@@ -79,9 +79,6 @@ class KubernetesEngine(Engine):
                             config=self.config, code=self._bundle(call, upload),
                             lineage=self.lineage, start=start)
 
-    def _check_envs(self, envs: list[EnvSpec]) -> None:
-        pass  # fixed and elastic gangs both run here; compile_call checks the rest
-
     def _dry_run(self, call: CallSpec) -> str:
         ref = AttemptRef(self.run, "a0", 0, Path())
         return to_yaml(self.compile(call, ref, upload=False))
