@@ -193,9 +193,11 @@ class Follow:
         return lost_nodes(pods, 0, deleted=deleted, reported=told)
 
     def _started(self, restart: int) -> None:
+        """``gang_started`` with the local engine's fields; a start resumed after a Kueue
+        preemption (the same JobSet, admitted again) says so."""
         cause = self.start.cause if self.start is not None else (
             "first_start" if restart == 0 else "restart")
-        if "preempted" in self.told or "was_preempted" in self.told:
+        if "was_preempted" in self.told:
             cause = "preempted"
         self.notify("gang_started", restart=restart, logs={}, pids=[],
                     master_port=self.engine.config.master_port, jobset=self.name,
