@@ -104,5 +104,19 @@ def variant_manifests() -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def elastic_manifests() -> dict[str, list[dict[str, Any]]]:
+    """An elastic 2:4 gang's first start (4 nodes) and the start after node 1 of it was lost
+    (3 nodes, restart 1, cause node_lost): each start is a JobSet of its own."""
+    from shoal._engines.kubernetes import Start
+    from tests.kubernetes import elastic_program as e
+
+    def one(start: Start | None) -> list[dict[str, Any]]:
+        return compile_call(call_of(e.train), run=RUN, action="a0.1", attempt=0,
+                            config=CONFIG, code=CODE, start=start)
+
+    return {"elastic": one(None),
+            "elastic_shrunk": one(Start(restart=1, nnodes=3, cause="node_lost"))}
+
+
 def every_manifest() -> dict[str, list[dict[str, Any]]]:
-    return {**seed_manifests(), **variant_manifests()}
+    return {**seed_manifests(), **variant_manifests(), **elastic_manifests()}

@@ -48,7 +48,8 @@ class FakeCluster:
     ``server.cluster = FakeCluster(server)`` makes JobSets created through the API get their
     Suspended condition and (with a queue-name label) a pending Kueue Workload, as the real
     controllers do on their own. Everything after that happens when the test says so:
-    `admit`, `fail_node`, `restart`, `evict`, `requeue`, `succeed`, `fail`, `expire`.
+    `admit`, `fail_node`, `lose_node`, `restart`, `evict`, `requeue`, `succeed`, `fail`,
+    `expire`.
     """
 
     def __init__(self, server: FakeApiServer) -> None:
@@ -261,6 +262,23 @@ class FakeCluster:
         pod["status"]["phase"] = "Failed"
         pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
         return self.s.put("pods", pod)
+
+    def lose_node(self, name: str, node: int, ns: str = "default") -> Obj:
+        """The host of ``node`` is gone (NotReady, then tainted): the taint manager marks its
+        pod DisruptionTarget (reason DeletionByTaintManager) and deletes it; its container is
+        stopped and the pod removed. Returns the pod as last seen. (The Job controller would
+        then fail the node's Job; the test says so with `fail` if it matters.)"""
+        now = self.s.tick()
+        pod = self.node_pod(name, node, ns)
+        pod["status"]["conditions"] = [
+            {"type": "Ready", "status": "False", "lastTransitionTime": now},
+            {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+             "message": f"Taint manager: deleting due to NoExecute taint key "
+                        f"node.kubernetes.io/unreachable on gpu-node-{node}",
+             "lastTransitionTime": now}]
+        pod = self.s.put("pods", pod)
+        self.s._stop_pod("pods", pod)
+        return self.s.remove("pods", pod["metadata"]["name"], ns) or pod
 
     def restart(self, name: str, ns: str = "default") -> None:
         """The JobSet controller's failure policy: restarts + 1, the attempt's Jobs deleted

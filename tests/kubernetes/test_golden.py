@@ -18,15 +18,23 @@ import yaml
 import shoal
 from shoal._engines.kubernetes import compile_call, to_yaml
 from tests.kubernetes import seed_program
-from tests.kubernetes.conftest import CODE, CONFIG, RUN, call_of, seed_manifests
+from tests.kubernetes.conftest import (
+    CODE,
+    CONFIG,
+    RUN,
+    call_of,
+    elastic_manifests,
+    seed_manifests,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SHOAL_UPDATE_GOLDEN") == "1"
 
 
-@pytest.mark.parametrize("name", ["data", "pretrain", "driver", "rbac"])
+@pytest.mark.parametrize("name", ["data", "pretrain", "driver", "rbac", "elastic",
+                                  "elastic_shrunk"])
 def test_manifests_match_the_golden_files(name: str) -> None:
-    text = to_yaml(seed_manifests()[name])
+    text = to_yaml({**seed_manifests(), **elastic_manifests()}[name])
     path = GOLDEN / f"{name}.yaml"
     if UPDATE:
         path.write_text(text)
@@ -75,3 +83,22 @@ def test_a_profiled_gang_matches_its_golden_file() -> None:
                if line.startswith(("+ ", "- "))]
     assert changed == [["+", "-", "name:", "SHOAL_PROFILE"],
                        ["+", "value:", "ranks=0,3:steps=10-12:tool=nsys"]]
+
+
+def test_an_elastic_gangs_shrunk_start_differs_from_its_first_only_where_a_start_does() -> None:
+    """Restart 1 after node 1 was lost: a JobSet of its own (its name, its restart label), of 3
+    nodes where the first had 4, told its size, restart number and cause; nothing else (its
+    bounds, SHOAL_MIN_NNODES=2 and SHOAL_MAX_NNODES=4, are the same in both)."""
+    first, shrunk = (to_yaml(elastic_manifests()[k]) for k in ("elastic", "elastic_shrunk"))
+    changed = [line.strip() for line in difflib.ndiff(first.splitlines(), shrunk.splitlines())
+               if line.startswith(("+ ", "- "))]
+    minus = [line[2:].strip() for line in changed if line.startswith("-")]
+    plus = [line[2:].strip() for line in changed if line.startswith("+")]
+    assert "shoal.dev/restart: '0'" in minus and "shoal.dev/restart: '1'" in plus
+    assert "completions: 4" in minus and "completions: 3" in plus
+    assert "parallelism: 4" in minus and "parallelism: 3" in plus
+    # a first start's cause is the launcher's default, so only a later one is spelled out
+    assert "- name: SHOAL_START_CAUSE" in plus and "value: node_lost" in plus
+    words = {line.split(":")[0] for line in minus + plus}
+    assert words <= {"name", "subdomain", "shoal.dev/restart", "completions", "parallelism",
+                     "value", "- name", "- value"}, changed

@@ -1,9 +1,8 @@
 """Bad input for an elastic gang gets one clear error before anything runs, naming the field,
 the value, the rule and the fix: Flyte's ``Elastic`` (shoal.plugins.pytorch), Shoal's
-``ClusteredTaskEnvironment(min_replicas=)``, ``plugin_config=`` of another object, an elastic
-gang on Kubernetes, which does not resize gangs, and Slurm's plan of one (their compile steps
-are pure, so they run here; no Slurm, no cluster), and ``--override`` of an ``Elastic``
-environment.
+``ClusteredTaskEnvironment(min_replicas=)``, ``plugin_config=`` of another object; the JobSets of
+an elastic gang's starts on Kubernetes and Slurm's plan of one (their compile steps are pure,
+so they run here; no Slurm, no cluster), and ``--override`` of an ``Elastic`` environment.
 A gang larger than this machine is refused in test_bounds.py, where the other bounds are."""
 
 from __future__ import annotations
@@ -186,7 +185,7 @@ def test_an_override_of_an_environment_without_a_gang_is_refused() -> None:
     assert e.field == "--override" and "not as a gang" in e.rule
 
 
-# --- Kubernetes does not resize a gang: refused when planned; Slurm plans MIN-MAX -------------
+# --- Kubernetes compiles each start as a JobSet of its size; Slurm plans MIN-MAX -------------
 
 
 def _call(env: shoal.TaskEnvironment) -> CallSpec:
@@ -222,19 +221,50 @@ ELASTIC_SPELLINGS = [
 ]
 
 
-def _assert_refused_elastic(e: SpecError, engine: str) -> None:
-    assert (e.field, e.value) == ("environment 'el-eng': min_replicas", 1)
-    assert e.rule == ("elastic gangs (Elastic.nnodes='1:2' / min_replicas=1) run on the local "
-                      f"engine; {engine} does not resize a gang")
-    assert e.fix == (f"on {engine} give a fixed size: nnodes=2 (Elastic) or replicas=2 without "
-                     "min_replicas, or --override el-eng.min_replicas=2")
+def _env_of(jobset: dict[str, Any]) -> dict[str, Any]:
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    return {e["name"]: e.get("value", e.get("valueFrom"))
+            for e in job["template"]["spec"]["containers"][0]["env"]}
 
 
 @pytest.mark.parametrize("make", ELASTIC_SPELLINGS)
-def test_kubernetes_refuses_an_elastic_gang_when_it_compiles(make: Any) -> None:
-    _assert_refused_elastic(_refused(lambda: _manifests(make())), "Kubernetes")
-    engine = KubernetesEngine(run=RUN, config=CONFIG, code=CODE)
-    _assert_refused_elastic(_refused(lambda: engine.check_envs([make().spec()])), "Kubernetes")
+def test_kubernetes_compiles_an_elastic_gangs_first_start_at_max_nodes(make: Any) -> None:
+    """One JobSet of MAX nodes that never restarts itself (the engine starts the next one, of
+    the nodes left), its pods told the start's size, number and the gang's bounds as values;
+    not refused when the run is planned."""
+    (js,) = _manifests(make())
+    job = js["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (2, 2)
+    assert js["spec"]["failurePolicy"] == {"maxRestarts": 0,
+                                           "restartStrategy": "BlockingRecreate"}
+    assert "podFailurePolicy" not in job
+    env = _env_of(js)
+    assert (env[contract.NNODES], env[contract.RESTART_ATTEMPT], env[contract.MIN_NNODES],
+            env[contract.MAX_NNODES]) == ("2", "0", "1", "2")
+    assert contract.START_CAUSE not in env  # "first_start", the launcher's default
+    assert js["metadata"]["labels"]["shoal.dev/restart"] == "0"
+    KubernetesEngine(run=RUN, config=CONFIG, code=CODE).check_envs([make().spec()])
+
+
+def test_kubernetes_compiles_a_shrunk_start_as_a_jobset_of_its_own() -> None:
+    from shoal._engines.kubernetes import Start
+
+    env = ELASTIC_SPELLINGS[1]()
+    call = _call(env)
+    first, = compile_call(call, run=RUN, action="a0.1", attempt=0, config=CONFIG, code=CODE)
+    shrunk, = compile_call(call, run=RUN, action="a0.1", attempt=0, config=CONFIG, code=CODE,
+                           start=Start(restart=1, nnodes=1, cause="node_lost"))
+    assert shrunk["metadata"]["name"] != first["metadata"]["name"]
+    job = shrunk["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (1, 1)
+    env = _env_of(shrunk)
+    assert (env[contract.NNODES], env[contract.RESTART_ATTEMPT], env[contract.START_CAUSE],
+            env[contract.MIN_NNODES], env[contract.MAX_NNODES]) == ("1", "1", "node_lost", "1",
+                                                                   "2")
+    name = shrunk["metadata"]["name"]
+    assert env[contract.MASTER_ADDR] == f"{name}-node-0-0.{name}"  # its own node 0
+    with pytest.raises(ValueError, match=r"Start\.cause 'lost'"):
+        Start(restart=1, nnodes=1, cause="lost")
 
 
 @pytest.mark.parametrize("make", ELASTIC_SPELLINGS)
@@ -251,7 +281,7 @@ def test_slurm_plans_an_elastic_gang_as_one_allocation_of_min_to_max_nodes(
     _slurm(tmp_path).check_envs([make().spec()])  # not refused
 
 
-def test_the_override_the_refusal_names_makes_it_compile(tmp_path: Path) -> None:
+def test_an_override_of_min_replicas_to_max_makes_the_gang_fixed(tmp_path: Path) -> None:
     env = ELASTIC_SPELLINGS[0]()
     env.override("min_replicas", 2)
     assert _manifests(env)[0]["kind"] == "JobSet"

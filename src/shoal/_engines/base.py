@@ -74,21 +74,6 @@ def refuse_progress_timeout(env: EnvSpec, engine: str) -> None:
                         "collective_timeout")
 
 
-def refuse_elastic(env: EnvSpec, engine: str) -> None:
-    """An elastic gang (``min_replicas`` < ``replicas``) is resized by the local engine and
-    within a Slurm allocation; a JobSet of the Kubernetes engine has a fixed node count, so it
-    is refused there when the job is planned, before anything is submitted."""
-    c = env.cluster
-    if c is None or not c.elastic:
-        return
-    low, high = c.min_nodes, c.replicas
-    raise SpecError(f"environment {env.name!r}: min_replicas", low,
-                    f"elastic gangs (Elastic.nnodes='{low}:{high}' / min_replicas={low}) run on "
-                    f"the local engine; {engine} does not resize a gang",
-                    f"on {engine} give a fixed size: nnodes={high} (Elastic) or replicas={high} "
-                    f"without min_replicas, or --override {env.name}.min_replicas={high}")
-
-
 class Engine(abc.ABC):
     name: str = "abstract"
 

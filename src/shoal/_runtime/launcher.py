@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import json
 import os
+import posixpath
 import select
 import signal
 import socket
@@ -414,7 +415,10 @@ def fetch_code(node: NodeEnv) -> NodeEnv:
         return node
     from shoal._storage.bundle import fetch
 
-    path = str(fetch(uri, node.code_file))
+    # The pod names the file where the bundle's paths start (`<home>/code/<file>`, as the
+    # driver pod reads it too); the bundle unpacks under a folder of its digest there.
+    relative = posixpath.relpath(node.code_file, posixpath.join(node.home, "code"))
+    path = str(fetch(uri, relative))
     os.environ[contract.CODE_FILE] = path
     return replace(node, code_file=path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.manifests import (
+    Start,
     compile_call,
     compile_driver,
     compile_rbac,
@@ -15,6 +16,7 @@ from shoal._engines.kubernetes.pods import CodeBundle
 __all__ = [
     "CodeBundle",
     "KubeConfig",
+    "Start",
     "compile_call",
     "compile_driver",
     "compile_rbac",

@@ -17,17 +17,25 @@ stopped by a disruption (preemption, node drain) fails its Job through a ``podFa
 rule instead, and with ``resume_after_preemption`` a failure-policy rule restarts the JobSet
 without using a restart. Kueue admits the JobSet as one workload: its queue labels are on the
 JobSet itself and it is created suspended.
+
+An elastic gang (MIN below MAX nodes) cannot map onto one JobSet: its replica count is fixed,
+its failure policy restarts the whole group at the same size, and Kueue admits it whole. So
+each start of an elastic gang is a JobSet of its own (`Start`: the first at MAX nodes), with
+``maxRestarts: 0``; the engine reads why a start ended and creates the next, smaller after a
+lost node (`engine.py`). Its pods carry the start's size, restart number, cause and bounds as
+values, not from JobSet's restart annotation.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._engines.base import default_launch, refuse_elastic, refuse_progress_timeout
+from shoal._engines.base import default_launch, refuse_progress_timeout
 from shoal._engines.kubernetes import validate
 from shoal._engines.kubernetes.config import KubeConfig
 from shoal._engines.kubernetes.names import (
@@ -44,12 +52,13 @@ from shoal._engines.kubernetes.pods import (
     pod_template,
     split_labels,
 )
-from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
+from shoal._spec.call import START_CAUSES, CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.names import check_path_segment
 from shoal._storage.store import join
 from shoal.errors import SpecError
 
-__all__ = ["REPLICATED_JOB", "compile_call", "compile_driver", "compile_rbac", "to_yaml"]
+__all__ = ["REPLICATED_JOB", "Start", "compile_call", "compile_driver", "compile_rbac",
+           "to_yaml"]
 
 REPLICATED_JOB = "node"  # short: it is part of every pod's name
 # Downward-API paths: the node rank is the pod's completion index in the Indexed Job; the
@@ -60,6 +69,24 @@ RESUME_RULE = rule_name("resume", "after", "preemption")
 TIMEOUT_RULE = rule_name("timed", "out")
 
 
+@dataclass(frozen=True)
+class Start:
+    """One start of an elastic gang, which the engine (not JobSet) decides: its restart number
+    (the ``r<N>`` of its store and log folders), its node count and why it began (a key of
+    `START_CAUSES`). Each start is a JobSet of its own, created at its size."""
+
+    restart: int = 0
+    nnodes: int | None = None  # None: the gang's MAX (``replicas``), the first start's size
+    cause: str = "first_start"
+
+    def __post_init__(self) -> None:
+        if self.cause not in START_CAUSES:
+            raise ValueError(f"Start.cause {self.cause!r}: not one of {sorted(START_CAUSES)}")
+
+    def size(self, c: ClusterSpec) -> int:
+        return c.replicas if self.nnodes is None else self.nnodes
+
+
 def attempt_io(store: str, run: str, action: str, attempt: int) -> str:
     """The store folder of one attempt (``inputs.json`` in; outputs and reports out), laid out
     as on the local engine."""
@@ -67,11 +94,15 @@ def attempt_io(store: str, run: str, action: str, attempt: int) -> str:
 
 
 def _identity(env: EnvSpec, run: str, action: str, attempt: int | None,
-              task: str | None) -> tuple[dict[str, str], dict[str, str]]:
-    """(labels to select by, annotations with the exact values)."""
+              task: str | None, restart: int | None = None
+              ) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels to select by, annotations with the exact values); ``restart``: the start of an
+    elastic gang, each of which is a JobSet of its own."""
     exact = {"run": run, "action": action, "env": env.name}
     if attempt is not None:
         exact["attempt"] = str(attempt)
+    if restart is not None:
+        exact["restart"] = str(restart)
     labels = {"app.kubernetes.io/managed-by": "shoal"}
     labels.update({LABEL_PREFIX + k: label_value(v) for k, v in exact.items()})
     if task is not None:
@@ -86,8 +117,17 @@ def _metadata(name: str, config: KubeConfig, labels: Mapping[str, str],
 
 
 def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
-                 code: CodeBundle, lineage: str | None, master_addr: str) -> dict[str, str]:
+                 code: CodeBundle, lineage: str | None, master_addr: str,
+                 start: Start | None = None) -> dict[str, str]:
+    """The contract's values of every pod of the call; ``start``: an elastic gang's, whose
+    size, restart number, cause and bounds are fixed per JobSet (a fixed gang's restart number
+    is read from the pod, as JobSet restarts it in place)."""
     c = call.task.env.cluster or ClusterSpec(replicas=1, nproc_per_node=1, runtime="torch")
+    elastic: dict[str, Any] = {}
+    if start is not None:
+        elastic = {"nnodes": start.size(c), "restart_attempt": start.restart,
+                   "start_cause": start.cause, "min_nnodes": c.min_nodes,
+                   "max_nnodes": c.replicas}
     node = NodeEnv(
         home=config.home, store=config.store, run=run, action=action, attempt=attempt,
         env_name=call.task.env.name, code_file=f"{code_dir(config)}/{code.file}",
@@ -102,7 +142,7 @@ def _node_values(call: CallSpec, *, run: str, action: str, attempt: int, config:
         checkpoint_uri=contract.checkpoint_uri(config.store, lineage or run, action),
         profile=call.task.env.profile.to_text() if call.task.env.profile is not None else "",
     )
-    values = node.to_env()
+    values = replace(node, **elastic).to_env()
     values[contract.CODE_BUNDLE] = code.uri
     return values
 
@@ -117,11 +157,13 @@ def _check_segments(**names: str | None) -> None:
 
 
 def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
-                 code: CodeBundle, lineage: str | None = None) -> list[dict[str, Any]]:
+                 code: CodeBundle, lineage: str | None = None,
+                 start: Start | None = None) -> list[dict[str, Any]]:
     """The objects that run one attempt of ``call``: ``[Job]`` or ``[JobSet]``.
 
     ``lineage`` is the first run of a ``--resume`` chain (default: ``run``); the call's
-    checkpoint lives under it, so a resumed run finds it.
+    checkpoint lives under it, so a resumed run finds it. ``start``: which start of an elastic
+    gang (default: the first, at MAX nodes); ignored for a fixed gang or a plain task.
     """
     _check_segments(run=run, action=action, lineage=lineage)
     env = call.task.env
@@ -131,14 +173,18 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
                         "has no per-workload admission deadline)",
                         "leave it out on Kubernetes, or bound the run with max_runtime=")
     refuse_progress_timeout(env, "Kubernetes")
-    refuse_elastic(env, "Kubernetes")
-    labels, annotations = _identity(env, run, action, attempt, call.task.name)
+    c = env.cluster
+    start = (start or Start()) if c is not None and c.elastic else None
+    if c is not None and start is not None and not c.min_nodes <= start.size(c) <= c.replicas:
+        raise ValueError(f"Start.nnodes {start.size(c)}: an elastic start of {env.name!r} has "
+                         f"{c.min_nodes} to {c.replicas} nodes")
+    labels, annotations = _identity(env, run, action, attempt, call.task.name,
+                                    None if start is None else start.restart)
     own, pod_labels = split_labels(env, config, default_queue=True)
     # The controller lowers each attempt's timeout to what is left of a Timeout(deadline=);
     # a call compiled outside it (--dry-run) shows its first attempt's bound.
     bounds = [b for b in (call.task.timeout, call.task.deadline) if b is not None]
     deadline = max(1, math.ceil(min(bounds))) if bounds else None
-    c = env.cluster
     if c is None:
         name = dns1035_label(env.name, run, action, str(attempt), room=job_name_room())
         values = _node_values(call, run=run, action=action, attempt=attempt, config=config,
@@ -149,19 +195,24 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
         objects = [_job(name, config, {**labels, **own}, annotations, template, deadline)]
     else:
         room = jobset_name_room(REPLICATED_JOB, 1, c.replicas)
-        name = dns1035_label(env.name, run, action, str(attempt), room=room)
+        # Every start of an elastic gang is a JobSet of its own: its name says which.
+        parts = (env.name, run, action, str(attempt)) + (
+            () if start is None else (f"r{start.restart}",))
+        name = dns1035_label(*parts, room=room)
         # JobSet's headless Service (named like the JobSet: the default subdomain) gives each
         # pod the DNS name <jobset>-<replicatedJob>-<jobIdx>-<podIdx>.<subdomain>.
         master = f"{name}-{REPLICATED_JOB}-0-0.{name}"
         values = _node_values(call, run=run, action=action, attempt=attempt, config=config,
-                              code=code, lineage=lineage, master_addr=master)
+                              code=code, lineage=lineage, master_addr=master, start=start)
+        refs = {contract.NODE_RANK: COMPLETION_INDEX}
+        if start is None:  # JobSet restarts a fixed gang itself and stamps the count on pods
+            refs[contract.RESTART_ATTEMPT] = RESTART_ATTEMPT
         template = pod_template(
             env, config, command=list(config.launcher_command), values=values,
-            field_refs={contract.NODE_RANK: COMPLETION_INDEX,
-                        contract.RESTART_ATTEMPT: RESTART_ATTEMPT},
-            labels={**labels, **pod_labels}, grace_period=c.grace_period, owns_hostname=True)
+            field_refs=refs, labels={**labels, **pod_labels}, grace_period=c.grace_period,
+            owns_hostname=True)
         objects = [_jobset(name, config, c, {**labels, **own}, annotations, template,
-                           deadline)]
+                           deadline, None if start is None else start.size(c))]
     validate.check(objects)
     return objects
 
@@ -184,16 +235,20 @@ def _job(name: str, config: KubeConfig, labels: Mapping[str, str],
 
 def _jobset(name: str, config: KubeConfig, c: ClusterSpec, labels: Mapping[str, str],
             annotations: Mapping[str, str], template: dict[str, Any],
-            deadline: int | None) -> dict[str, Any]:
-    job: dict[str, Any] = {"completionMode": "Indexed", "completions": c.replicas,
-                           "parallelism": c.replicas, "backoffLimit": 0}
+            deadline: int | None, elastic_nodes: int | None = None) -> dict[str, Any]:
+    """A fixed gang's JobSet restarts itself (``maxRestarts``); an elastic gang's start
+    (``elastic_nodes`` given) never does: JobSet would restart it at the same size, so the
+    engine decides, and starts the next one as a new JobSet of the nodes left."""
+    nodes = c.replicas if elastic_nodes is None else elastic_nodes
+    job: dict[str, Any] = {"completionMode": "Indexed", "completions": nodes,
+                           "parallelism": nodes, "backoffLimit": 0}
     rules: list[dict[str, Any]] = []
     if deadline is not None:
         # Per group restart (each restart makes new Jobs); running out of time is final.
         job["activeDeadlineSeconds"] = deadline
         rules.append({"name": TIMEOUT_RULE, "action": "FailJobSet",
                       "onJobFailureReasons": ["DeadlineExceeded"]})
-    if c.resume_after_preemption:
+    if c.resume_after_preemption and elastic_nodes is None:
         # A disrupted pod (preempted, evicted, drained node) fails its Job with reason
         # PodFailurePolicy rather than BackoffLimitExceeded; that reason restarts the gang
         # without counting against maxRestarts.
@@ -203,7 +258,7 @@ def _jobset(name: str, config: KubeConfig, c: ClusterSpec, labels: Mapping[str, 
         rules.append({"name": RESUME_RULE, "action": "RestartJobSetAndIgnoreMaxRestarts",
                       "onJobFailureReasons": ["PodFailurePolicy"]})
     job["template"] = template
-    failure: dict[str, Any] = {"maxRestarts": c.max_restarts,
+    failure: dict[str, Any] = {"maxRestarts": c.max_restarts if elastic_nodes is None else 0,
                                "restartStrategy": "BlockingRecreate"}
     if rules:
         failure["rules"] = rules

@@ -313,6 +313,87 @@ def first_failing_rank(pods: Iterable[Obj], restart_attempt: int, *, nproc_per_n
     return found[0] if found and not found[0].while_deleting else None
 
 
+def pod_key(pod: Obj) -> str:
+    """A pod's identity across its versions: its uid (a name is reused by a new pod)."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name"))
+
+
+def lost_reason(pod: Obj, *, deleted: bool = False, reported: bool | None = None) -> str | None:
+    """Why the node of ``pod`` counts as lost (its pod or host gone, not its ranks failing),
+    or None. An elastic gang goes on without a lost node; after a rank failure it restarts
+    at the same size. Lost: the pod was disrupted (``DisruptionTarget``: drained, evicted,
+    its node gone), ``deleted`` while its gang ran (the caller knows: not by a Kueue
+    suspension, nor after the gang ended), on a node that stopped answering (phase
+    ``Unknown``), failed before a container ran, or its container
+    ended non-zero on its own while neither its launcher nor a rank left a report
+    (``reported`` False; None: the reports were not read) — the launcher died with its pod,
+    as the local engine counts a launcher whose process tree ended."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
+        return None
+    name = (pod.get("metadata") or {}).get("name", "?")
+    disrupted = condition(pod, "DisruptionTarget")
+    if disrupted is not None and disrupted.get("status") == "True":
+        return (f"pod {name} was disrupted ({disrupted.get('reason') or 'DisruptionTarget'}"
+                + (f": {disrupted['message']}" if disrupted.get("message") else "") + ")")
+    if deleted:
+        return f"pod {name} was deleted while the gang ran"
+    if status.get("phase") == "Unknown":
+        return f"pod {name}'s node stopped answering (phase Unknown)"
+    terms = list(_terminations(pod))
+    if status.get("phase") == "Failed" and not terms:
+        why = status.get("reason") or "Failed"
+        return f"pod {name} failed before its container ran ({why})"
+    if reported is False:
+        for _, term in terms:
+            code = term.get("exitCode")
+            if code in (0, None) or _while_deleting(pod, _time(term.get("finishedAt"))):
+                continue
+            how = signal_of(code) or f"exit code {code}"
+            return f"pod {name} ended ({how}) without a report from its launcher"
+    return None
+
+
+def lost_nodes(pods: Iterable[Obj], restart_attempt: int, *, deleted: Iterable[str] = (),
+               reported: Iterable[int] | None = None, pods_per_job: int = 1
+               ) -> dict[int, str]:
+    """The nodes of ``restart_attempt`` that were lost (node -> why, see `lost_reason`);
+    ``deleted``: the keys (`pod_key`) of the pods deleted while the gang ran; ``reported``:
+    the nodes with a report in the store (None: not read)."""
+    gone, told = set(deleted), None if reported is None else set(reported)
+    lost: dict[int, str] = {}
+    for pod in pods:
+        node = node_index(pod, pods_per_job)
+        if node is None or restart_attempt_of(pod) != restart_attempt or node in lost:
+            continue
+        why = lost_reason(pod, deleted=pod_key(pod) in gone,
+                          reported=None if told is None else node in told)
+        if why is not None:
+            lost[node] = why
+    return dict(sorted(lost.items()))
+
+
+def deleted_before(pods: Iterable[Obj], moment: Any) -> set[str]:
+    """The keys (`pod_key`) of the pods whose deletion was asked before ``moment`` (a JobSet's
+    Failed transition): deleted while the gang ran, which only a person, a drain or a lost
+    host does to an elastic start (JobSet never restarts it; it deletes pods once it ended).
+    Timestamps have one-second resolution: one asked in the same second does not count."""
+    until = _time(moment)
+    if until is None:
+        return set()
+    found = set()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        deadline = _time(meta.get("deletionTimestamp"))
+        if deadline is None:
+            continue
+        asked = deadline - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+        if asked < until:
+            found.add(pod_key(pod))
+    return found
+
+
 class PodHistory:
     """The last known version of every pod a watch has shown, deleted ones included, so the
     exit codes of an attempt survive the controller deleting its pods."""
@@ -322,8 +403,7 @@ class PodHistory:
         self.deleted: set[str] = set()
 
     def apply(self, event_type: str, pod: Obj) -> None:
-        meta = pod.get("metadata") or {}
-        key = str(meta.get("uid") or meta.get("name"))
+        key = pod_key(pod)
         self._pods[key] = pod
         if event_type == "DELETED":
             self.deleted.add(key)

@@ -33,9 +33,6 @@ MAX_LOOPBACK_NODES = 254  # 127.0.0.1 .. 127.0.0.254
 RANK_MEMORY = 256 * 2**20  # what one rank holds at least: an interpreter with torch imported
 FD_RESERVE = 64  # descriptors a rank needs besides one per peer (logs, libraries, pipes)
 ELSEWHERE = "or run it on a cluster (--engine kubernetes or slurm)"
-# Slurm runs elastic gangs too; Kubernetes runs fixed ones only (`refuse_elastic`).
-ELASTIC_ELSEWHERE = ("or run it on a cluster (--engine slurm; --engine kubernetes at a fixed "
-                     "size)")
 
 
 def open_files_limit() -> int | None:
@@ -107,7 +104,7 @@ def _check_elastic(env: EnvSpec, c: ClusterSpec, capacity: Request,
                         f"the elastic gang starts once {low} nodes fit, and the local engine "
                         f"runs at most {MAX_LOOPBACK_NODES} (each listens on its own loopback "
                         "address, 127.0.0.<node + 1>)",
-                        f"--override {name}.min_replicas={MAX_LOOPBACK_NODES}, {ELASTIC_ELSEWHERE}")
+                        f"--override {name}.min_replicas={MAX_LOOPBACK_NODES}, {ELSEWHERE}")
     files = open_files_limit() if open_files is None else open_files
     most, why = most_ranks(capacity, files)
     world = low * c.nproc_per_node
@@ -122,4 +119,4 @@ def _check_elastic(env: EnvSpec, c: ClusterSpec, capacity: Request,
                     f"{most:,} on this machine (cpu={capacity.cpu:g}, memory="
                     f"{capacity.memory / 2**30:.1f}Gi): {why}",
                     f"{fix} (it grows to replicas={c.replicas} where the nodes fit), "
-                    f"{ELASTIC_ELSEWHERE}")
+                    f"{ELSEWHERE}")

@@ -16,8 +16,8 @@ when the config is built or given to the environment, saying what to use instead
 ``nnodes``                     an int (a fixed gang) or ``"MIN:MAX"`` (elastic: admitted once
                                MIN nodes fit, started with up to MAX, shrinks when a node is
                                lost or lent, grows back; docs/elastic.md). Elastic gangs run
-                               on the local engine; Slurm and Kubernetes refuse them (give
-                               an int there)
+                               on every engine; on Kubernetes each start is a JobSet that
+                               shrinks when a node is lost and never grows back
 ``nproc_per_node``             ranks per node
 ``rdzv_backend``               ``"c10d"``: honoured by the engine, which forms each start's
                                world from the nodes alive (no rendezvous lives on a training

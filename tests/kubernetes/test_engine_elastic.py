@@ -1,0 +1,264 @@
+"""Elastic gangs on the Kubernetes engine, end to end over real HTTP against the fake API server
+(`fake_apiserver`; the JobSet controller, Kueue and the kubelet are `FakeCluster`'s script, and
+the tests play the ranks, as in `test_engine`): each start is a JobSet of its own; a lost node
+makes the next start a new JobSet of the nodes left, a rank failure one of the same size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shoal
+from shoal import _contract as contract
+from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
+from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.test_engine import Harness
+
+pytestmark = pytest.mark.s3
+
+elastic_env = ClusteredTaskEnvironment(
+    name="engine-elastic", image="shoal:test", replicas=2, min_replicas=1, nproc_per_node=1,
+    runtime=TorchRun(), failure_policy=ClusterFailurePolicy(max_restarts=1),
+    pod_template=shoal.PodTemplate(labels={"kueue.x-k8s.io/queue-name": "research"}),
+)
+
+
+@elastic_env.task
+def train(steps: int = 3) -> float:
+    raise NotImplementedError  # never runs here: the test plays the ranks
+
+
+@pytest.fixture
+def harness(fake: FakeApiServer, s3_root: str, tmp_path: Path) -> Harness:
+    return Harness(fake, s3_root, tmp_path)
+
+
+def _names(h: Harness) -> list[str]:
+    return [str(js["metadata"]["name"]) for js in h.fake.all("jobsets")]
+
+
+async def _next_jobset(h: Harness, *old: str) -> str:
+    found = await h.until("a new JobSet", lambda: [n for n in _names(h) if n not in old])
+    return str(found[0])
+
+
+def _pod_env(jobset: dict[str, Any]) -> dict[str, Any]:
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    return {e["name"]: e.get("value") for e in job["template"]["spec"]["containers"][0]["env"]}
+
+
+def _data(h: Harness, kind: str, index: int = 0) -> dict[str, Any]:
+    return [d for k, d in h.events if k == kind][index]
+
+
+def test_a_lost_node_starts_the_gang_again_as_a_new_jobset_of_the_nodes_left(
+        harness: Harness) -> None:
+    seen: dict[str, Any] = {}
+
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        seen["first"] = h.fake.get("jobsets", first)
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        seen["lost_pod"] = h.cluster.lose_node(first, 1)["metadata"]["name"]  # host gone
+        second = await _next_jobset(h, first)
+        seen["deleted_first"] = h.fake.get("jobsets", first) is None
+        seen["second"] = h.fake.get("jobsets", second)
+        await h.told("gang_queued", 2)  # a new Kueue workload, admitted whole again
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        h.put("a0", 1, "output.json", 0.5)  # rank 0 of start r1
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.ok and outcome.output == 0.5
+    assert harness.kinds() == ["gang_queued", "gang_admitted", "gang_started", "gang_resized",
+                               "gang_queued", "gang_admitted", "gang_started", "gang_finished"]
+    first, second = seen["first"], seen["second"]
+    assert seen["deleted_first"]  # gone, its pods with it, before the next start was created
+    deletes = [p for m, p in harness.fake.requests if m == "DELETE"]
+    assert deletes == [f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/"
+                       f"{first['metadata']['name']}"]
+    # the first start: MAX nodes; JobSet never restarts it (the engine decides)
+    assert first["spec"]["failurePolicy"]["maxRestarts"] == 0
+    assert first["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 2
+    # the second: one node, restart 1, told why
+    job = second["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (1, 1)
+    env = _pod_env(second)
+    assert (env[contract.NNODES], env[contract.RESTART_ATTEMPT], env[contract.START_CAUSE],
+            env[contract.MIN_NNODES], env[contract.MAX_NNODES]) == ("1", "1", "node_lost", "1",
+                                                                   "2")
+    resized = _data(harness, "gang_resized")
+    assert {k: resized[k] for k in ("task", "restart", "from", "to", "cause", "nodes",
+                                    "uses_restart", "left")} == {
+        "task": "engine-elastic.train", "restart": 1, "from": 2, "to": 1, "cause": "node_lost",
+        "nodes": [1], "uses_restart": True, "left": 0}
+    assert resized["reason"].startswith(f"node 1 lost (pod {seen['lost_pod']} was disrupted "
+                                        "(DeletionByTaintManager")
+    starts = [_data(harness, "gang_started", i) for i in (0, 1)]
+    assert [(s["restart"], s["nnodes"], s["world_size"], s["cause"], s["min_nnodes"],
+             s["max_nnodes"]) for s in starts] == [(0, 2, 2, "first_start", 1, 2),
+                                                   (1, 1, 1, "node_lost", 1, 2)]
+    assert _data(harness, "gang_finished")["restart"] == 1
+
+
+def test_a_rank_failure_with_every_pod_there_restarts_at_the_same_size(
+        harness: Harness) -> None:
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.put("a0", 0, "rank-1.failure.json", {
+            "rank": 1, "local_rank": 0, "node": 1, "at": time.time(),
+            "message": "ValueError: loss is nan", "traceback": "Traceback ...\nValueError"})
+        h.put("a0", 0, "node-1.json", {"node": 1, "local_rank": 0, "rank": 1, "exit_code": 1,
+                                       "signal": None, "at": time.time()})
+        h.cluster.fail_node(first, 1, exit_code=1)
+        h.cluster.fail(first, reason="FailedJobs", message="jobset failed due to a failed job")
+        second = await _next_jobset(h, first)
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        h.put("a0", 1, "output.json", 2.0)
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 2.0
+    assert "gang_resized" not in harness.kinds()
+    restart = _data(harness, "gang_restart")
+    assert (restart["restart"], restart["rank"], restart["left"]) == (0, 1, 0)
+    assert "ValueError: loss is nan" in restart["message"]
+    second = _data(harness, "gang_started", 1)
+    assert (second["restart"], second["nnodes"], second["cause"]) == (1, 2, "restart")
+
+
+def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -> None:
+    seen: dict[str, str] = {}
+    started: list[str] = []
+
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.lose_node(first, 1)
+        second = await _next_jobset(h, first)
+        started.extend([first, second])
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        # `kubectl delete pod --force` of the last node: no disruption said, just gone
+        pod = h.cluster.node_pod(second, 0)
+        seen["pod"] = pod["metadata"]["name"]
+        h.fake.remove("pods", seen["pod"])
+
+    f = asyncio.run(harness.attempt(train, "a0", play)).failure
+    assert f is not None and f.kind == "crash" and f.node == 0
+    deletes = [p.rsplit("/", 1)[-1] for m, p in harness.fake.requests if m == "DELETE"]
+    assert deletes == started  # no start is left behind: the last one's nodes stop too
+    assert "fewer than its min_replicas=1" in f.message
+    assert f"pod {seen['pod']} was deleted while the gang ran" in f.message
+
+
+def test_a_kueue_preemption_of_an_elastic_start_is_no_lost_node(harness: Harness) -> None:
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.evict(first)  # pods deleted, but the JobSet is suspended first
+        await h.told("gang_preempted")
+        h.cluster.requeue(first)
+        h.cluster.admit(first)
+        await h.told("gang_started", 2)
+        h.put("a0", 0, "output.json", 1.0)
+        h.cluster.succeed(first)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 1.0 and "gang_resized" not in harness.kinds()
+    again = _data(harness, "gang_started", 1)
+    assert (again["restart"], again["nnodes"], again["cause"]) == (0, 2, "preempted")
+    assert len(harness.fake.all("jobsets")) == 1
+
+
+def test_a_pod_killed_without_a_report_is_a_lost_node_when_its_jobset_fails(
+        harness: Harness) -> None:
+    """Node 1's container is SIGKILLed and nothing reached the store (its launcher died with
+    it); its Job fails and with it the JobSet: the next start has one node."""
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.fail_node(first, 1, exit_code=137, last_words="node 1: Killed")
+        h.cluster.fail(first, reason="FailedJobs", message="jobset failed due to a failed job")
+        second = await _next_jobset(h, first)
+        h.cluster.admit(second)
+        await h.told("gang_started", 2)
+        h.put("a0", 1, "output.json", 3.0)
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 3.0 and "gang_restart" not in harness.kinds()
+    resized = _data(harness, "gang_resized")
+    assert (resized["from"], resized["to"], resized["nodes"]) == (2, 1, [1])
+    assert "ended (SIGKILL) without a report from its launcher" in resized["reason"]
+    assert _data(harness, "gang_finished")["phase"] == "failed"  # the first start's record
+
+
+POD_PROGRAM = '''
+import shoal
+from shoal.clustered import ClusteredTaskEnvironment
+
+gang = ClusteredTaskEnvironment(name="pod-elastic", image="shoal:test", replicas=2,
+                                min_replicas=1, nproc_per_node=1)
+
+
+@gang.task
+def where() -> dict:
+    c = shoal.ctx()
+    return {"cause": c.start_cause, "restart": c.restart_attempt, "nnodes": c.nnodes,
+            "world_size": c.world_size, "min": c.min_nnodes, "max": c.max_nnodes}
+'''
+
+
+def test_the_pod_of_a_shrunk_start_runs_its_rank_as_the_start_says(
+        s3_root: str, tmp_path: Path) -> None:
+    """The node launcher, a real process, with the variables of the shrunk start's pod (the
+    JobSet of restart 1, one node left): its rank sees cause node_lost, restart 1 and one node,
+    and writes its output where the engine reads that start's (r1/output.json)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from shoal._engines.kubernetes import CodeBundle, KubeConfig, Start, compile_call
+    from shoal._runtime.loader import find_task
+    from shoal._spec.call import CallSpec
+    from shoal._storage.bundle import build
+    from shoal._storage.call_io import put_call_io
+    from shoal._storage.store import join, open_store
+
+    src = tmp_path / "src"
+    src.mkdir()
+    path = src / "pod_elastic_program.py"
+    path.write_text(POD_PROGRAM)
+    bundle = build(path, s3_root)
+    config = KubeConfig(store=s3_root, namespace="default", home=str(tmp_path / "pod-home"))
+    call = CallSpec(task=find_task(path, "where").spec(), inputs={}, parent_action=None)
+    (js,) = compile_call(call, run="r-podel", action="a0", attempt=0, config=config,
+                         code=CodeBundle(uri=bundle.uri, file=bundle.file),
+                         start=Start(restart=1, nnodes=1, cause="node_lost"))
+    store = open_store(s3_root)
+    io = join(s3_root, "runs", "r-podel", "a0", "0")
+    put_call_io(store, io, {}, {})
+    env = {**os.environ, **{k: str(v) for k, v in _pod_env(js).items() if isinstance(v, str)}}
+    # what the downward API and the JobSet's DNS name give the pod
+    env.update({contract.NODE_RANK: "0", contract.MASTER_ADDR: "127.0.0.1"})
+    p = subprocess.run([sys.executable, "-m", "shoal._runtime.launcher"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(store.get_bytes(join(io, "r1", "output.json")))
+    assert out == {"cause": "node_lost", "restart": 1, "nnodes": 1, "world_size": 1, "min": 1,
+                   "max": 2}
