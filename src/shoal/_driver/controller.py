@@ -29,7 +29,7 @@ from shoal._driver.deadline import Deadline, PastDeadline
 from shoal._driver.run_options import RunOptions
 from shoal._driver.traces import TraceKeeper
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
-from shoal._spec.call import CallSpec, EnvSpec
+from shoal._spec.call import START_CAUSES, CallSpec, EnvSpec
 from shoal._spec.code import cache_key
 from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal._storage.records import Records
@@ -86,7 +86,12 @@ class Controller:
         """Record and report progress only the engine sees (gang starts, restarts, preemption)."""
         d = data
         if kind == "gang_started":
-            message = (f"gang started (restart {d['restart']}, {len(d['logs'])} ranks, "
+            ranks = d.get("world_size") or len(d["logs"])
+            size = (f"{d['nnodes']} node(s) × {d['nproc_per_node']} = {ranks} ranks"
+                    if d.get("nnodes") and d.get("nproc_per_node") else f"{ranks} ranks")
+            cause = START_CAUSES.get(str(d.get("cause")), "")
+            message = (f"gang started (restart {d['restart']}, {size}"
+                       f"{f', {cause}' if cause and d.get('cause') != 'first_start' else ''}, "
                        f"master port {d['master_port']}"
                        f"{', same node launchers' if d.get('same_launchers') else ''})")
         elif kind == "gang_admitted":
