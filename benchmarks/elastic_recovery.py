@@ -13,9 +13,11 @@ SIGKILLs one node's whole process tree (the root and every descendant, as psutil
 
 - shoal: ``shoal run benchmarks/programs_elastic_shoal.py train``, a
   ``ClusteredTaskEnvironment(replicas=2, min_replicas=1, nproc_per_node=1,
-  failure_policy=ClusterFailurePolicy(max_restarts=1, monitor_interval=2, ...))`` on the
-  local engine; the node killed is the launcher the ``gang_started`` event names (node 1, or
-  node 0 which hosts the gang's master);
+  failure_policy=ClusterFailurePolicy(max_restarts=1, monitor_interval=2, ...),
+  env_vars={"OMP_NUM_THREADS": "1"})`` on the local engine (one OpenMP thread, as the bare
+  agents get: without it torch's threads keep each node's launcher from forking its ranks,
+  and every start pays a torch import, ~2 s here); the node killed is the launcher the
+  ``gang_started`` event names (node 1, or node 0 which hosts the gang's master);
 - bare torchrun: two ``python -m torch.distributed.run --nnodes=1:2 --nproc-per-node=1
   --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT --rdzv-id=ID --max-restarts=1
   --monitor-interval=M --rdzv-conf=...`` agents (``programs_elastic_bare.py``), the
@@ -571,13 +573,15 @@ def write_report(frame: Frame, args: argparse.Namespace, res: dict[str, list[Out
         "launchers. Shoal: `shoal run benchmarks/programs_elastic_shoal.py train` on the local "
         "engine, `ClusteredTaskEnvironment(replicas=2, min_replicas=1, nproc_per_node=1, "
         "failure_policy=ClusterFailurePolicy(max_restarts=1, monitor_interval=2, "
-        "grace_period=2))`, the state in `shoal.ctx().checkpoint`; the node killed is the "
+        "grace_period=2), env_vars={\"OMP_NUM_THREADS\": \"1\"})`, the state in "
+        "`shoal.ctx().checkpoint`; the node killed is the "
         "launcher the `gang_started` event names, with everything under it. Bare torchrun: "
         "two agents, `torchrun --nnodes=1:2 --nproc-per-node=1 --rdzv-backend=c10d "
         "--rdzv-endpoint=127.0.0.1:PORT --rdzv-id=ID --max-restarts=1 --monitor-interval="
         f"{args.torchrun_monitor_interval:g} --rdzv-conf=last_call_timeout={args.last_call:g},"
         f"keep_alive_interval={args.keep_alive},keep_alive_max_attempt="
-        f"{args.keep_alive_attempts}` with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, "
+        f"{args.keep_alive_attempts}` with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` and "
+        "`OMP_NUM_THREADS=1`, "
         "the first started alone until its c10d store listens (it hosts the store), the script "
         "resuming from a JSON checkpoint it writes itself (fsynced, renamed); the agent killed "
         "is the second one, or the store host. The baseline is tuned in torchrun's favour: "

@@ -24,6 +24,10 @@ elastic_env = ClusteredTaskEnvironment(
     nproc_per_node=1,
     failure_policy=ClusterFailurePolicy(max_restarts=1, monitor_interval=2, grace_period=2,
                                         collective_timeout=30),
+    # As the bare side's agents run (and the pretrain example's gang): one OpenMP thread. It
+    # also lets each node's launcher import torch once and fork every start's rank: with
+    # torch's own threads running it starts each rank afresh, a torch import per start.
+    env_vars={"OMP_NUM_THREADS": "1"},
 )
 
 
