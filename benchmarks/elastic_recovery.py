@@ -610,6 +610,14 @@ def write_report(frame: Frame, args: argparse.Namespace, res: dict[str, list[Out
         "timestamps against the benchmark's clock (one machine).", "",
         "### Where Shoal's time goes", "",
         *stage_rows, "",
+        "From the engine's recorded events and the ranks' step timestamps. Kill → shrink: "
+        "the engine sees the node's launcher exit, waits for what dies with it, and stops the "
+        "survivor's ranks; shrink → first step at world 1: the survivor's launcher forks a new "
+        "rank (torch already imported), which forms a gloo group of one and loads the last "
+        "commit. Capacity back → grow: a new node's launcher starts (an interpreter, then its "
+        "torch pre-import, before it can fork a rank), then the gang trains on until the next "
+        "checkpoint commit after that launcher is ready; grow → first step at world 2: the "
+        "gang's in-place start at 2 nodes.", "",
         *closing,
     ])
 
