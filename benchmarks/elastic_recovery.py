@@ -503,8 +503,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="runs per row; the median is kept")
     ap.add_argument("--rows", default=";".join(ROWS), help="rows to run, separated by ';'")
     ap.add_argument("--every", type=int, default=5, help="steps between checkpoint commits")
-    ap.add_argument("--kill-after", type=int, default=8,
-                    help="steps at world 2 before the kill")
+    ap.add_argument("--kill-after", type=int, default=30,
+                    help="steps at world 2 before the kill (30, ~3 s: long enough for "
+                         "Shoal's standby launcher to have imported torch, as in any run "
+                         "longer than that; 8 measures a kill right after the start)")
     ap.add_argument("--torchrun-monitor-interval", type=float, default=0.1,
                     help="torchrun's --monitor-interval (its default: 0.1 s)")
     ap.add_argument("--last-call", type=float, default=1.0,

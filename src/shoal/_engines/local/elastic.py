@@ -43,7 +43,7 @@ from shoal._spec.call import START_CAUSES
 from shoal._storage.call_io import put_call_io
 from shoal._storage.checkpoints import Versions
 from shoal._storage.private import private_dir
-from shoal.errors import FailureInfo, StoreError
+from shoal.errors import FailureInfo, SpecError, StoreError
 
 if TYPE_CHECKING:
     from shoal._engines.local.pool import Request, Reservation
@@ -93,6 +93,13 @@ class ElasticGangRunner(GangRunner):
         # The most nodes a start may have here: replicas, or fewer where the machine holds
         # fewer ranks or addresses (`gang_limits.fitting_nodes`; MIN always fits).
         self.most = self.cluster.replicas
+        # A launcher started ahead, its torch imported, that no capacity is held for yet: the
+        # next node the gang takes starts from it at once (`_add_spare`), and another is
+        # started behind it. One more address than nodes; none where the nodes' networks
+        # are named (the fault suite) or their GPUs are real (a spare's come with its share).
+        self.standby: Member | None = None
+        self._standby_task: asyncio.Task[None] | None = None
+        self.addresses = self.cluster.replicas
 
     def heartbeat(self) -> float:
         return max(0.1, min(1.0, self.cluster.monitor_interval / 3))
@@ -104,6 +111,12 @@ class ElasticGangRunner(GangRunner):
         self.node_request, self.priority = self.engine.elastic_admission(self.call)
         self.most = fitting_nodes(c, self.engine.pool.capacity)
         self.nets = node_nets(self.most)
+        real_gpus = self.node_request.gpu > 0 and not self.engine.gpus_emulated(
+            self.call.task.env)
+        if not real_gpus:
+            with contextlib.suppress(SpecError):
+                self.nets = node_nets(self.most + 1)
+        self.addresses = len(self.nets)
         restarts_used, restart, cause = 0, 0, "first_start"
         try:
             while True:
@@ -198,36 +211,77 @@ class ElasticGangRunner(GangRunner):
         return own
 
     async def _add_spare(self, gpus: tuple[int, ...], own: Reservation | None) -> None:
-        """A launcher for one more node, ready (its zygote's imports done) to join."""
+        """A launcher for one more node, ready (its zygote's imports done) to join: the
+        standby if there is one (or one on its way), else a new one."""
+        standby = await self._take_standby() if not gpus else None
+        if standby is not None:
+            standby.own = own
+            self.spares.append(standby)
+            self._keep_standby()
+            return
+        spare = await self._new_launcher(gpus, own)
+        if spare is not None:
+            self.spares.append(spare)
+
+    async def _take_standby(self) -> Member | None:
+        task = self._standby_task
+        if self.standby is None and task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        standby, self.standby = self.standby, None
+        if standby is not None and not standby.link.alive:
+            await standby.link.close(timeout=5.0)
+            return None
+        return standby
+
+    def _keep_standby(self) -> None:
+        """Start the next standby launcher in the background, where the gang keeps one."""
+        if self.addresses <= self.most or self.standby is not None or (
+                self._standby_task is not None and not self._standby_task.done()):
+            return
+
+        async def start() -> None:
+            self.standby = await self._new_launcher((), None)
+
+        self._standby_task = asyncio.ensure_future(start())
+
+    async def _new_launcher(self, gpus: tuple[int, ...],
+                            own: Reservation | None) -> Member | None:
+        """A node launcher at a free address, once ready; None if it could not start (what it
+        held is given back)."""
         used = {m.slot for m in (*self.members, *self.spares)} | self._claimed
-        slot = min(s for s in range(self.most) if s not in used)
-        self._claimed.add(slot)
+        if self.standby is not None:
+            used.add(self.standby.slot)
+        slot = min(s for s in range(self.addresses) if s not in used)
+        self._claimed.add(slot)  # until it is ready and placed
         folder = self.start_dir(0).parent
         private_dir(folder)
-        try:
-            link = await self._spawn(slot, 0, 1, 0, 0, folder, gpus,
-                                     folder / f"launcher-slot{slot}-{time.time_ns()}.log")
-        except BaseException:
-            self._give_back(own, gpus)
-            raise
-        finally:
-            self._claimed.discard(slot)
-        spare = Member(link=link, slot=slot, gpus=gpus, own=own)
-        self.spares.append(spare)
         meet = self.cluster.rendezvous_timeout or JOIN_TIMEOUT
         try:
-            await asyncio.wait_for(link.ready(), meet)
-        except asyncio.TimeoutError:
-            print(f"shoal: {self.ref.action}: a new node's launcher was not ready within "
-                  f"{meet:g} s (rdzv_configs timeout); the gang goes on without it",
-                  file=sys.stderr)
-            await self._drop(spare)
-            return
-        except BaseException:
-            await self._drop(spare)
-            raise
+            try:
+                link = await self._spawn(slot, 0, 1, 0, 0, folder, gpus,
+                                         folder / f"launcher-slot{slot}-{time.time_ns()}.log")
+            except BaseException:
+                self._give_back(own, gpus)
+                raise
+            spare = Member(link=link, slot=slot, gpus=gpus, own=own)
+            try:
+                await asyncio.wait_for(link.ready(), meet)
+            except asyncio.TimeoutError:
+                print(f"shoal: {self.ref.action}: a new node's launcher was not ready within "
+                      f"{meet:g} s (rdzv_configs timeout); the gang goes on without it",
+                      file=sys.stderr)
+                await self._drop(spare)
+                return None
+            except BaseException:
+                await self._drop(spare)
+                raise
+        finally:
+            self._claimed.discard(slot)
         if not link.alive:  # its launcher failed to start: the node is not there
             await self._drop(spare)
+            return None
+        return spare
 
     # -- one start ---------------------------------------------------------------------------
     async def _one_start(self, restart: int, cause: str) -> Outcome:
@@ -245,6 +299,7 @@ class ElasticGangRunner(GangRunner):
         gang = await self._start(restart, (), cause)
         self.gang = gang
         self.diagnosis = None
+        self._keep_standby()
         try:
             return await self._watch(gang)
         except asyncio.CancelledError:
@@ -412,6 +467,14 @@ class ElasticGangRunner(GangRunner):
         self.links, self.slots = [], []
 
     async def _let_go(self) -> None:
+        if self._standby_task is not None:
+            self._standby_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._standby_task
+            self._standby_task = None
+        if self.standby is not None:
+            await self.standby.link.close(timeout=5.0)
+            self.standby = None
         await self._drop_links()
         if self.base is not None:
             self.base.release()
