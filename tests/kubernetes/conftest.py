@@ -105,17 +105,21 @@ def variant_manifests() -> dict[str, list[dict[str, Any]]]:
 
 
 def elastic_manifests() -> dict[str, list[dict[str, Any]]]:
-    """An elastic 2:4 gang's first start (4 nodes) and the start after node 1 of it was lost
-    (3 nodes, restart 1, cause node_lost): each start is a JobSet of its own."""
+    """An elastic 2:4 gang's first start (4 nodes), the start after node 1 of it was lost
+    (3 nodes, restart 1, cause node_lost): each start is a JobSet of its own; and the capacity
+    probe the engine creates beside the shrunk start, to ask Kueue for the node back."""
     from shoal._engines.kubernetes import Start
+    from shoal._engines.kubernetes.probe import compile_probe
     from tests.kubernetes import elastic_program as e
 
     def one(start: Start | None) -> list[dict[str, Any]]:
         return compile_call(call_of(e.train), run=RUN, action="a0.1", attempt=0,
                             config=CONFIG, code=CODE, start=start)
 
-    return {"elastic": one(None),
-            "elastic_shrunk": one(Start(restart=1, nnodes=3, cause="node_lost"))}
+    shrunk = one(Start(restart=1, nnodes=3, cause="node_lost"))
+    # the uid the API server gave the shrunk start's JobSet: the probe's owner
+    probe = compile_probe(shrunk[0], owner_uid="7f3c2a1e-0d4b-4e8a-9c6f-5b2d1e0a9f11")
+    return {"elastic": one(None), "elastic_shrunk": shrunk, "elastic_probe": [probe]}
 
 
 def every_manifest() -> dict[str, list[dict[str, Any]]]:

@@ -28,6 +28,7 @@ GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+PROBE_OF = "shoal.dev/probe-of"
 
 
 def set_condition(obj: Obj, type_: str, state: str, reason: str, message: str, now: str) -> None:
@@ -49,7 +50,8 @@ class FakeCluster:
     Suspended condition and (with a queue-name label) a pending Kueue Workload, as the real
     controllers do on their own. Everything after that happens when the test says so:
     `admit`, `fail_node`, `lose_node`, `restart`, `evict`, `requeue`, `succeed`, `fail`,
-    `expire`.
+    `expire`; and, for an elastic gang's capacity probe (a plain suspended Job, which Kueue's
+    job integration admits as a workload of its own), `probe` and `admit_probe`.
     """
 
     def __init__(self, server: FakeApiServer) -> None:
@@ -97,7 +99,38 @@ class FakeCluster:
                     if int(p["metadata"]["labels"][COMPLETION_INDEX]) == node
                     and p["status"]["phase"] in ("Running", "Pending", "Failed"))
 
+    def probe(self, jobset: str, ns: str = "default") -> Obj | None:
+        """The capacity probe Job asking for a node more for ``jobset``, if there is one."""
+        found = self.s.all("jobs", ns, f"{PROBE_OF}={jobset}")
+        return found[0] if found else None
+
     # -- Kueue ---------------------------------------------------------------------------------
+    def admit_probe(self, jobset: str, ns: str = "default") -> Obj:
+        """Kueue admits the probe of ``jobset`` (quota for one node is free): the Job is
+        unsuspended, the Job controller makes its one pod and the scheduler binds it (Running,
+        PodScheduled). Returns the probe. (No Workload is written for it: the engine reads
+        the Job's ``spec.suspend`` and its pod, not the probe's Workload.)"""
+        now = self.s.tick()
+        job = self.probe(jobset, ns)
+        assert job is not None, f"no probe for JobSet {jobset}"
+        job["spec"]["suspend"] = False
+        set_condition(job, "Suspended", "False", "JobResumed", "Job resumed", now)
+        job = self.s.put("jobs", job)
+        name = job["metadata"]["name"]
+        spec = copy.deepcopy(job["spec"]["template"]["spec"])
+        self.s.put("pods", {"metadata": {
+            "name": f"{name}-probe1", "namespace": ns,
+            "labels": {**job["spec"]["template"]["metadata"]["labels"],
+                       "batch.kubernetes.io/job-name": name},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                 "uid": job["metadata"]["uid"], "controller": True,
+                                 "blockOwnerDeletion": True}]},
+            "spec": {**spec, "nodeName": "gpu-node-9"},
+            "status": {"phase": "Running", "startTime": now, "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "True"}]}}, "ADDED")
+        return job
+
     def _create_workload(self, js: Obj, queue: str) -> None:
         meta = js["metadata"]
         pod_sets = [{"name": rj["name"], "count": rj.get("replicas", 1) * rj["template"]["spec"]

@@ -7,6 +7,7 @@ makes the next start a new JobSet of the nodes left, a rank failure one of the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,14 @@ import pytest
 
 import shoal
 from shoal import _contract as contract
+from shoal._engines.base import AttemptRef
+from shoal._spec.call import CallSpec
+from shoal._storage.store import join
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
+from tests.helpers import wait_until
 from tests.kubernetes.fake_apiserver import FakeApiServer
-from tests.kubernetes.test_engine import Harness
+from tests.kubernetes.fake_controller import PROBE_OF
+from tests.kubernetes.test_engine import RUN, Harness
 
 pytestmark = pytest.mark.s3
 
@@ -262,3 +268,170 @@ def test_the_pod_of_a_shrunk_start_runs_its_rank_as_the_start_says(
     out = json.loads(store.get_bytes(join(io, "r1", "output.json")))
     assert out == {"cause": "node_lost", "restart": 1, "nnodes": 1, "world_size": 1, "min": 1,
                    "max": 2}
+
+
+# --- growing back: a capacity probe, then a bigger start at a checkpoint commit -----------------
+
+def _commit(h: Harness, step: int) -> None:
+    """A checkpoint commit of the call, as rank 0 writes it (its name is what the engine
+    reads: `Versions.scan` lists commits by name)."""
+    uri = contract.checkpoint_uri(h.store_uri, RUN, "a0")
+    h.store.put_bytes(join(uri, f"v{step:012d}.commit.json"), b"{}")
+
+
+def _probes(h: Harness) -> list[dict[str, Any]]:
+    return [j for j in h.fake.all("jobs") if PROBE_OF in j["metadata"].get("labels", {})]
+
+
+async def _shrunk(h: Harness) -> tuple[str, str, dict[str, Any]]:
+    """A 1:2 gang that lost node 1 and runs on one node; returns both JobSets and the probe
+    the engine then creates to ask Kueue for the node back."""
+    first = await h.jobset()
+    h.cluster.admit(first)
+    await h.told("gang_started")
+    h.cluster.lose_node(first, 1)
+    second = await _next_jobset(h, first)
+    h.cluster.admit(second)
+    await h.told("gang_started", 2)
+    probe = await h.until("the capacity probe", lambda: h.cluster.probe(second))
+    return first, second, probe
+
+
+async def _commits_until(h: Harness, what: Any, start: int) -> Any:
+    """Commit a checkpoint every 0.2 s, as training ranks would, until ``what()`` holds."""
+    step = start
+    while not what():
+        _commit(h, step)
+        step += 1
+        await asyncio.sleep(0.2)
+    return what()
+
+
+def test_a_shrunk_gang_grows_back_at_a_checkpoint_commit_once_kueue_admits_its_probe(
+        harness: Harness) -> None:
+    seen: dict[str, Any] = {}
+
+    async def play(h: Harness) -> None:
+        first, second, probe = await _shrunk(h)
+        seen.update(first=first, second=second, probe=probe)
+        _commit(h, 5)  # committed before the capacity was there: it does not count
+        h.cluster.admit_probe(second)
+        await asyncio.sleep(1.0)  # admitted, but no commit since: the start trains on
+        seen["before_commit"] = (_names(h), [p["metadata"]["name"] for p in _probes(h)])
+        third = await _commits_until(h, lambda: [n for n in _names(h) if n != second], 6)
+        third = third[0]
+        seen["second_gone"] = h.fake.get("jobsets", second) is None
+        seen["probes_then"] = _probes(h)
+        seen["third"] = h.fake.get("jobsets", third)
+        h.cluster.admit(third)
+        await h.told("gang_started", 3)
+        h.put("a0", 2, "output.json", 4.0)  # rank 0 of start r2
+        h.cluster.succeed(third)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.ok and outcome.output == 4.0
+    assert harness.kinds() == ["gang_queued", "gang_admitted", "gang_started", "gang_resized",
+                               "gang_queued", "gang_admitted", "gang_started", "gang_resized",
+                               "gang_queued", "gang_admitted", "gang_started", "gang_finished"]
+    second, probe = seen["second"], seen["probe"]
+    assert seen["before_commit"] == ([second], [probe["metadata"]["name"]])
+    assert seen["second_gone"] and seen["probes_then"] == []  # both gone before r2 began
+    # the probe: one node of the gang's queue, suspended until Kueue admits it, owned by r1
+    assert probe["metadata"]["labels"][PROBE_OF] == second
+    assert probe["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+    assert probe["spec"]["suspend"] is True and probe["spec"]["parallelism"] == 1
+    (ref,) = probe["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref.get("controller")) == ("JobSet", second, None)
+    pod = probe["spec"]["template"]["spec"]
+    assert [c["image"] for c in pod["containers"]] == ["shoal:test"]
+    posts = [p for m, p in harness.fake.requests if m == "POST" and p.endswith("/jobs")]
+    assert posts == ["/apis/batch/v1/namespaces/default/jobs"]  # one probe, created once
+    deletes = [p.rsplit("/", 1)[-1] for m, p in harness.fake.requests if m == "DELETE"]
+    assert deletes == [seen["first"], probe["metadata"]["name"], second]
+    # the grown start: two nodes, restart 2, cause grown, no restart used
+    job = seen["third"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (2, 2)
+    env = _pod_env(seen["third"])
+    assert (env[contract.NNODES], env[contract.RESTART_ATTEMPT],
+            env[contract.START_CAUSE]) == ("2", "2", "grown")
+    grown = _data(harness, "gang_resized", 1)
+    assert {k: grown[k] for k in ("restart", "from", "to", "cause", "nodes", "uses_restart",
+                                  "left", "jobset")} == {
+        "restart": 2, "from": 1, "to": 2, "cause": "grown", "nodes": [1],
+        "uses_restart": False, "left": 0, "jobset": second}
+    assert "Kueue admitted the probe" in grown["reason"]
+    started = _data(harness, "gang_started", 2)
+    assert (started["restart"], started["nnodes"], started["cause"]) == (2, 2, "grown")
+    assert _probes(harness) == []
+
+
+def test_no_probe_is_left_when_the_attempt_fails_while_it_waits(harness: Harness) -> None:
+    seen: dict[str, str] = {}
+
+    async def play(h: Harness) -> None:
+        _, second, probe = await _shrunk(h)
+        seen["probe"] = probe["metadata"]["name"]
+        h.fake.remove("pods", h.cluster.node_pod(second, 0)["metadata"]["name"])  # the last
+
+    f = asyncio.run(harness.attempt(train, "a0", play)).failure
+    assert f is not None and "fewer than its min_replicas=1" in f.message
+    deletes = [p.rsplit("/", 1)[-1] for m, p in harness.fake.requests if m == "DELETE"]
+    assert seen["probe"] in deletes  # asked before the attempt ended; the GC finishes it
+    wait_until("no probe left", lambda: _probes(harness) == [])
+    assert [d["cause"] for k, d in harness.events if k == "gang_resized"] == ["node_lost"]
+
+
+def test_no_probe_is_left_when_the_attempt_is_cancelled_while_it_waits(
+        harness: Harness) -> None:
+    seen: dict[str, str] = {}
+
+    async def main(h: Harness) -> None:
+        async def serve(call: CallSpec) -> Any:
+            raise AssertionError("no child calls here")
+
+        await h.engine.start(serve, [], notify=h.notify)
+        call = CallSpec(task=train.spec(), inputs={"steps": 3}, parent_action=None)
+        ref = AttemptRef(RUN, "a0", 0, h.tmp / "logs" / "a0.0.log")
+        running = asyncio.ensure_future(h.engine.run_attempt(call, ref))
+        try:
+            _, second, probe = await _shrunk(h)
+            seen.update(second=second, probe=probe["metadata"]["name"])
+            h.cluster.admit_probe(second)  # admitted, waiting for the next commit
+            await asyncio.sleep(0.5)
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(running, 10)
+        finally:
+            running.cancel()
+            await h.engine.close()
+
+    asyncio.run(main(harness))
+    deletes = [p.rsplit("/", 1)[-1] for m, p in harness.fake.requests if m == "DELETE"]
+    assert seen["second"] in deletes and seen["probe"] in deletes
+    wait_until("no probe nor JobSet left",
+               lambda: _probes(harness) == [] and harness.fake.all("jobsets") == [])
+
+
+def test_a_preempted_start_gives_up_its_probe_and_asks_again_once_readmitted(
+        harness: Harness) -> None:
+    """Kueue preempts the shrunk start: while it is queued again its probe would hold quota
+    it waits for, so the probe goes, and a new one asks once the start runs again."""
+    seen: dict[str, Any] = {}
+
+    async def play(h: Harness) -> None:
+        _, second, _ = await _shrunk(h)
+        h.cluster.evict(second)
+        await h.told("gang_preempted")
+        seen["gone"] = await h.until("the probe gone", lambda: _probes(h) == [])
+        h.cluster.requeue(second)
+        h.cluster.admit(second)
+        await h.told("gang_started", 3)
+        seen["again"] = await h.until("a probe again", lambda: h.cluster.probe(second))
+        h.put("a0", 1, "output.json", 5.0)
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 5.0 and seen["gone"] and seen["again"]
+    posts = [p for m, p in harness.fake.requests if m == "POST" and p.endswith("/jobs")]
+    assert len(posts) == 2  # one probe per time the start ran
+    wait_until("no probe left", lambda: _probes(harness) == [])

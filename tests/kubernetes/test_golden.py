@@ -32,7 +32,7 @@ UPDATE = os.environ.get("SHOAL_UPDATE_GOLDEN") == "1"
 
 
 @pytest.mark.parametrize("name", ["data", "pretrain", "driver", "rbac", "elastic",
-                                  "elastic_shrunk"])
+                                  "elastic_shrunk", "elastic_probe"])
 def test_manifests_match_the_golden_files(name: str) -> None:
     text = to_yaml({**seed_manifests(), **elastic_manifests()}[name])
     path = GOLDEN / f"{name}.yaml"
@@ -102,3 +102,24 @@ def test_an_elastic_gangs_shrunk_start_differs_from_its_first_only_where_a_start
     words = {line.split(":")[0] for line in minus + plus}
     assert words <= {"name", "subdomain", "shoal.dev/restart", "completions", "parallelism",
                      "value", "- name", "- value"}, changed
+
+
+def test_the_capacity_probe_asks_for_one_node_of_the_shrunk_start_and_nothing_more() -> None:
+    """The probe beside the shrunk start (`golden/elastic_probe.yaml`): the gang's queue, one
+    pod with a node's image, requests, limits and placement, and none of what runs the task
+    (no contract variables, volumes, store secret): it holds quota, it does no work."""
+    shrunk, probe = (elastic_manifests()[k][0] for k in ("elastic_shrunk", "elastic_probe"))
+    node = shrunk["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod = probe["spec"]["template"]["spec"]
+    assert probe["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == \
+        shrunk["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert probe["metadata"]["labels"]["shoal.dev/probe-of"] == shrunk["metadata"]["name"]
+    assert probe["spec"]["suspend"] is True
+    assert (probe["spec"]["parallelism"], probe["spec"]["completions"]) == (1, 1)
+    for key in ("nodeSelector", "tolerations"):
+        assert pod[key] == node[key]
+    (container,) = pod["containers"]
+    assert container["image"] == node["containers"][0]["image"]
+    assert container["resources"] == node["containers"][0]["resources"]
+    assert set(container) == {"name", "image", "command", "resources"}
+    assert "volumes" not in pod and pod["restartPolicy"] == "Never"

@@ -122,13 +122,16 @@ class KubernetesEngine(Engine):
         return follow.outcome
 
     async def follow(self, call: CallSpec, ref: AttemptRef, store: Store, io: str,
-                     objects: list[Obj], start: Start | None = None) -> Follow:
+                     objects: list[Obj], start: Start | None = None,
+                     follow: Follow | None = None) -> Follow:
         """Create ``objects`` (a Job or a JobSet) and follow it to its end (``outcome``) or,
-        for a start of an elastic gang, to a lost node (``lost``); cancelled: deleted."""
+        for a start of an elastic gang, to a lost node (``lost``) or the growth its grower
+        asked for (``follow``, made by the caller: `Follow.end_to_grow`); cancelled:
+        deleted."""
         client = self._client()
         obj = objects[0]
         name = str(obj["metadata"]["name"])
-        follow = Follow(self, call, ref, store, io, obj, start)
+        follow = follow or Follow(self, call, ref, store, io, obj, start)
         follow.open()  # watch before creating: no event can be missed
         try:
             await asyncio.to_thread(client.create, obj)

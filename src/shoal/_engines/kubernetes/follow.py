@@ -5,7 +5,8 @@ at the end, an `AttemptOutcome`.
 A fixed gang's JobSet is followed through its own restarts. A start of an elastic gang (one
 JobSet of its own, see `manifests.Start`) ends early when one of its nodes is lost — a pod
 disrupted, deleted while the gang ran, or ended without a report — and says which in
-``Follow.lost``, so `elastic.ElasticStarts` can start the next one on the nodes left.
+``Follow.lost``, so `elastic.ElasticStarts` can start the next one on the nodes left; or when
+the engine ends it to grow the gang (`Follow.end_to_grow`: ``Follow.grown``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Follow:
         self.final = False  # the start failed in a way no restart mends (timeout, deactivated)
         self.deleted: set[str] = set()  # pods deleted while the gang ran
         self.checked: set[str] = set()  # pods whose deletion or disruption was looked at
+        self.grown = False  # the engine ended the start to start it again one node bigger
 
     # -- watches in threads ----------------------------------------------------------------
     def open(self) -> None:
@@ -116,10 +118,21 @@ class Follow:
     def notify(self, kind: str, **data: Any) -> None:
         self.engine.notify(kind, self.ref.action, {"task": self.call.task.name, **data})
 
+    def end_to_grow(self) -> None:
+        """Ask the loop to end this start so the engine starts the gang one node bigger (its
+        grower saw capacity for one more node and a checkpoint commit since): told through
+        the queue, so whatever the watches said before it is looked at first."""
+        self.queue.put_nowait(("grow", EngineError("end to grow")))
+
     # -- the loop ----------------------------------------------------------------------------
     async def until_done(self) -> AttemptOutcome:
         while True:
             source, event = await self.queue.get()
+            if source == "grow":
+                outcome = await self._grow_outcome()
+                if outcome is not None:
+                    return outcome
+                continue
             if isinstance(event, BaseException):
                 raise event
             if source == "pod":
@@ -142,6 +155,19 @@ class Follow:
                        else await self._job_step(self.obj))
             if outcome is not None:
                 return outcome
+
+    async def _grow_outcome(self) -> AttemptOutcome | None:
+        """The start ends to grow, unless its JobSet ended first (its end is the outcome,
+        which its own watch event brings)."""
+        try:
+            jobset = await asyncio.to_thread(self.client.get, self.kind, self.name)
+        except KubeNotFound:
+            return None
+        if gang_state(jobset).terminal:
+            return None
+        self.grown = True
+        return AttemptOutcome(failure=self._info(
+            "system", f"start {self.offset} ended to grow the gang (JobSet {self.name})"))
 
     def _outcome_of_deleted(self) -> AttemptOutcome:
         return AttemptOutcome(failure=self._info(

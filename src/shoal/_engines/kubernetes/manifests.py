@@ -22,8 +22,9 @@ An elastic gang (MIN below MAX nodes) cannot map onto one JobSet: its replica co
 its failure policy restarts the whole group at the same size, and Kueue admits it whole. So
 each start of an elastic gang is a JobSet of its own (`Start`: the first at MAX nodes), with
 ``maxRestarts: 0``; the engine reads why a start ended and creates the next, smaller after a
-lost node (`engine.py`). Its pods carry the start's size, restart number, cause and bounds as
-values, not from JobSet's restart annotation.
+lost node, bigger once a capacity probe (`probe.py`) was admitted (`elastic.py`). Its pods
+carry the start's size, restart number, cause and bounds as values, not from JobSet's restart
+annotation.
 """
 
 from __future__ import annotations
