@@ -40,6 +40,7 @@ def test_a_resumed_gang_never_commits_beside_a_shard_of_the_run_it_continues(
     failed = shoal_cli("run", str(PROGRAM), "half_saved", "--marker_dir", str(tmp_path))
     assert failed.returncode != 0 and "half of step 0 saved" in failed.stderr, failed.stderr
     name = Records(shoal_home / "shoal.db").list_runs(limit=1)[0].name
+    (tmp_path / "resuming").write_text("1")
     p = shoal_cli("run", "--resume", name)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ('"latest None, rank 1 committed False, '

@@ -48,10 +48,12 @@ def _wait_for(path: Path) -> None:
 @half.task
 def half_saved(marker_dir: str) -> str:
     """The first run: rank 0 lands its shard of step 0, rank 1 never does, the run fails. Its
-    resumed run: rank 1 lands its shard first, then rank 0 looks; it must find no step."""
+    resumed run: rank 1 lands its shard first, then rank 0 looks; it must find no step. The
+    test says which run this is ("resuming", written before the resume): rank 1 starting after
+    rank 0 has already failed must still take the first run's way."""
     ctx, folder = shoal.ctx(), Path(marker_dir)
     cp = ctx.checkpoint
-    if not (folder / "first-run-over").exists():
+    if not (folder / "resuming").exists():
         if ctx.rank == 0:
             cp.save_shard_sync(b"dead run 0", step=0)
             (folder / "first-run-over").write_text("1")
