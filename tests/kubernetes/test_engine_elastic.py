@@ -169,26 +169,6 @@ def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -
     assert f"pod {seen['pod']} was deleted while the gang ran" in f.message
 
 
-def test_a_kueue_preemption_of_an_elastic_start_is_no_lost_node(harness: Harness) -> None:
-    async def play(h: Harness) -> None:
-        first = await h.jobset()
-        h.cluster.admit(first)
-        await h.told("gang_started")
-        h.cluster.evict(first)  # pods deleted, but the JobSet is suspended first
-        await h.told("gang_preempted")
-        h.cluster.requeue(first)
-        h.cluster.admit(first)
-        await h.told("gang_started", 2)
-        h.put("a0", 0, "output.json", 1.0)
-        h.cluster.succeed(first)
-
-    outcome = asyncio.run(harness.attempt(train, "a0", play))
-    assert outcome.output == 1.0 and "gang_resized" not in harness.kinds()
-    again = _data(harness, "gang_started", 1)
-    assert (again["restart"], again["nnodes"], again["cause"]) == (0, 2, "preempted")
-    assert len(harness.fake.all("jobsets")) == 1
-
-
 def test_a_pod_killed_without_a_report_is_a_lost_node_when_its_jobset_fails(
         harness: Harness) -> None:
     """Node 1's container is SIGKILLed and nothing reached the store (its launcher died with
@@ -435,3 +415,95 @@ def test_a_preempted_start_gives_up_its_probe_and_asks_again_once_readmitted(
     posts = [p for m, p in harness.fake.requests if m == "POST" and p.endswith("/jobs")]
     assert len(posts) == 2  # one probe per time the start ran
     wait_until("no probe left", lambda: _probes(harness) == [])
+
+
+# --- a Kueue preemption: above MIN the gang lends a node, at MIN it waits at its size -----------
+
+def test_a_kueue_preemption_above_min_lends_a_node_then_the_gang_grows_back(
+        harness: Harness) -> None:
+    """Kueue preempts the 1:2 gang at 2 nodes for a higher-priority workload: rather than wait
+    to be admitted whole again, the engine deletes that JobSet and starts one of 1 node (cause
+    node_lent, no restart used), which Kueue may admit next to that workload; its probe then
+    asks for the node back, and the gang grows back to 2 at a commit."""
+    seen: dict[str, Any] = {}
+
+    async def play(h: Harness) -> None:
+        first = await h.jobset()
+        h.cluster.admit(first)
+        await h.told("gang_started")
+        h.cluster.evict(first)  # Evicted (Preempted): suspended, its pods stopped
+        second = await _next_jobset(h, first)
+        seen["first_gone"] = h.fake.get("jobsets", first) is None
+        seen.update(first=first, second=h.fake.get("jobsets", second))
+        h.cluster.admit(second)  # one node fits beside the higher-priority workload
+        await h.told("gang_started", 2)
+        probe = await h.until("the capacity probe", lambda: h.cluster.probe(second))
+        seen["probe"] = probe["metadata"]["name"]
+        h.cluster.admit_probe(second)
+        third = await _commits_until(h, lambda: [n for n in _names(h) if n != second], 1)
+        seen["third"] = h.fake.get("jobsets", third[0])
+        h.cluster.admit(third[0])
+        await h.told("gang_started", 3)
+        h.put("a0", 2, "output.json", 6.0)  # rank 0 of start r2
+        h.cluster.succeed(third[0])
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.ok and outcome.output == 6.0
+    assert harness.kinds() == ["gang_queued", "gang_admitted", "gang_started", "gang_preempted",
+                               "gang_resized", "gang_queued", "gang_admitted", "gang_started",
+                               "gang_resized", "gang_queued", "gang_admitted", "gang_started",
+                               "gang_finished"]
+    first, second = seen["first"], seen["second"]
+    assert seen["first_gone"]  # gone, its pods with it, before the smaller start was created
+    deletes = [p.rsplit("/", 1)[-1] for m, p in harness.fake.requests if m == "DELETE"]
+    assert deletes == [first, seen["probe"], second["metadata"]["name"]]
+    job = second["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (1, 1)
+    env = _pod_env(second)
+    assert (env[contract.NNODES], env[contract.RESTART_ATTEMPT],
+            env[contract.START_CAUSE]) == ("1", "1", "node_lent")
+    lent = _data(harness, "gang_resized")
+    assert {k: lent[k] for k in ("task", "restart", "from", "to", "cause", "nodes", "reason",
+                                 "uses_restart", "left", "jobset")} == {
+        "task": "engine-elastic.train", "restart": 1, "from": 2, "to": 1, "cause": "node_lent",
+        "nodes": [1], "reason": "Kueue preempted the gang for a higher-priority workload; it "
+                                "goes on with one node fewer",
+        "uses_restart": False, "left": 1, "jobset": first}
+    grown = _data(harness, "gang_resized", 1)
+    assert (grown["from"], grown["to"], grown["cause"], grown["left"]) == (1, 2, "grown", 1)
+    starts = [_data(harness, "gang_started", i) for i in (0, 1, 2)]
+    assert [(s["restart"], s["nnodes"], s["cause"]) for s in starts] == [
+        (0, 2, "first_start"), (1, 1, "node_lent"), (2, 2, "grown")]
+    assert _pod_env(seen["third"])[contract.START_CAUSE] == "grown"
+    # no probe, no start but the finished one (its ttlSecondsAfterFinished removes it)
+    third = seen["third"]["metadata"]["name"]
+    wait_until("no probe nor earlier JobSet left", lambda: _probes(harness) == [] and [
+        js["metadata"]["name"] for js in harness.fake.all("jobsets")] == [third])
+    assert seen["third"]["spec"]["ttlSecondsAfterFinished"] > 0
+
+
+def test_a_kueue_preemption_at_min_waits_to_be_readmitted_at_its_size(
+        harness: Harness) -> None:
+    """A start at MIN nodes has no node to lend: Kueue suspends its JobSet and resumes it,
+    the same JobSet at the same size (no lost node, no restart used, cause preempted)."""
+    seen: dict[str, Any] = {}
+
+    async def play(h: Harness) -> None:
+        _, second, _ = await _shrunk(h)  # one node: the gang's MIN
+        seen["second"] = second
+        h.cluster.evict(second)
+        await h.told("gang_preempted")
+        h.cluster.requeue(second)
+        h.cluster.admit(second)
+        await h.told("gang_started", 3)
+        h.put("a0", 1, "output.json", 1.0)
+        h.cluster.succeed(second)
+
+    outcome = asyncio.run(harness.attempt(train, "a0", play))
+    assert outcome.output == 1.0
+    assert [d["cause"] for k, d in harness.events if k == "gang_resized"] == ["node_lost"]
+    again = _data(harness, "gang_started", 2)
+    assert (again["restart"], again["nnodes"], again["cause"]) == (1, 1, "preempted")
+    assert _data(harness, "gang_preempted")["uses_restart"] is False
+    assert [js["metadata"]["name"] for js in harness.fake.all("jobsets")] in ([seen["second"]],
+                                                                              [])

@@ -10,6 +10,11 @@ the gang itself, as the local engine does with its launchers:
         ├─ a node lost (pod disrupted, deleted while it ran, ended without a report)
         │     → delete the JobSet, wait for its pods to be gone; gang_resized N → N-1;
         │       start r+1: a new JobSet of N-1 nodes (≥ MIN), cause node_lost; uses a restart
+        ├─ Kueue preempted it above MIN nodes → delete the JobSet, wait for it and its pods
+        │       to be gone; gang_resized N → N-1; start r+1: a new JobSet of N-1 nodes, cause
+        │       node_lent, which Kueue may admit next to the higher-priority workload; uses no
+        │       restart (the gang gives capacity back). At MIN the JobSet waits, suspended,
+        │       to be admitted again at its size (gang_started cause preempted)
         ├─ a rank failed, every pod there → delete it; gang_restart; start r+1 at N, cause
         │       restart; uses a restart
         ├─ running below MAX: a capacity probe (`probe.compile_probe`) waits in the queue;
@@ -90,7 +95,7 @@ class ElasticStarts:
                                          start, follow=follow)
             finally:
                 if grower is not None:  # its probe goes on every way out, first when growing
-                    await grower.stop(wait=follow.grown)
+                    await grower.stop(wait=follow.grown or follow.lent)
             outcome = follow.outcome
             assert outcome is not None
             if follow.grown:
@@ -102,6 +107,16 @@ class ElasticStarts:
                                    "joined at a checkpoint commit",
                             uses_restart=False, left=c.max_restarts - used, jobset=follow.name)
                 start = Start(restart=start.restart + 1, nnodes=size + 1, cause="grown")
+                continue
+            if follow.lent:  # Kueue wants capacity back: give one node, not the whole gang
+                await self._delete(follow)
+                size = start.size(c)
+                self.notify("gang_resized", restart=start.restart + 1, **{"from": size},
+                            to=size - 1, cause="node_lent", nodes=[size - 1],
+                            reason="Kueue preempted the gang for a higher-priority workload; "
+                                   "it goes on with one node fewer",
+                            uses_restart=False, left=c.max_restarts - used, jobset=follow.name)
+                start = Start(restart=start.restart + 1, nnodes=size - 1, cause="node_lent")
                 continue
             if outcome.ok or follow.final:
                 return outcome

@@ -5,8 +5,9 @@ at the end, an `AttemptOutcome`.
 A fixed gang's JobSet is followed through its own restarts. A start of an elastic gang (one
 JobSet of its own, see `manifests.Start`) ends early when one of its nodes is lost — a pod
 disrupted, deleted while the gang ran, or ended without a report — and says which in
-``Follow.lost``, so `elastic.ElasticStarts` can start the next one on the nodes left; or when
-the engine ends it to grow the gang (`Follow.end_to_grow`: ``Follow.grown``).
+``Follow.lost``, so `elastic.ElasticStarts` can start the next one on the nodes left; when
+Kueue preempts it while it runs above MIN nodes (``Follow.lent``: the next start lends a node);
+or when the engine ends it to grow the gang (`Follow.end_to_grow`: ``Follow.grown``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Follow:
         self.deleted: set[str] = set()  # pods deleted while the gang ran
         self.checked: set[str] = set()  # pods whose deletion or disruption was looked at
         self.grown = False  # the engine ended the start to start it again one node bigger
+        self.lent = False  # Kueue preempted the start above MIN: the next is one node smaller
 
     # -- watches in threads ----------------------------------------------------------------
     def open(self) -> None:
@@ -255,6 +257,11 @@ class Follow:
             self.told = {"preempted", "was_preempted"}
             self.notify("gang_preempted", restart=restart, uses_restart=False,
                         reason=state.reason)
+        if state.phase in ("preempted", "requeued") and self._lends(workload):
+            self.lent = True
+            return AttemptOutcome(failure=self._info(
+                "system", f"start {self.offset} was preempted by Kueue; the gang lends a node "
+                          f"and goes on one node smaller (JobSet {self.name})"))
         if state.phase in ("running", "restarting"):
             self.told.discard("preempted")
             self.told.discard("queued")
@@ -279,6 +286,15 @@ class Follow:
             if self.lost:
                 return await self._lost_outcome()
         return AttemptOutcome(failure=await self._failure(state.restarts, state))
+
+    def _lends(self, workload: Obj | None) -> bool:
+        """Whether a start of an elastic gang above MIN nodes was preempted by Kueue (its
+        Workload evicted for a higher-priority one): rather than wait to be admitted whole
+        again, it gives one node back (`elastic.ElasticStarts`). Other evictions, and a
+        start at MIN, wait to be readmitted at the same size."""
+        evicted = condition(workload, "Evicted") or {}
+        return (self.start is not None and self.nnodes > self.bounds[0]
+                and evicted.get("status") == "True" and evicted.get("reason") == "Preempted")
 
     async def _job_step(self, job: Obj) -> AttemptOutcome | None:
         if is_true(job, "Complete"):
