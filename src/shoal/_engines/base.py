@@ -18,7 +18,8 @@ from typing import Any
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal._storage.private import private_dir
-from shoal.errors import EngineError, FailureInfo, SpecError
+from shoal._storage.store import Store
+from shoal.errors import EngineError, FailureInfo, SpecError, StoreError
 
 # What the engine calls when a running task asks something of the controller: a call of another
 # task (-> its output literal), or a traced call starting (-> a TraceReplay or None) or ending.
@@ -72,6 +73,18 @@ def refuse_progress_timeout(env: EnvSpec, engine: str) -> None:
                         f"(on {engine} a collective timeout still fails the gang)",
                         f"leave progress_timeout out on {engine} and bound hangs with "
                         "collective_timeout")
+
+
+def latest_commit(store: Store, checkpoint_uri: str) -> int:
+    """The step of a call's latest committed checkpoint; -1 without one, or while its store
+    cannot be listed: an elastic gang's grower polls this, and its next look tries again."""
+    from shoal._storage.checkpoints import Versions
+
+    try:
+        latest = Versions(store, checkpoint_uri).scan().latest
+    except (OSError, StoreError):
+        return -1
+    return -1 if latest is None else latest
 
 
 class Engine(abc.ABC):

@@ -47,15 +47,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from shoal import _contract as contract
-from shoal._engines.base import AttemptOutcome, AttemptRef
+from shoal._engines.base import AttemptOutcome, AttemptRef, latest_commit
 from shoal._engines.kubernetes.client import KubeNotFound
 from shoal._engines.kubernetes.follow import JOB_NAME, Follow
 from shoal._engines.kubernetes.manifests import Start
 from shoal._engines.kubernetes.probe import compile_probe
 from shoal._spec.call import CallSpec, ClusterSpec
-from shoal._storage.checkpoints import Versions
 from shoal._storage.store import Store
-from shoal.errors import EngineError, FailureInfo, StoreError
+from shoal.errors import EngineError, FailureInfo
 
 if TYPE_CHECKING:
     from shoal._engines.kubernetes.engine import KubernetesEngine
@@ -164,15 +163,9 @@ class ElasticStarts:
                               self.cluster.grace_period + 15 if wait else None)
 
     def latest_commit(self) -> int:
-        """The step of the call's latest committed checkpoint; -1 without one (as the local
-        engine's grower reads it)."""
-        uri = contract.checkpoint_uri(self.engine.config.store, self.engine.lineage,
-                                      self.ref.action)
-        try:
-            commits = Versions(self.store, uri).scan().commits
-        except (OSError, StoreError):
-            return -1
-        return commits[-1] if commits else -1
+        """The step of the call's latest committed checkpoint; -1 without one."""
+        return latest_commit(self.store, contract.checkpoint_uri(
+            self.engine.config.store, self.engine.lineage, self.ref.action))
 
 
 async def delete_and_wait(engine: KubernetesEngine, kind: str, name: str,

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shoal._engines.base import AttemptOutcome
+from shoal._engines.base import AttemptOutcome, latest_commit
 from shoal._engines.local import procs
 from shoal._engines.local.gang import FAILURE_GRACE, Gang, GangRunner
 from shoal._engines.local.gang_limits import fitting_nodes
@@ -41,7 +41,6 @@ from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import node_nets
 from shoal._spec.call import START_CAUSES
 from shoal._storage.call_io import put_call_io
-from shoal._storage.checkpoints import Versions
 from shoal._storage.private import private_dir
 from shoal.errors import FailureInfo, SpecError, StoreError
 
@@ -53,6 +52,8 @@ GROW_POLL = 0.5
 # Seconds a new node's launcher may take to be ready (its zygote's imports) unless the gang
 # says (``rendezvous_timeout``: Flyte's ``rdzv_configs`` timeout, 900 s by default there).
 JOIN_TIMEOUT = 900.0
+# The cause (`START_CAUSES`) of the start after an outcome that changed the gang's size.
+CAUSE_OF = {"lost": "node_lost", "lent": "node_lent", "grown": "grown"}
 # Seconds to wait, once a rank failed, for a launcher that died with it to be seen: a node
 # killed whole is a lost node, not a rank failure of the nodes that lost their peer.
 LOSS_SETTLE = 0.3
@@ -131,7 +132,7 @@ class ElasticGangRunner(GangRunner):
                 if outcome.kind in ("grown", "lent"):  # capacity moved: no restart used
                     self._resized(restart + 1, before, outcome, uses_restart=False,
                                   left=c.max_restarts - restarts_used)
-                    restart, cause = restart + 1, outcome.kind.replace("lent", "node_lent")
+                    restart, cause = restart + 1, CAUSE_OF[outcome.kind]
                     continue
                 if outcome.kind == "preempted":
                     await self._let_go()
@@ -226,8 +227,7 @@ class ElasticGangRunner(GangRunner):
     async def _take_standby(self) -> Member | None:
         task = self._standby_task
         if self.standby is None and task is not None and not task.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
+            await asyncio.shield(task)  # it has been importing a while: sooner than a new one
         standby, self.standby = self.standby, None
         if standby is not None and not standby.link.alive:
             await standby.link.close(timeout=5.0)
@@ -241,7 +241,11 @@ class ElasticGangRunner(GangRunner):
             return
 
         async def start() -> None:
-            self.standby = await self._new_launcher((), None)
+            try:
+                self.standby = await self._new_launcher((), None)
+            except OSError as e:  # only a head start lost: the next node starts its own
+                print(f"shoal: {self.ref.action}: the elastic gang's standby launcher did "
+                      f"not start ({e})", file=sys.stderr)
 
         self._standby_task = asyncio.ensure_future(start())
 
@@ -361,8 +365,9 @@ class ElasticGangRunner(GangRunner):
         finally:
             for task in side.values():
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.gather(*side.values(), return_exceptions=True)
+            # Each side task's end (its cancellation, a failed spare) is collected here; a
+            # cancellation of this runner itself still propagates.
+            await asyncio.gather(*side.values(), return_exceptions=True)
 
     async def _lose(self, gang: Gang, lost: Member, why: str) -> Outcome:
         """The others stop their ranks; the lost node leaves the gang."""
@@ -415,15 +420,10 @@ class ElasticGangRunner(GangRunner):
             await asyncio.sleep(GROW_POLL)
 
     def _latest_commit(self) -> int:
-        """The step of the call's latest committed checkpoint; -1 without one."""
         from shoal import _contract as contract
 
-        uri = contract.checkpoint_uri(self.engine.store, self.engine.lineage, self.ref.action)
-        try:
-            commits = Versions(self.store, uri).scan().commits
-        except (OSError, StoreError):
-            return -1
-        return commits[-1] if commits else -1
+        return latest_commit(self.store, contract.checkpoint_uri(
+            self.engine.store, self.engine.lineage, self.ref.action))
 
     async def _give_asked(self) -> Member | None:
         """Give back what the pool asked for: a spare at once (the start goes on), else the
@@ -469,7 +469,7 @@ class ElasticGangRunner(GangRunner):
     async def _let_go(self) -> None:
         if self._standby_task is not None:
             self._standby_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._standby_task
             self._standby_task = None
         if self.standby is not None:
@@ -487,7 +487,7 @@ class ElasticGangRunner(GangRunner):
     # -- what is recorded ------------------------------------------------------------------------
     def _resized(self, restart: int, before: int, outcome: Outcome, *, uses_restart: bool,
                  left: int) -> None:
-        cause = {"lost": "node_lost", "lent": "node_lent"}.get(outcome.kind, outcome.kind)
+        cause = CAUSE_OF[outcome.kind]
         # Ready spares join every next start; below MIN, the base's free shares fill it.
         after = max(len(self.members) + len(self.spares), self.cluster.min_nodes)
         if outcome.kind == "grown":
