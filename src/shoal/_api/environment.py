@@ -174,9 +174,7 @@ class TaskEnvironment:
             # The plugin's variables (NCCL knobs, ...) under the user's own, which win.
             self.env_vars = frozen_map({**self._plugin.env_vars, **self.env_vars})
             if self._plugin.cluster is not None and reusable is not None:
-                raise SpecError(f"{kind}({name!r}).reusable", reusable,
-                                "a gang's nodes and ranks are started for each call, never "
-                                "reused", "leave reusable out with this plugin_config")
+                plugin_config.check_reuse(f"{kind}({name!r})", reusable)
         from shoal._spec.profile import Profile
 
         if profile is not None and not isinstance(profile, Profile):

@@ -17,10 +17,10 @@ from typing import Any
 
 from shoal._spec.call import ClusterSpec
 
-__all__ = ["PROVIDED", "PluginConfig", "PluginSettings"]
+__all__ = ["PROVIDED", "PluginConfig", "PluginSettings", "ray_join_vars"]
 
 # The configs ``plugin_config=`` takes, as a user imports them (named in the refusal of others).
-PROVIDED = ("shoal.plugins.pytorch.Elastic",)
+PROVIDED = ("shoal.plugins.pytorch.Elastic", "shoal.plugins.ray.RayJobConfig")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,15 @@ class PluginConfig:
         `SpecError` for what it cannot honour."""
         raise NotImplementedError
 
+    def check_reuse(self, where: str, reusable: Any) -> None:
+        """Raise `SpecError` unless this config's environment may keep its gang between calls
+        (``reusable=ReusePolicy(...)``); a gang of ranks never can."""
+        from shoal.errors import SpecError
+
+        raise SpecError(f"{where}.reusable", reusable, "a gang's nodes and ranks are started "
+                        "for each call, never reused", "leave reusable out with this "
+                        "plugin_config")
+
     def overridden(self, field: str, value: int) -> PluginConfig:
         """This config with its gang's ``field`` set to ``value`` (``shoal run --override``),
         or a `SpecError` naming what may be overridden."""
@@ -49,6 +58,16 @@ class PluginConfig:
 
         raise SpecError("--override", field, f"{type(self).__name__} makes no gang whose size "
                         "can be overridden", "leave --override out for this environment")
+
+
+def ray_join_vars(address: str, runtime_env: Any) -> dict[str, str]:
+    """The variables that make a plain task's process connect to the Ray cluster at
+    ``address`` (with ``runtime_env``) before its body runs (read by the worker)."""
+    import json
+
+    from shoal import _contract as contract
+
+    return {contract.RAY_INIT: json.dumps({"address": address, "runtime_env": runtime_env})}
 
 
 def settings_of(where: str, config: Any) -> PluginSettings | None:
@@ -70,13 +89,14 @@ def _fix_for(config: Any) -> str:
     module, name = type(config).__module__, type(config).__qualname__
     if module.startswith("flyteplugins."):
         plugin = module.split(".")[1]
-        if plugin == "pytorch":
+        if plugin in ("pytorch", "ray"):
             return (f"import it from shoal.plugins instead of flyteplugins: "
-                    f"`from shoal.plugins.pytorch import {name}` (rename `flyteplugins.` to "
+                    f"`from shoal.plugins.{plugin} import {name}` (rename `flyteplugins.` to "
                     "`shoal.plugins.` in the imports)")
         return (f"Shoal has no counterpart of {module}.{name}: use "
-                "shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, or start the "
-                "framework (Spark, Dask, Ray, ...) inside a task")
+                "shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, "
+                "shoal.plugins.ray.RayJobConfig for a Ray cluster, or start the framework "
+                "(Spark, Dask, ...) inside a task")
     if module.startswith("shoal.plugins.pytorch") and name == "RunPolicy":
         return "a RunPolicy goes inside the Elastic config: plugin_config=Elastic(..., " \
                "run_policy=RunPolicy(...))"

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from shoal._spec.profile import ProfileSpec
+from shoal._spec.ray import RaySpec
 
 
 def frozen_map(values: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -25,7 +26,7 @@ class ClusterSpec:
 
     replicas: int
     nproc_per_node: int
-    runtime: str  # "torch" | "jax"
+    runtime: str  # "torch" | "jax" | "ray"
     rdzv_backend: str = "static"
     torch_max_restarts: int = 0
     max_restarts: int = 0
@@ -41,6 +42,9 @@ class ClusterSpec:
     # Seconds a start's nodes may take to meet; None: the engine's own bound.
     rendezvous_timeout: float | None = None
     ttl_after_finished: int | None = None  # Kubernetes: seconds a finished gang's JobSet stays
+    # A Ray cluster (``shoal.plugins.ray.RayJobConfig``): node 0 is its head and runs the body
+    # as the driver; ``replicas`` counts the head and every worker group's nodes.
+    ray: RaySpec | None = None
 
     @property
     def world_size(self) -> int:
