@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HEAD", "OWNED_START_PARAMS", "RayGroupSpec", "RaySpec"]
+__all__ = ["HEAD", "OWNED_START_PARAMS", "RayGroupSpec", "RaySpec", "node_config"]
 
 HEAD = "head"  # the group name of the head node
 
@@ -93,3 +93,30 @@ class RaySpec:
                 return group
             left -= group.replicas
         raise IndexError(f"node {node_rank} is past the cluster's {self.nodes} nodes")
+
+
+def node_config(spec: RaySpec, node_rank: int, env_resources: Any) -> dict[str, Any]:
+    """What node ``node_rank``'s raylet is started with, as the ``SHOAL_RAY_NODE`` JSON every
+    engine gives that node (read by `shoal._runtime.ray_node`): its group, the user's start
+    options, its share of CPUs, GPUs and memory (its group's resources, else the
+    environment's; CPUs rounded up to a whole one, as Ray counts them), and, on the head, the
+    driver's runtime_env. Ports are not here: each node's launcher picks its own free ones,
+    so two clusters on one machine never clash; the head's GCS port is the gang's master
+    port."""
+    import math
+
+    group = spec.group_of(node_rank)
+    r = group.resources if group.resources is not None else env_resources
+    cpu = r.cpu_request if r is not None and r.cpu_request is not None else 1.0
+    memory = r.memory_request_bytes if r is not None else None
+    out: dict[str, Any] = {
+        "group": group.name,
+        "start_params": [list(p) for p in group.start_params],
+        "num_cpus": max(1, math.ceil(float(cpu) - 1e-9)),
+        "num_gpus": int(r.gpu_count) if r is not None else 0,
+    }
+    if memory:
+        out["memory"] = int(memory)
+    if node_rank == 0 and spec.runtime_env:
+        out["runtime_env"] = spec.runtime_env
+    return out
