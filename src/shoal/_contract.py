@@ -136,8 +136,9 @@ HANG_STACKS = "SHOAL_HANG_STACKS"
 # A plain task of a ``RayJobConfig(address=)`` environment: JSON {"address", "runtime_env"};
 # its worker connects the process to that Ray cluster before the body runs.
 RAY_INIT = "SHOAL_RAY_INIT"
-# A node of a Ray gang: JSON of what its raylet is started with (`shoal._runtime.ray_node`).
-RAY_NODE = "SHOAL_RAY_NODE"
+# Every node of a Ray gang: a JSON list, by node rank, of what each raylet is started with
+# (`shoal._spec.ray.nodes_config`; read by `shoal._runtime.ray_node`). The same on every node.
+RAY_NODES = "SHOAL_RAY_NODES"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
 # How far the background writer of asynchronous checkpoint saves stands back from training
 # (read in each rank's process, see `shoal._storage.checkpoints.writer`): the nice value added to

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HEAD", "OWNED_START_PARAMS", "RayGroupSpec", "RaySpec", "node_config"]
+__all__ = ["HEAD", "OWNED_START_PARAMS", "RayGroupSpec", "RaySpec", "node_config", "nodes_config"]
 
 HEAD = "head"  # the group name of the head node
 
@@ -95,9 +95,17 @@ class RaySpec:
         raise IndexError(f"node {node_rank} is past the cluster's {self.nodes} nodes")
 
 
+def nodes_config(spec: RaySpec, env_resources: Any) -> str:
+    """The ``SHOAL_RAY_NODES`` JSON every engine gives every node of the gang: `node_config`
+    of each node, by node rank."""
+    import json
+
+    return json.dumps([node_config(spec, k, env_resources) for k in range(spec.nodes)],
+                      separators=(",", ":"))
+
+
 def node_config(spec: RaySpec, node_rank: int, env_resources: Any) -> dict[str, Any]:
-    """What node ``node_rank``'s raylet is started with, as the ``SHOAL_RAY_NODE`` JSON every
-    engine gives that node (read by `shoal._runtime.ray_node`): its group, the user's start
+    """What node ``node_rank``'s raylet is started with: its group, the user's start
     options, its share of CPUs, GPUs and memory (its group's resources, else the
     environment's; CPUs rounded up to a whole one, as Ray counts them), and, on the head, the
     driver's runtime_env. Ports are not here: each node's launcher picks its own free ones,
