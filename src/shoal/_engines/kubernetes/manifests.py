@@ -326,8 +326,8 @@ def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBu
 
 
 def compile_rbac(config: KubeConfig) -> list[dict[str, Any]]:
-    """The driver's ServiceAccount, a Role to create and watch its children (Jobs, JobSets),
-    read their pods, logs and events and Kueue's workloads, and the RoleBinding."""
+    """The driver's ServiceAccount, a Role to create and watch its children (Jobs, JobSets,
+    RayJobs), read their pods, logs and events and Kueue's workloads, and the RoleBinding."""
     name, ns = config.service_account, config.namespace
     meta = {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "shoal"}}
     manage = ("create", "get", "list", "watch", "delete", "patch")
@@ -335,6 +335,7 @@ def compile_rbac(config: KubeConfig) -> list[dict[str, Any]]:
     rules = [{"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
              for group, resource, verbs in (
                  ("batch", "jobs", manage), ("jobset.x-k8s.io", "jobsets", manage),
+                 ("ray.io", "rayjobs", manage),
                  ("", "pods", read), ("", "pods/log", ("get",)), ("", "events", read),
                  ("kueue.x-k8s.io", "workloads", read))]
     return [
