@@ -210,7 +210,7 @@ class TaskTemplate(LoadableTask, Generic[F]):
             raise MissingDependencyError(caller_env, self.env.name, self.name)
 
     def _refuse_from_gang(self, c: Any) -> None:
-        if c.in_gang:
+        if c.in_gang and c.client is None:  # a Ray gang's driver has one
             raise SpecError(f"call of task {self.name!r}", f"from rank {c.rank} of {c.task!r}",
                             "a clustered task cannot call other tasks (its ranks have no "
                             "controller)", "call both from a driver task and pass values between")

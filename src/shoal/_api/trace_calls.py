@@ -123,7 +123,7 @@ def recording_scope(traced: Traced) -> Scope | None:
     if scope is not None:
         return scope
     c = ctx()
-    if c.in_gang:
+    if c.in_gang and c.client is None:  # a Ray gang's driver records its traces
         if not _warned_in_gang[0]:
             _warned_in_gang[0] = True
             warnings.warn(f"@shoal.trace: {traced.name!r} runs untraced in {c.task!r}: its "

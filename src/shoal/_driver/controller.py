@@ -89,11 +89,18 @@ class Controller:
             ranks = d.get("world_size") or len(d["logs"])
             size = (f"{d['nnodes']} node(s) × {d['nproc_per_node']} = {ranks} ranks"
                     if d.get("nnodes") and d.get("nproc_per_node") else f"{ranks} ranks")
+            if d.get("ray"):
+                size = f"a Ray cluster: {d['ray']}"
             cause = START_CAUSES.get(str(d.get("cause")), "")
             message = (f"gang started (restart {d['restart']}, {size}"
                        f"{f', {cause}' if cause and d.get('cause') != 'first_start' else ''}, "
                        f"master port {d['master_port']}"
                        f"{', same node launchers' if d.get('same_launchers') else ''})")
+        elif kind == "ray_cluster":
+            message = (f"Ray dashboard {d.get('dashboard_url')} (Ray clients: "
+                       f"{d.get('client_address')}, GCS {d.get('address')})")
+        elif kind == "ray_reused":
+            message = f"runs its driver on the kept Ray cluster (GCS port {d['master_port']})"
         elif kind == "gang_admitted":
             message = f"gang admitted (restart {d['restart']})"
         elif kind == "gang_restart":

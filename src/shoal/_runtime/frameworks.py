@@ -61,15 +61,17 @@ def _connect_ray(node: NodeEnv) -> None:
     import time
 
     import ray
-
     from shoal._runtime.ray_node import cluster_info
 
     info = cluster_info(node)
     deadline = time.monotonic() + max(node.master_wait, 60.0)
     while True:
         try:
+            # The driver's own address is its node's: given none, Ray picks the machine's
+            # first interface, which other nodes (network namespaces) may not reach.
             ray.init(address=info["address"], runtime_env=info["runtime_env"],
-                     log_to_driver=True, logging_level=logging.WARNING)
+                     log_to_driver=True, logging_level=logging.WARNING,
+                     _node_ip_address=node.node_addr or None)
             break
         except ConnectionError:
             if time.monotonic() > deadline:

@@ -139,6 +139,9 @@ class Node:
         self.log = ""  # the node log this launcher writes to ("": the one it was started on)
         self.ray: RayNode | None = None  # a Ray gang's node: its raylet (`ray_node`)
         self.control: Control | None = None  # the engine's socket (the local engine only)
+        self.keep_cluster = False  # this start's driver ending well leaves the raylet running
+        self.driver_only = False  # this start runs a driver on the raylet already running
+        self.caller: dict[str, str] = {}
         # SIGCHLD wakes `watch` through this pipe (set up by `main`, in the main thread).
         self.wakeup: int | None = None
 
@@ -163,7 +166,13 @@ class Node:
         sys.stdout.flush()
         sys.stderr.flush()
         redirect_output(self.log)
-        self.children = {}
+        # A kept Ray cluster's next call: a new driver on the raylet that still runs.
+        self.keep_cluster = bool(start.get("keep_cluster"))
+        # Where a Ray driver calls other tasks (the local engine's controller), if anywhere.
+        self.caller = {k: str(start[k]) for k in ("controller", "caller") if k in start}
+        self.driver_only = bool(start.get("driver_only")) and self.ray is not None
+        self.children = {pid: r for pid, r in self.children.items()
+                         if self.driver_only and r == RAYLET}
         self._diagnosed_at = float("-inf")
         self.stopping.clear()
 
@@ -198,12 +207,13 @@ class Node:
         """The raylet (``ray start --block``) and, on the head, the driver: rank 0, which
         connects to the cluster before the body runs (`frameworks`)."""
         n = self.node
-        self.ray = RayNode.for_node(n)
-        self.ray.temp_dir.mkdir(parents=True, exist_ok=True)
-        argv = self.ray.argv()
-        print(f"shoal-node {n.node_rank}: Ray {self.ray.config.get('group')} node at "
-              f"{self.ray.address}: {' '.join(argv[2:])}", file=sys.stderr, flush=True)
-        self.children[subprocess.Popen(argv, env=self.ray.environ(base)).pid] = RAYLET
+        if not self.driver_only or self.ray is None:
+            self.ray = RayNode.for_node(n)
+            self.ray.temp_dir.mkdir(parents=True, exist_ok=True)
+            argv = self.ray.argv()
+            print(f"shoal-node {n.node_rank}: Ray {self.ray.config.get('group')} node at "
+                  f"{self.ray.address}: {' '.join(argv[2:])}", file=sys.stderr, flush=True)
+            self.children[subprocess.Popen(argv, env=self.ray.environ(base)).pid] = RAYLET
         if n.node_rank != 0:
             return
         info = self.ray.info()
@@ -214,6 +224,9 @@ class Node:
         driver = replace(n, nnodes=1, nproc_per_node=1)
         env = {**self.ray.environ(base), **contract.torch_rank_env(driver, 0),
                "RAY_ADDRESS": self.ray.gcs}
+        if self.caller:
+            env[contract.CONTROLLER] = self.caller["controller"]
+            env[contract.WORKER_ID] = self.caller["caller"]
         self.children[subprocess.Popen(rank_argv(), env=env).pid] = 0
 
     def _record_cluster(self, info: dict[str, Any]) -> None:
@@ -275,7 +288,13 @@ class Node:
         spare = {self.zygote.pid} if keep_zygote and self.zygote is not None else set()
         self.signal_all(signal.SIGTERM, spare)
         deadline = time.monotonic() + grace
+        # Ray's own processes need no grace (a raylet given SIGTERM drains for up to 30 s):
+        # once the driver, which may save a checkpoint, has ended, the rest is killed.
+        ray_deadline = time.monotonic() + min(grace, 2.0) if self.ray is not None else None
         while time.monotonic() < deadline and self._left(spare):
+            if ray_deadline is not None and time.monotonic() > ray_deadline \
+                    and not self._driver_alive():
+                break
             time.sleep(0.01)  # a failed gang's restart waits for this
         self.signal_all(signal.SIGKILL, spare)
         deadline = time.monotonic() + 10  # the kernel ends SIGKILLed processes promptly
@@ -286,6 +305,16 @@ class Node:
         if self.ray is not None:
             self.ray.finish()
             self.ray = None
+
+    def _driver_alive(self) -> bool:
+        for pid, local_rank in self.children.items():
+            if local_rank == 0:
+                try:
+                    os.kill(pid, 0)  # reaped by `_left` once it ended
+                    return True
+                except ProcessLookupError:
+                    pass
+        return False
 
     def _left(self, spare: set[int]) -> bool:
         self._reap_all()
@@ -319,6 +348,8 @@ class Node:
                 if local_rank == RAYLET and code == 0:
                     code = 1  # a raylet never ends on its own: the node is lost
                 if self.ray is not None and local_rank == 0 and code == 0:
+                    if self.keep_cluster:  # the engine keeps the cluster for a while
+                        return 0
                     # The driver is done: so is the cluster (the engine ends the other
                     # nodes once this one says so). Nothing of it needs saving: a raylet
                     # given SIGTERM drains for up to 30 s, so it gets a short grace.
@@ -338,6 +369,12 @@ class Node:
         fds = [fd for fd in (self.wakeup, control.fileno() if control else None)
                if fd is not None]
         readable, _, _ = select.select(fds, [], [], 1.0)
+        if control is not None and control.expires_at is not None \
+                and time.time() > control.expires_at and 0 not in self.children.values():
+            print(f"shoal-node {self.node.node_rank}: the kept Ray cluster's time is up; "
+                  "stopping the node", file=sys.stderr, flush=True)
+            self.stop(min(self.node.grace_period, 2.0))
+            os._exit(0)
         if self.wakeup is not None and self.wakeup in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wakeup, 4096)
@@ -547,6 +584,8 @@ def main() -> None:
         control.send({"ended": runner.node.restart_attempt, "code": code})
         start = control.next_start()
         if start is None:
+            if runner.ray is not None:  # a kept Ray cluster's end
+                runner.stop(min(node.grace_period, 2.0))
             break
         runner.renew(start)
     if runner.zygote is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -37,6 +38,9 @@ class Control:
         self.closed = False
         self._sending = threading.Lock()  # the heartbeat's lines never split another's
         self._beating = False
+        # Wall time at which this node ends itself, when the engine keeps its Ray cluster
+        # for clients (`{"expire": seconds}`): kept even after the engine closes.
+        self.expires_at: float | None = None
 
     @classmethod
     def from_env(cls) -> Control | None:
@@ -57,7 +61,14 @@ class Control:
             return
         self._buffered += chunk
         *lines, self._buffered = self._buffered.split(b"\n")
-        self._messages.extend(json.loads(line) for line in lines if line.strip())
+        for line in lines:
+            if not line.strip():
+                continue
+            message = json.loads(line)
+            if "expire" in message:  # a kept Ray cluster: its nodes end themselves then
+                self.expires_at = time.time() + float(message["expire"])
+            else:
+                self._messages.append(message)
 
     def take(self) -> dict[str, Any] | None:
         return self._messages.popleft() if self._messages else None
@@ -91,8 +102,9 @@ class Control:
         threading.Thread(target=beat, name="shoal-heartbeat", daemon=True).start()
 
     def next_start(self) -> dict[str, Any] | None:
-        """Block until the engine says what comes next: a start's settings, or None (exit).
-        A stop that crossed the node's own end is moot and skipped."""
+        """Block until the engine says what comes next: a start's settings, or None (exit;
+        also once `expires_at` passes). A stop that crossed the node's own
+        end is moot and skipped."""
         while True:
             message = self.take()
             if message is not None:
@@ -102,4 +114,9 @@ class Control:
                 continue
             if self.closed:
                 return None
+            until = self.expires_at
+            if until is not None:
+                left = until - time.time()
+                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                    return None
             self.receive()

@@ -68,6 +68,17 @@ def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
     )
 
 
+def _caller(node: NodeEnv) -> Any:
+    """A Ray gang's driver calls other tasks through the controller, as a plain task does
+    (where the engine gave it one: the local engine); a gang of ranks has none."""
+    controller, caller = os.environ.get(contract.CONTROLLER), os.environ.get(contract.WORKER_ID)
+    if node.runtime != "ray" or not controller or not caller:
+        return None
+    from shoal._runtime.client import ControllerClient
+
+    return ControllerClient(controller, caller)
+
+
 def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     from shoal._runtime.loader import find_task
     from shoal._storage import codecs
@@ -85,7 +96,8 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     kwargs = codecs.decode_inputs(literals, task.hints, blobs=blobs, task=task.name,
                                   allow_pickle=task.allow_pickle)
     context = replace(_context(node, rank, local_rank),
-                      custom_context=get_custom_context(store, node.io))
+                      custom_context=get_custom_context(store, node.io),
+                      client=_caller(node))
     report = report_scope(task, store=node.store, run=node.run, action=node.action,
                           attempt=node.attempt, rank=rank, world_size=context.world_size or 1,
                           restart=node.restart_attempt)

@@ -31,7 +31,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.ports import free_port
 
-__all__ = ["CLIENT_PORT", "RAYLET", "RayNode", "cluster_info"]
+__all__ = ["CLIENT_PORT", "RAYLET", "RayNode", "cluster_info", "cluster_temp_dir"]
 
 RAYLET = -2  # the local rank the launcher files ``ray start`` under
 CLIENT_PORT = 10001  # Ray's client server port, where `ray://HOST:10001` clients dial
@@ -71,9 +71,8 @@ class RayNode:
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise RuntimeError(f"{contract.RAY_NODES} does not describe node {node.node_rank} "
                                f"of this Ray gang ({e}); it is set by the engine") from None
-        key = f"{node.run}/{node.action}/{node.attempt}/{node.restart_attempt}"
-        short = hashlib.sha256(key.encode()).hexdigest()[:10]
-        return cls(node, config, _temp_root() / short / f"n{node.node_rank}")
+        return cls(node, config, cluster_temp_dir(node.run, node.action, node.attempt,
+                                                  node.restart_attempt) / f"n{node.node_rank}")
 
     @property
     def address(self) -> str:
@@ -136,6 +135,13 @@ class RayNode:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.temp_dir.parent.rmdir()
+
+
+def cluster_temp_dir(run: str, action: str, attempt: int, restart: int) -> Path:
+    """The folder of one start's nodes' temp dirs (``n<K>`` each) on this machine; the
+    engine removes it after the start, in case a node was killed before it could."""
+    key = f"{run}/{action}/{attempt}/{restart}"
+    return _temp_root() / hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
 def cluster_info(node: NodeEnv) -> dict[str, Any]:

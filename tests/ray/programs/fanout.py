@@ -33,3 +33,37 @@ def fan_out(n: int = 9) -> dict:
     return {"alive": len(alive), "nodes_used": len(set(landed)), "cpus": ray.cluster_resources().get("CPU"),
             "pod_ip": os.environ.get("MY_POD_IP"), "nnodes": ctx.nnodes, "world": ctx.world_size,
             "host": socket.gethostname()}
+
+
+@env.task
+def hold(flag: str) -> str:
+    """Say the cluster is up (a file), then run until stopped: a hung body."""
+    with open(flag, "w") as f:
+        f.write(str(len([n for n in ray.nodes() if n["Alive"]])))
+    while True:
+        time.sleep(0.2)
+
+
+@env.task
+def hold_remote(flag: str) -> list[int]:
+    """Say the cluster is up, then wait on work spread over every node (which a lost node
+    never finishes)."""
+
+    @ray.remote(num_cpus=1)
+    def forever(i: int) -> int:
+        time.sleep(3600)
+        return i
+
+    refs = [forever.remote(i) for i in range(3)]
+    with open(flag, "w") as f:
+        f.write("up")
+    return ray.get(refs)
+
+
+@env.task
+def fails() -> int:
+    @ray.remote
+    def bad(x: int) -> int:
+        raise ValueError(f"bad input {x}")
+
+    return ray.get(bad.remote(7))

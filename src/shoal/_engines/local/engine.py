@@ -37,6 +37,7 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
+from shoal._engines.local.ray_clusters import KeptClusters
 from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
 from shoal._runtime import messages as m
@@ -80,6 +81,7 @@ class LocalEngine(Engine):
         self._admissions: dict[str, tuple[Request, int]] = {}
         self._gangs: dict[str, GangRunner] = {}
         self.lifeline: tuple[int, int] | None = None
+        self.ray_clusters = KeptClusters()  # Ray clusters kept after their calls
         self.isolate_nodes = isolate_nodes  # each node in its own PID namespace, if possible
         self._namespace: tuple[str, ...] | None = None
         # action -> (its reservation, children in flight) while the action runs
@@ -168,12 +170,13 @@ class LocalEngine(Engine):
         for _, children in list(self._running.values()):
             for t in children:
                 t.cancel()
+        await self.ray_clusters.close()
         self.pool.close()
         if self._workers is not None:
             await self._workers.close()
         if self._socket_dir:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
-        if self.lifeline is not None:
+        if self.lifeline is not None and not self.ray_clusters.detached:
             for fd in self.lifeline:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -270,6 +273,18 @@ class LocalEngine(Engine):
                 warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
             self._admissions[key] = (request, plan.priority)
         return self._admissions[key]
+
+    def caller_settings(self, caller_id: str, proc: asyncio.subprocess.Process,
+                        log_path: Path) -> dict[str, str]:
+        """Where a gang's driver (a Ray head's) calls other tasks from: the controller's
+        socket and its id, armed for its connection (`WorkerSet.expect_caller`)."""
+        assert self._workers is not None  # started
+        self._workers.expect_caller(caller_id, proc, log_path)
+        return {"controller": self._workers.socket_path, "caller": caller_id}
+
+    def forget_caller(self, caller_id: str) -> None:
+        if self._workers is not None:
+            self._workers.forget_caller(caller_id)
 
     @staticmethod
     def _nodes_request(env: EnvSpec, nodes: int) -> Request:

@@ -42,6 +42,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import gang_hang, procs
+from shoal._engines.local.gang_ray import RayGang, ray_shape
 from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import NodeNet, node_nets, partition
 from shoal._engines.local.plan import worker_environ
@@ -108,7 +109,7 @@ EMULATED_GPU_HINT = (" (this task's GPUs were emulated on CPU: this machine has 
                      "calls with torch.cuda.is_available())")
 
 
-class GangRunner:
+class GangRunner(RayGang):
     """Runs one attempt of a clustered call, with whole-group restarts and preemption."""
 
     def __init__(self, engine: LocalEngine, call: CallSpec, ref: AttemptRef) -> None:
@@ -125,6 +126,12 @@ class GangRunner:
         self.nets: list[NodeNet] = []  # where the nodes of the last start sit on the network
         self.links: list[NodeLink] = []  # the launchers kept for the next start
         self.slots: list[int] = []  # where each of ``links`` sits: its index in ``nets``
+        # A Ray gang kept after its call (`ray_clusters`): (whose calls reuse it, seconds).
+        self.keep = self._keep_for()
+        self.reusing = False  # this call runs its driver on a kept cluster's raylets
+        self.port = 0  # the master port of the last start (a kept cluster's GCS port)
+        # A Ray driver's id as a caller of other tasks (`LocalEngine.caller_settings`).
+        self.caller_id = f"{ref.action}.{ref.attempt}-ray-driver"
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -133,6 +140,7 @@ class GangRunner:
         restarts_used = 0
         restart = 0
         reservation: Reservation | None = None
+        timeout, deadline = self.call.task.timeout, None
         cause = "first_start"
         try:
             while True:
@@ -150,12 +158,27 @@ class GangRunner:
                             on_preempt=self.preempted.set)
                     self.engine.notify("gang_admitted", self.ref.action,
                                        {"task": self.call.task.name, "restart": restart})
-                outcome = await self._start_and_watch(restart, reservation.gpus, cause)
+                    if self.keep is not None and self.keep[0] and restart == 0:
+                        # Once admitted: a call that ran meanwhile may have kept one.
+                        self._reuse(self.engine.ray_clusters.take(self.keep[0]))
+                if deadline is None and timeout is not None:
+                    deadline = time.monotonic() + timeout  # from the first start, as a
+                    # plain call's timeout starts once it is admitted
+                try:
+                    outcome = await asyncio.wait_for(
+                        self._start_and_watch(restart, reservation.gpus, cause),
+                        None if deadline is None else max(deadline - time.monotonic(), 0.0))
+                except asyncio.TimeoutError:
+                    return AttemptOutcome(failure=self._timed_out(restart))
                 if self.call.task.env.profile is not None:
                     await self._summarize_profiles(restart)
                 if outcome == "succeeded":
+                    if self.keep is not None:
+                        self._keep_cluster()
                     await self._drop_links()
                     return AttemptOutcome(output=self._output(restart))
+                self.keep = None  # a cluster that failed is never kept
+                self.reusing = False
                 if not self._keeps_nodes(outcome):
                     await self._drop_links()
                     reservation.release()
@@ -181,6 +204,8 @@ class GangRunner:
             await self._drop_links()
             if reservation is not None:
                 reservation.release()
+            if self.cluster.ray is not None:
+                self.engine.forget_caller(self.caller_id)
 
     def _keeps_nodes(self, outcome: str) -> bool:
         """Whether the next start may reuse this one's launchers and reservation: its ranks
@@ -189,6 +214,14 @@ class GangRunner:
         return (outcome in ("failed", "hung") and bool(self.links)
                 and all(link.alive for link in self.links) and not self.preempted.is_set()
                 and not self.engine.pool.others_waiting())
+
+    def _timed_out(self, restart: int) -> FailureInfo:
+        tails = [log_tail(p, 15) for p in sorted(self.start_dir(restart).glob("rank*.log"))]
+        return FailureInfo(
+            task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
+            kind="timeout", message=f"ran past its timeout of {self.call.task.timeout:g}s "
+            f"(restart {restart}); every node's processes were ended",
+            log_tail="\n".join(t for t in tails if t))
 
     async def _drop_links(self) -> None:
         """End the launchers kept between starts, if any (they exit on EOF)."""
@@ -218,9 +251,10 @@ class GangRunner:
                     return "hung"
                 head_done = gang.ended[0] in done and gang.ended[0].result() == 0
                 if self.cluster.ray is not None and head_done:
-                    # The driver on the head is done, and with it the cluster: the workers'
-                    # raylets never end on their own.
-                    await self._stop(gang, FAILURE_GRACE, keep=True)
+                    # The driver on the head is done, and with it the cluster (unless it is
+                    # kept): the workers' raylets never end on their own.
+                    if self.keep is None:
+                        await self._stop(gang, FAILURE_GRACE, keep=True)
                     return "succeeded"
                 if any(t.result() != 0 for t in done if t in waits):
                     await self._diagnose_if_timed_out(gang)
@@ -236,6 +270,8 @@ class GangRunner:
             for future in gang.ended:
                 future.cancel()
             self.gang = None
+            if self.cluster.ray is not None:
+                self._remove_ray_dirs(gang)
 
     async def _stalled(self, gang: Gang) -> None:
         """Returns when the gang stopped making progress; never without a progress_timeout."""
@@ -276,7 +312,8 @@ class GangRunner:
         log_dir = self.start_dir(restart)
         private_dir(log_dir)
         gang = Gang(restart=restart, log_dir=log_dir, io=self.io, cause=cause)
-        port = free_port()
+        port = self.port if self.reusing else free_port()  # a kept cluster's GCS stays
+        self.port = port
         in_place = bool(self.links)
         if in_place:
             self._restart_in_place(gang, port)
@@ -296,7 +333,7 @@ class GangRunner:
             # `shoal logs` and the UI place each rank on its node from these.
             "nnodes": nnodes, "nproc_per_node": c.nproc_per_node, "world_size": world,
             "cause": cause, "min_nnodes": c.min_nodes, "max_nnodes": c.replicas,
-            "same_launchers": in_place})
+            "same_launchers": in_place, **({"ray": ray_shape(c)} if c.ray else {})})
         return gang
 
     def _restart_in_place(self, gang: Gang, port: int) -> None:
@@ -307,6 +344,8 @@ class GangRunner:
         master = self.nets[self.slots[0]].address
         beat = self.heartbeat()
         for node_rank, link in enumerate(self.links):
+            if self.reusing and node_rank > 0:
+                continue  # the workers' raylets run on; only the head starts a driver
             start: dict[str, Any] = {
                 "restart_attempt": gang.restart, "master_port": port,
                 "rank_log_dir": str(gang.log_dir),
@@ -315,6 +354,12 @@ class GangRunner:
                 "start_cause": gang.cause}
             if c.elastic:
                 start |= {"min_nnodes": c.min_nodes, "max_nnodes": c.replicas}
+            if self.keep is not None:
+                start |= {"keep_cluster": True, "driver_only": self.reusing}
+            if c.ray is not None and node_rank == 0:
+                # The driver may call other tasks, as a plain task does.
+                start |= self.engine.caller_settings(self.caller_id, link.proc,
+                                                     self.ref.log_path)
             if beat:
                 start["heartbeat"] = beat
             link.send({"start": start})
@@ -330,7 +375,7 @@ class GangRunner:
         c = self.cluster
         self.links = gang.links  # filled as they start: ended with the attempt if one fails
         self.slots = []
-        self.nets = node_nets(c.replicas)
+        self.nets = node_nets(c.replicas, past_localhost=c.ray is not None)
         share = len(gpus) // c.replicas
         for node_rank in range(c.replicas):
             self.slots.append(node_rank)
@@ -401,20 +446,6 @@ class GangRunner:
         if c.ray is not None and node_rank == 0:
             link.on_message = self._ray_cluster
         return link
-
-    def _ray_cluster(self, message: dict[str, Any]) -> None:
-        """The head said where its cluster is: the run's events get it (`shoal runs`, the
-        UI show the dashboard)."""
-        info = message.get("ray")
-        if not isinstance(info, dict) or self.cluster.ray is None:
-            return
-        ray = self.cluster.ray
-        nodes = [{"node": k, "group": ray.group_of(k).name,
-                  "address": self.nets[slot].address} for k, slot in enumerate(self.slots)]
-        self.engine.notify("ray_cluster", self.ref.action, {
-            "task": self.call.task.name, "restart": self.gang.restart if self.gang else 0,
-            **{k: str(info[k]) for k in ("dashboard_url", "address", "client_address")
-               if k in info}, "nodes": nodes})
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
         """Stop the ranks of every node still running some: ``keep``, through the control
@@ -503,21 +534,6 @@ class GangRunner:
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
-
-    def _lost_ray_node(self, first: FirstFailure, restart: int, log_dir: Path) -> FailureInfo:
-        """A Ray node whose raylet ended while the driver ran: the node is lost."""
-        node = first.node
-        assert node is not None and self.cluster.ray is not None
-        group = self.cluster.ray.group_of(node).name
-        where = self.nets[self.slots[node]].address if node < len(self.slots) else "?"
-        how = f"signal {first.signal}" if first.signal else f"exit code {first.exit_code}"
-        return FailureInfo(
-            task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
-            kind="crash", node=node, exit_code=first.exit_code, signal=first.signal,
-            message=f"Ray node {node} (group {group!r}, {where}) was lost: its raylet "
-                    f"(ray start) ended with {how} while the driver ran (restart {restart}); "
-                    f"its log: shoal logs RUN --node {node}",
-            log_tail=log_tail(log_dir / f"node{node}.log"))
 
     def _hang_failure(self, hung: gang_hang.Diagnosis, restart: int, log_dir: Path,
                       first: FirstFailure | None) -> FailureInfo:

@@ -27,11 +27,15 @@ class NodeNet:
     netns: str = ""  # its network namespace, if it has one
 
 
-def node_nets(replicas: int, environ: Mapping[str, str] | None = None) -> list[NodeNet]:
-    """The network of each of ``replicas`` nodes (node 0's address is the master address)."""
+def node_nets(replicas: int, environ: Mapping[str, str] | None = None, *,
+              past_localhost: bool = False) -> list[NodeNet]:
+    """The network of each of ``replicas`` nodes (node 0's address is the master address).
+    ``past_localhost``: loopback nodes start at 127.0.0.2, for Ray, which takes 127.0.0.1
+    for "this machine" and advertises the machine's own IP in its place."""
     raw = (os.environ if environ is None else environ).get(contract.LOCAL_NODE_NETNS, "")
     if not raw.strip():
-        return [NodeNet(address=f"127.0.0.{i + 1}") for i in range(replicas)]
+        first = 2 if past_localhost else 1
+        return [NodeNet(address=f"127.0.0.{i + first}") for i in range(replicas)]
     entries = [e.strip() for e in raw.split(",") if e.strip()]
     fix = (f"set {contract.LOCAL_NODE_NETNS} to one NAME=ADDRESS per node, e.g. "
            "ns0=10.77.0.1,ns1=10.77.0.2, or unset it to put every node on loopback")

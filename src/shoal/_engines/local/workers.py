@@ -93,6 +93,8 @@ class WorkerSet:
         self._hello: dict[str, asyncio.Future[tuple[asyncio.StreamReader,
                                                     asyncio.StreamWriter]]] = {}
         self._server: asyncio.AbstractServer | None = None
+        # Processes that call tasks without being workers (a Ray gang's driver), by id.
+        self._callers: dict[str, Worker] = {}
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._connected, path=self.socket_path)
@@ -103,10 +105,30 @@ class WorkerSet:
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
             return
+        if isinstance(hello, m.Hello) and hello.worker_id in self._callers:
+            caller = self._callers[hello.worker_id]
+            _close_writer(caller)  # an earlier start's driver of the same gang, gone
+            caller.writer = writer
+            caller.tasks.append(asyncio.ensure_future(self._listen(caller, reader)))
+            return
         if not isinstance(hello, m.Hello) or hello.worker_id not in self._hello:
             writer.close()
             return
         self._hello.pop(hello.worker_id).set_result((reader, writer))
+
+    def expect_caller(self, caller_id: str, proc: asyncio.subprocess.Process,
+                      log_path: Path) -> None:
+        """Serve the calls of a process that is not a worker but may call tasks: the
+        driver of a Ray gang (in ``proc``'s tree), which connects as ``caller_id``."""
+        if caller_id not in self._callers:
+            self._callers[caller_id] = Worker(caller_id, "caller", proc, log_path)
+
+    def forget_caller(self, caller_id: str) -> None:
+        caller = self._callers.pop(caller_id, None)
+        if caller is not None:
+            for task in caller.tasks:
+                task.cancel()
+            _close_writer(caller)
 
     def new_id(self, env: str) -> str:
         return f"{env}-w{next(self._ids)}"
@@ -212,6 +234,8 @@ class WorkerSet:
         return len(self._idle.get(env, []))
 
     async def close(self) -> None:
+        for caller_id in list(self._callers):
+            self.forget_caller(caller_id)
         for w in list(self._all.values()):
             with contextlib.suppress(EngineError, ConnectionError):
                 w.send(m.Shutdown())

@@ -134,10 +134,13 @@ class WorkerNodeConfig:
         _int(f"{where}.max_replicas", self.max_replicas, 1, "max_replicas=4", optional=True)
         low = self.min_replicas if self.min_replicas is not None else self.replicas
         high = self.max_replicas if self.max_replicas is not None else self.replicas
-        if low > high:
+        if self.min_replicas is not None and self.max_replicas is not None and low > high:
             raise SpecError(f"{where}.min_replicas", self.min_replicas,
                             f"must be <= max_replicas ({high})",
-                            f"e.g. min_replicas={high}, max_replicas={low}")
+                            f"lower min_replicas to at most {high}, or raise max_replicas")
+        # Only the bounds given limit replicas (a min alone is not a max).
+        low = min(low, self.replicas)
+        high = self.max_replicas if self.max_replicas is not None else max(high, self.replicas)
         if not low <= self.replicas <= high:
             raise SpecError(f"{where}.replicas", self.replicas,
                             f"must lie between min_replicas ({low}) and max_replicas ({high})",
