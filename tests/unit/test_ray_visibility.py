@@ -27,6 +27,23 @@ def test_a_plain_http_url_is_kept(url: str) -> None:
     assert safe_url(url) == url
 
 
+def test_a_bare_host_and_port_is_taken_as_http() -> None:
+    # KubeRay's status.dashboardURL
+    assert safe_url("rayjob-x-head-svc.ns.svc:8265") == "http://rayjob-x-head-svc.ns.svc:8265"
+    assert safe_url("host:8265/x") == "http://host:8265/x"
+    assert safe_url("host:") is None and safe_url("host:80 x") is None
+
+
+def test_a_start_reported_again_keeps_its_last_report(shoal_home: Path,
+                                                      records: Records) -> None:
+    run = ray_run(records, shoal_home, state="running")
+    records.add_event(run.name, "ray_cluster", "again", action_id="a0",
+                      data={"restart": 0, "dashboard_url": "head:8266", "nodes": []})
+    (cluster,) = ray_clusters(records.events(run.name), records.list_attempts(run.name))[
+        ("a0", 0)]
+    assert cluster.dashboard_url == "http://head:8266"
+
+
 @pytest.mark.parametrize("url", [
     "javascript:alert(1)", "data:text/html,<b>x</b>", "file:///etc/passwd", "//host:1",
     "http://", "http:///path", "ftp://h/", "http://h:99999x/", "http://h/\x1b[31mred",

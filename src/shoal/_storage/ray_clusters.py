@@ -2,7 +2,8 @@
 
 The head node of a Ray call reports its cluster once it is up: one ``ray_cluster`` event per
 gang start (``task``, ``restart``, ``dashboard_url``, ``address``, ``client_address`` and
-``nodes``: each node's rank, group and address). `shoal runs`, `shoal runs RUN` and the web
+``nodes``: each node's rank, group and address; on Kubernetes, what the RayJob's status says,
+again as it changes). `shoal runs`, `shoal runs RUN` and the web
 UI's gang panel read the clusters through `ray_clusters`, so the three show the same URL.
 
 The event is a stored record, written by a process that ran the user's code: its fields are
@@ -37,6 +38,7 @@ RAY_LOG_DIR = re.compile(r"ray-node(\d+)")
 PRINCIPAL_RAY_LOGS = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
 _LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f\\\"'<>`]")
+_BARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*:\d{1,5}(/\S*)?")
 URL_CHARS = 2048
 
 
@@ -70,11 +72,14 @@ class RayCluster:
 
 def safe_url(value: object) -> str | None:
     """``value`` if it is an ``http``/``https`` URL with a host and nothing a terminal or an
-    HTML attribute could take as more than a URL; else None."""
+    HTML attribute could take as more than a URL; else None. A bare ``host:port`` (KubeRay's
+    ``status.dashboardURL`` has no scheme) is taken as ``http://host:port``."""
     if not isinstance(value, str) or not value or len(value) > URL_CHARS:
         return None
     if _UNSAFE.search(value):
         return None
+    if _BARE.fullmatch(value):
+        value = f"http://{value}"
     try:
         parts = urlsplit(value)
         _ = parts.port  # raises on a port that is not a number
@@ -111,7 +116,8 @@ def _nodes(value: object) -> tuple[RayNode, ...]:
 
 def ray_clusters(events: Sequence[EventRecord], attempts: Sequence[AttemptRecord],
                  ) -> dict[tuple[str, int], list[RayCluster]]:
-    """(action, attempt) -> the clusters its starts reported, in the order they came up."""
+    """(action, attempt) -> the clusters its starts reported, in the order they came up (one
+    per start: a start reported again, as a Kubernetes RayJob's status is, keeps its last)."""
     out: dict[tuple[str, int], list[RayCluster]] = {}
     for e in events:
         if e.kind != "ray_cluster" or e.action_id is None or not isinstance(e.data, dict):
@@ -121,7 +127,9 @@ def ray_clusters(events: Sequence[EventRecord], attempts: Sequence[AttemptRecord
         if not isinstance(restart, int) or isinstance(restart, bool):
             restart = 0
         attempt = attempt_of(e, attempts)
-        out.setdefault((e.action_id, attempt), []).append(RayCluster(
+        mine = out.setdefault((e.action_id, attempt), [])
+        mine[:] = [c for c in mine if c.restart != restart]
+        mine.append(RayCluster(
             action=e.action_id, attempt=attempt, restart=restart, at=e.at,
             task=_text(data, "task"), dashboard_url=safe_url(data.get("dashboard_url")),
             address=_text(data, "address"), client_address=_text(data, "client_address"),
