@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +16,7 @@ import shoal
 from shoal import _contract as contract
 from shoal._runtime.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
+from tests.ray_records import ray_run
 
 from .conftest import Server, screenshots_dir
 from .elastic import elastic_run
@@ -159,3 +162,61 @@ def test_an_elastic_gangs_starts_in_the_browser(ui_server: Server, page: Any,
     # each start's grid has that start's nodes
     assert len(page.query_selector_all(".gang table.grid[data-restart='1'] tr")) == 1
     page.screenshot(path=str(screenshots_dir() / "run-elastic-gang.png"), full_page=True)
+
+
+class _Dashboard(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<title>Ray Dashboard</title>a stand-in dashboard"
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_ray_calls_dashboard_link_and_nodes_in_the_browser(ui_server: Server, page: Any,
+                                                             shoal_home: Path) -> None:
+    """A running Ray call's gang panel links its dashboard (a stand-in HTTP server here: the
+    link, not Ray, is under test), opening it in a new tab, and names each node's group; a
+    recorded URL that is not http(s) is shown as none, not linked."""
+    records = Records(shoal_home / "shoal.db")
+    dashboard = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
+    serving = threading.Thread(target=dashboard.serve_forever, daemon=True)
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{dashboard.server_address[1]}/"
+        run = ray_run(records, shoal_home, state="running", dashboard_url=url)
+        bad = ray_run(records, shoal_home, state="running", dashboard_url="javascript:alert(1)")
+        page.goto(ui_server.url)
+        page.goto(f"{ui_server.base}/runs/{run.name}")
+        link = page.wait_for_selector(".gang .ray-cluster a.ray-dashboard")
+        assert link is not None and link.inner_text() == "Ray dashboard"
+        assert (link.get_attribute("href"), link.get_attribute("target")) == (url, "_blank")
+        assert set((link.get_attribute("rel") or "").split()) == {"noopener", "noreferrer"}
+        groups = [td.inner_text() for td in page.query_selector_all(
+            ".gang .ray-cluster table.ray-nodes td.group")]
+        assert groups == ["head", "workers"], groups
+        heads = [th.inner_text() for th in page.query_selector_all(
+            ".gang table.grid[data-restart='0'] th")]
+        assert heads == ["node 0 (head)", "node 1 (workers)"], heads
+        page.screenshot(path=str(screenshots_dir() / "run-ray.png"), full_page=True)
+        with page.context.expect_page() as opened:
+            # (by selector: the panel is redrawn each second, a held element goes stale)
+            page.click(".gang .ray-cluster a.ray-dashboard")
+        tab = opened.value
+        tab.wait_for_load_state()
+        assert tab.url == url and "stand-in dashboard" in tab.inner_text("body")
+        assert tab.evaluate("() => window.opener") is None
+        tab.close()
+
+        page.goto(f"{ui_server.base}/runs/{bad.name}")
+        page.wait_for_selector(".gang .ray-cluster .ray-dashboard-none")
+        assert page.query_selector("a.ray-dashboard") is None
+        assert "javascript" not in page.inner_html(".gang")
+    finally:
+        dashboard.shutdown()
+        dashboard.server_close()
+        serving.join(5)

@@ -23,6 +23,7 @@ from shoal._ui.guard import allowed_hosts
 from shoal._ui.server import bind
 from shoal.cli.main import main
 from shoal.errors import SpecError
+from tests.ray_records import DASHBOARD, NODES, RAY_LOGS, ray_run
 
 TOKEN = "s3cret-token"
 BASE = "http://127.0.0.1:8484"
@@ -417,3 +418,35 @@ def test_gang_json_of_old_records_has_a_cause_and_no_size(
     assert attempt["elastic"] is False
     assert [(s["cause"], s["world_size"], s["resize"]) for s in attempt["starts"]] == [
         ("first_start", None, None), ("restart", None, None)]
+
+
+def test_gang_json_of_a_ray_call_has_its_cluster_and_each_nodes_group(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    run = ray_run(records, shoal_home, state="running")
+    client.get(f"/?token={TOKEN}")
+    (attempt,) = client.get(f"/api/runs/{run.name}/gangs/a0").json()["attempts"]
+    (start,) = attempt["starts"]
+    assert start["ray"]["dashboard_url"] == DASHBOARD
+    assert start["ray"]["client_address"] == "ray://127.0.0.2:10001"
+    assert start["ray"]["nodes"] == NODES
+    assert [(n["node"], n["group"]) for n in start["nodes"]] == [(0, "head"), (1, "workers")]
+    # a stored URL that is not a plain http(s) one is not passed on to the page
+    bad = ray_run(records, shoal_home, dashboard_url="javascript:alert(document.cookie)")
+    (attempt,) = client.get(f"/api/runs/{bad.name}/gangs/a0").json()["attempts"]
+    assert attempt["starts"][0]["ray"]["dashboard_url"] is None
+
+
+def test_a_ray_nodes_session_logs_are_log_sources(
+        client: TestClient, records: Records, shoal_home: Path) -> None:
+    run = ray_run(records, shoal_home)
+    folder = shoal_home / "runs" / run.name / "logs" / "gang" / "a0.0" / "r0" / "ray-node1"
+    (folder / "stolen.log").symlink_to(shoal_home / "shoal.db")  # never served
+    client.get(f"/?token={TOKEN}")
+    sources = client.get(f"/api/runs/{run.name}/logs").json()["sources"]
+    ray = {s["key"]: s["title"] for s in sources if s["kind"] == "ray"}
+    assert set(ray) == {f"a0.0.r0.ray{n}.{f}" for n, files in RAY_LOGS.items() for f in files}
+    assert ray["a0.0.r0.ray1.raylet.out"] == "r.fit a0 node 1 Ray raylet.out attempt 0 restart 0"
+    body = client.get(f"/api/runs/{run.name}/logs/a0.0.r0.ray1.raylet.out/stream?follow=0").text
+    assert "worker raylet up" in body
+    assert client.get(f"/api/runs/{run.name}/logs/a0.0.r0.ray1.stolen.log/download"
+                      ).status_code == 404

@@ -32,6 +32,7 @@ from shoal._engines.base import AttemptOutcome, AttemptRef, Engine
 from shoal._spec.call import START_CAUSES, CallSpec, EnvSpec
 from shoal._spec.code import cache_key
 from shoal._spec.trace import TraceCall, TraceOutcome
+from shoal._storage.ray_clusters import safe_url
 from shoal._storage.records import Records
 from shoal._storage.store import Store, join
 from shoal.errors import (
@@ -113,6 +114,13 @@ class Controller:
                     else "no restart used")
             message = (f"gang resized {d['from']} → {d['to']} nodes: {d['reason']}; "
                        f"{cost}")
+        elif kind == "ray_cluster":
+            # (a stored URL is shown only when it is a plain http(s) one, as everywhere)
+            url = safe_url(d.get("dashboard_url")) or "none reported"
+            nodes = d.get("nodes")
+            message = (f"Ray cluster up (restart {d.get('restart', 0)}, "
+                       f"{len(nodes) if isinstance(nodes, list) else '?'} node(s)): "
+                       f"dashboard {url}")
         elif kind == "gang_hang":
             why = "a collective timed out" if d["reason"] == "collective_timeout" else \
                 "no rank's step advanced"

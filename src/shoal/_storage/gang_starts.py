@@ -24,7 +24,7 @@ from shoal._spec.call import START_CAUSES
 if TYPE_CHECKING:  # (a type only: the records package imports the logs, which import this)
     from shoal._storage.records import AttemptRecord, EventRecord
 
-__all__ = ["GangStart", "Resize", "gang_starts", "size_changed"]
+__all__ = ["GangStart", "Resize", "attempt_of", "gang_starts", "size_changed"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _int(data: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _attempt_of(e: EventRecord, attempts: Sequence[AttemptRecord]) -> int:
+def attempt_of(e: EventRecord, attempts: Sequence[AttemptRecord]) -> int:
     """The last attempt of the event's action started at or before it (0 if none is)."""
     found = 0
     for a in attempts:
@@ -98,7 +98,7 @@ def gang_starts(events: Sequence[EventRecord],
         restart = _int(data, "restart")
         if restart is None:
             continue
-        attempt = _attempt_of(e, attempts)
+        attempt = attempt_of(e, attempts)
         if e.kind == "gang_resized":
             resizes[(e.action_id, attempt, restart)] = Resize(
                 from_nodes=_int(data, "from"), to_nodes=_int(data, "to"),

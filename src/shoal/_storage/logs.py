@@ -4,7 +4,10 @@ A plain call writes one file, the attempt's ``log_path`` in the records. A gang 
 attempt and gang restart, ``runs/<run>/logs/gang/<action>.<attempt>/r<restart>/``: one
 ``node<i>.log`` per node launcher and one ``rank<N>.log`` per rank, and after a hang diagnosis
 ``stacks-rank<N>.txt`` per rank and ``hang.txt`` (the verdict and every rank; kind "stacks",
-shown after the logs they explain). Each file is a `LogSource`;
+shown after the logs they explain), and for a Ray call, once a node's raylet has ended, Ray's own
+session logs of node ``i`` in ``ray-node<i>/`` (kind "ray", after that node's launcher log;
+listed only when asked, `log_sources(ray=True)`: dozens of files a merged stream would bury
+the task's lines under). Each file is a `LogSource`;
 `log_sources` lists those of a run, `read_chunk` reads one from an offset on. The CLI's
 ``shoal logs`` and the web UI both read through these, so a label means the same in both.
 
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shoal._storage.gang_starts import GangStart, gang_starts, size_changed
+from shoal._storage.ray_clusters import RAY_LOG_DIR, ray_log_files
 
 if TYPE_CHECKING:
     from shoal._storage.records import Records
@@ -56,7 +60,8 @@ class LogSource:
     node: int | None
     rank: int | None
     # "task" (a plain call), "rank", "node" (a gang's node launcher), "stacks" (a rank's
-    # stacks from a hang diagnosis; rank None: the whole diagnosis, hang.txt)
+    # stacks from a hang diagnosis; rank None: the whole diagnosis, hang.txt), "ray" (one of
+    # Ray's session logs of a node, ``file`` its name)
     kind: str
     path: Path
     # ranks per node of this start, where its gang_started event said
@@ -64,6 +69,7 @@ class LogSource:
     # "1×2" (nodes × ranks per node of this start) where the gang's size changed between
     # starts, so a label tells which world a line came from; "" otherwise
     world: str = ""
+    file: str = ""  # a "ray" source's file name (``raylet.out``)
 
     @property
     def label(self) -> str:
@@ -77,6 +83,8 @@ class LogSource:
         if self.kind == "stacks":
             who = "hang diagnosis" if self.rank is None else f"node {self.node} rank {self.rank}"
             return f"[{who} stacks attempt {self.attempt}{again}]"
+        if self.kind == "ray":
+            return f"[node {self.node} ray {self.file} attempt {self.attempt}{again}]"
         who = f"node {self.node}" + (f" rank {self.rank}" if self.kind == "rank" else " launcher")
         return f"[{who} attempt {self.attempt}{again}]"
 
@@ -90,9 +98,10 @@ def gang_log_root(home: Path, run: str) -> Path:
     return home / "runs" / run / "logs" / "gang"
 
 
-def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
+def log_sources(home: Path, records: Records, run: str, *, ray: bool = False) -> list[LogSource]:
     """Every log file of ``run``, in the order its attempts started, then by gang restart,
-    node and rank (each node's launcher after its ranks: it reports how they ended).
+    node and rank (each node's launcher after its ranks: it reports how they ended; with
+    ``ray``, a Ray node's session logs after its launcher's).
 
     A plain call's file is listed from the moment its attempt starts, before it exists; a
     gang's files once they exist (a follower re-lists to find new ones).
@@ -112,7 +121,7 @@ def log_sources(home: Path, records: Records, run: str) -> list[LogSource]:
             mine = {s.restart: s for s in starts.get((att.action_id, att.attempt), ())}
             out += _gang_sources(gang_dir, att.action_id, att.attempt, task,
                                  per_node.get(att.action_id), mine,
-                                 att.action_id in changed)
+                                 att.action_id in changed, ray)
         elif att.log_path:
             out.append(LogSource(action=att.action_id, attempt=att.attempt, task=task,
                                  restart=None, node=None, rank=None, kind="task",
@@ -133,7 +142,7 @@ def ranks_per_node(starts: dict[tuple[str, int], list[GangStart]]) -> dict[str, 
 
 def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
                   per_node: int | None, starts: dict[int, GangStart],
-                  changed: bool) -> list[LogSource]:
+                  changed: bool, ray: bool = False) -> list[LogSource]:
     restarts = sorted((int(m.group(1)), d) for d in gang_dir.iterdir()
                       if d.is_dir() and (m := _RESTART_DIR.fullmatch(d.name)))
     out: list[LogSource] = []
@@ -141,8 +150,12 @@ def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
         nodes: list[tuple[int, Path]] = []
         ranks: list[tuple[int, Path]] = []
         stacks: list[tuple[int, Path]] = []
+        ray_dirs: list[tuple[int, Path]] = []
         for f in folder.iterdir():
-            if m := _NODE_FILE.fullmatch(f.name):
+            if m := RAY_LOG_DIR.fullmatch(f.name):
+                if ray and f.is_dir():
+                    ray_dirs.append((int(m.group(1)), f))
+            elif m := _NODE_FILE.fullmatch(f.name):
                 nodes.append((int(m.group(1)), f))
             elif m := _RANK_FILE.fullmatch(f.name):
                 ranks.append((int(m.group(1)), f))
@@ -165,6 +178,11 @@ def _gang_sources(gang_dir: Path, action: str, attempt: int, task: str,
                                                      kind=("rank", "stacks")[kind], path=p,
                                                      per_node=known, world=world))
                  for kind, files in enumerate((ranks, stacks)) for r, p in files]
+        # (after the node's launcher log: node, then 2, then the file's place in its folder)
+        rows += [(n, 2, i, 0, LogSource(action=action, attempt=attempt, task=task,
+                                        restart=restart, node=n, rank=None, kind="ray",
+                                        path=p, per_node=known, world=world, file=p.name))
+                 for n, d in ray_dirs for i, p in enumerate(ray_log_files(d))]
         if (folder / HANG_FILE).exists():
             rows.append((1 << 30, 0, 0, 0, LogSource(
                 action=action, attempt=attempt, task=task, restart=restart, node=None,

@@ -6,6 +6,9 @@ records (admitted, started, resized, restart, preempted), the rank and node logs
 engine's own `first_failure`, so "who failed first" is the engine's rule), and the checkpoint
 commits. Each start says its size and why it began as `shoal runs RUN` does
 (`shoal._storage.gang_starts`): an elastic gang's world changes from one start to the next.
+A Ray call's start carries its cluster as its head reported it (`shoal._storage.ray_clusters`):
+the dashboard URL (only a plain http(s) one: the page links to it), the addresses, and each
+node's group, which its row in the grid names too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import first_failure, read_reports
 from shoal._storage.checkpoints import Versions
 from shoal._storage.gang_starts import GangStart, gang_starts
+from shoal._storage.ray_clusters import RayCluster, ray_clusters
 from shoal._storage.records import AttemptRecord, EventRecord, Records, RunRecord
 from shoal._storage.store import Store, join, open_store
 from shoal.errors import ObjectNotFound, ShoalError
@@ -31,12 +35,14 @@ TAIL_LINES = 40
 
 def gang_json(records: Records, home: Path, run: RunRecord, action: str) -> dict[str, Any]:
     attempts = records.list_attempts(run.name, action)
-    events = [e for e in records.events(run.name)
-              if e.action_id == action and e.kind.startswith("gang_")]
+    mine = [e for e in records.events(run.name) if e.action_id == action]
+    events = [e for e in mine if e.kind.startswith("gang_")]
     store = open_store(run.store)
     starts = gang_starts(events, attempts)
+    rays = ray_clusters(mine, attempts)
     out = [_attempt_json(store, home, run, att, _events_of(att, attempts, events),
-                         {s.restart: s for s in starts.get((action, att.attempt), ())})
+                         {s.restart: s for s in starts.get((action, att.attempt), ())},
+                         {c.restart: c for c in rays.get((action, att.attempt), ())})
            for att in attempts]
     return {"action": action, "attempts": out,
             "events": [{"at": e.at, "kind": e.kind, "message": e.message,
@@ -59,7 +65,8 @@ def _gang_folder(home: Path, run: RunRecord, att: AttemptRecord) -> Path:
 
 
 def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
-                  events: list[EventRecord], sizes: dict[int, GangStart]) -> dict[str, Any]:
+                  events: list[EventRecord], sizes: dict[int, GangStart],
+                  rays: dict[int, RayCluster]) -> dict[str, Any]:
     folder = _gang_folder(home, run, att)
     started = [e for e in events if e.kind == "gang_started"]
     restarts = sorted({int((e.data or {}).get("restart", 0)) for e in started}
@@ -89,16 +96,28 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
                      "traceback": failure.traceback, "error_type": failure.error_type,
                      "log_tail": log_tail(logs / f"rank{failure.rank}.log", TAIL_LINES)
                      if failure.rank is not None else ""}
+        ray = rays.get(restart)
         starts.append({
             "restart": restart, "ended": how,
             "started_at": start_event.at if start_event else None,
-            "nodes": [{"node": n, "ranks": [{"rank": r, "state": states[r]} for r in ranks
-                                            if r // per_node == n]} for n in nodes],
-            "first_failure": first,
+            "nodes": [{"node": n, "group": ray.group_of(n) if ray else None,
+                       "ranks": [{"rank": r, "state": states[r]} for r in ranks
+                                 if r // per_node == n]} for n in nodes],
+            "first_failure": first, "ray": _ray_json(ray),
         } | _size_json(sizes.get(restart)))
     elastic = any(s.elastic for s in sizes.values())
     return {"attempt": att.attempt, "state": att.state, "started": att.started_at,
             "ended": att.ended_at, "elastic": elastic, "starts": starts}
+
+
+def _ray_json(c: RayCluster | None) -> dict[str, Any] | None:
+    """The cluster one start of a Ray call reported (None: not a Ray call, or not up yet)."""
+    if c is None:
+        return None
+    return {"dashboard_url": c.dashboard_url, "address": c.address,
+            "client_address": c.client_address, "at": c.at,
+            "nodes": [{"node": n.node, "group": n.group, "address": n.address}
+                      for n in c.nodes]}
 
 
 def _size_json(s: GangStart | None) -> dict[str, Any]:

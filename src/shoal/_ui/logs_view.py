@@ -28,9 +28,12 @@ KEEPALIVE_SECONDS = 15.0
 
 def source_key(s: LogSource) -> str:
     """A stable name for a source in URLs: ``a0.0.r1.rank3``, ``a0.0.r0.node1``, ``a1.0.task``,
-    ``a0.0.r0.stacks3`` (a rank's stacks from a hang diagnosis), ``a0.0.r0.stacksall``."""
+    ``a0.0.r0.stacks3`` (a rank's stacks from a hang diagnosis), ``a0.0.r0.stacksall``,
+    ``a0.0.r0.ray1.raylet.out`` (one of Ray's session logs of node 1)."""
     if s.kind == "task":
         return f"{s.action}.{s.attempt}.task"
+    if s.kind == "ray":
+        return f"{s.action}.{s.attempt}.r{s.restart}.ray{s.node}.{s.file}"
     if s.kind == "stacks":
         number: object = "all" if s.rank is None else s.rank
     else:
@@ -40,7 +43,7 @@ def source_key(s: LogSource) -> str:
 
 def sources_json(home: Path, records: Records, run: str) -> list[dict[str, Any]]:
     out = []
-    for s in log_sources(home, records, run):
+    for s in log_sources(home, records, run, ray=True):
         try:
             size = s.path.stat().st_size
         except OSError:
@@ -48,7 +51,7 @@ def sources_json(home: Path, records: Records, run: str) -> list[dict[str, Any]]
         out.append({"key": source_key(s), "action": s.action, "attempt": s.attempt,
                     "task": s.task, "restart": s.restart, "node": s.node, "rank": s.rank,
                     "kind": s.kind, "label": s.label, "title": _title(s), "size": size,
-                    "world": s.world})
+                    "world": s.world, "file": s.file})
     return out
 
 
@@ -58,6 +61,8 @@ def _title(s: LogSource) -> str:
         return f"{s.task} {s.action} attempt {s.attempt}"
     if s.kind == "stacks":
         who = "hang diagnosis" if s.rank is None else f"rank {s.rank} stacks"
+    elif s.kind == "ray":
+        who = f"Ray {s.file}"
     else:
         who = f"rank {s.rank}" if s.kind == "rank" else "launcher"
     world = f", world {s.world}" if s.world else ""  # an elastic gang that changed size
@@ -66,7 +71,8 @@ def _title(s: LogSource) -> str:
 
 
 def find_source(home: Path, records: Records, run: str, key: str) -> LogSource | None:
-    return next((s for s in log_sources(home, records, run) if source_key(s) == key), None)
+    return next((s for s in log_sources(home, records, run, ray=True) if source_key(s) == key),
+                None)
 
 
 def cut_line(line: str, hidden: int = 0) -> str:

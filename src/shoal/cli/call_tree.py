@@ -17,6 +17,14 @@ gets none: it has nothing to tell):
        · resized r1: 2 → 1 nodes: node 1 lost (its launcher exited, -9)
        · start r1: 1 node × 2 = 2 ranks (node lost)
 
+Under a Ray call, its cluster as the head reported it: the dashboard, the addresses Ray
+clients dial, and each node's group (one set per start, named when it started more than once):
+
+    └─ a0.1  pipeline.train  running  12.40s
+       · ray dashboard: http://127.0.0.2:8265
+       · ray address: 127.0.0.2:6379, clients ray://127.0.0.2:10001
+       · ray nodes: 0 head 127.0.0.2, 1 workers 127.0.0.3
+
 A group holds the calls made in it in the order they were made; a group nested in another is
 shown inside it. Pure: it reads records, prints nothing.
 """
@@ -30,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shoal._storage.gang_starts import GangStart
+from shoal._storage.ray_clusters import RayCluster
 from shoal._storage.records import ActionRecord, AttemptRecord
 
 IO_WIDTH = 60
@@ -128,14 +137,43 @@ def start_lines(starts: Mapping[tuple[str, int], Sequence[GangStart]], action: s
     return lines
 
 
+def dashboard_text(c: RayCluster) -> str:
+    """A cluster's dashboard URL, or why none is shown (a stored record's URL is shown only
+    when it is a plain http(s) one: `shoal._storage.ray_clusters.safe_url`)."""
+    return c.dashboard_url or "(none reported as an http(s) URL)"
+
+
+def ray_lines(clusters: Mapping[tuple[str, int], Sequence[RayCluster]], action: str,
+              ) -> list[str]:
+    """The lines of one Ray call's clusters: each start's dashboard, addresses and nodes."""
+    mine = sorted((k[1], v) for k, v in clusters.items() if k[0] == action)
+    several = sum(len(v) for _, v in mine) > 1
+    lines = []
+    for attempt, of_attempt in mine:
+        for c in of_attempt:
+            named = f" (attempt {attempt} restart {c.restart})" if several else ""
+            lines.append(f"· ray dashboard{named}: {dashboard_text(c)}")
+            if c.address or c.client_address:
+                lines.append(f"· ray address: {c.address or '?'}, clients "
+                             f"{c.client_address or '?'}")
+            if c.nodes:
+                lines.append("· ray nodes: " + ", ".join(
+                    " ".join(p for p in (str(n.node), n.group or "?", n.address) if p)
+                    for n in c.nodes))
+    return lines
+
+
 def render_tree(actions: Sequence[ActionRecord], attempts: Sequence[AttemptRecord] = (), *,
                 io: bool = False, now: float | None = None,
                 starts: Mapping[tuple[str, int], Sequence[GangStart]] | None = None,
+                rays: Mapping[tuple[str, int], Sequence[RayCluster]] | None = None,
                 ) -> list[str]:
     """The lines of the call tree of one run's actions (records in creation order), with the
-    starts of its gangs (`shoal._storage.gang_starts.gang_starts`) where given."""
+    starts of its gangs (`shoal._storage.gang_starts.gang_starts`) and the clusters of its Ray
+    calls (`shoal._storage.ray_clusters.ray_clusters`) where given."""
     now = time.time() if now is None else now
     starts = starts or {}
+    rays = rays or {}
     tries = Counter(t.action_id for t in attempts)
     known = {a.action_id for a in actions}
     children: dict[str | None, list[ActionRecord]] = defaultdict(list)
@@ -154,6 +192,7 @@ def render_tree(actions: Sequence[ActionRecord], attempts: Sequence[AttemptRecor
             else:
                 lines.append(prefix + branch + _line(item, tries[item.action_id], io, now))
                 lines.extend(prefix + more + x for x in start_lines(starts, item.action_id))
+                lines.extend(prefix + more + x for x in ray_lines(rays, item.action_id))
                 walk(_grouped(children[item.action_id]).items, prefix + more)
 
     for top in _grouped(children[None]).items:
@@ -163,5 +202,6 @@ def render_tree(actions: Sequence[ActionRecord], attempts: Sequence[AttemptRecor
             continue
         lines.append(_line(top, tries[top.action_id], io, now))
         lines.extend(start_lines(starts, top.action_id))
+        lines.extend(ray_lines(rays, top.action_id))
         walk(_grouped(children[top.action_id]).items, "")
     return lines

@@ -1,9 +1,13 @@
-"""`shoal logs RUN [--action A] [--attempt N] [--rank R] [--grep RE] [--follow] [--full]`: what a
-run's tasks and ranks printed.
+"""`shoal logs RUN [--action A] [--attempt N] [--rank R | --node K] [--grep RE] [--follow]
+[--full]`: what a run's tasks and ranks printed.
 
 Without ``--follow`` each attempt gets a ``==>`` header and its lines: a plain call's as they
 are, a gang's prefixed ``[node n rank r attempt a]`` (``restart k`` after a gang restart), gang
-restart by restart, node by node, rank by rank. ``--follow`` prints the lines of every file of
+restart by restart, node by node, rank by rank. ``--node K`` prints one node of each gang,
+every attempt and restart, file by file under its own header: its ranks' logs, its launcher's
+log and, for a Ray call whose node has stopped, Ray's own session logs of that node (the
+raylet's and, on the head, the GCS server's printed whole, the others' names listed; with
+``--grep``, all of them searched). ``--follow`` prints the lines of every file of
 the run as they are written, each prefixed with its action and label, until the run ends.
 """
 
@@ -15,6 +19,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attempt", type=int, default=None, help="only this attempt (default: all)")
     p.add_argument("--rank", type=int, default=None,
                    help="a clustered task's rank: its log for every attempt and restart")
+    p.add_argument("--node", type=int, default=None,
+                   help="a clustered task's node: its ranks', its launcher's and (a Ray "
+                        "call) Ray's own logs, for every attempt and restart")
     p.add_argument("--grep", metavar="PATTERN", default=None,
                    help="only lines matching this Python regular expression")
     p.add_argument("-f", "--follow", action="store_true",
@@ -54,6 +62,8 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
             return _follow(records, run.name, args, pattern)
         if args.rank is not None:
             return _rank_logs(records, run.name, args, pattern)
+        if args.node is not None:
+            return _node_logs(records, run.name, args, pattern)
         driver = 0
         if args.action is None and args.attempt is None:
             driver = _driver_elsewhere(records, run, args, pattern)
@@ -91,7 +101,8 @@ def _check_action(records: Records, run: str, action: str) -> None:
 def _wanted(args: argparse.Namespace, source: LogSource) -> bool:
     return ((args.action is None or source.action == args.action)
             and (args.attempt is None or source.attempt == args.attempt)
-            and (args.rank is None or source.rank == args.rank))
+            and (args.rank is None or source.rank == args.rank)
+            and (args.node is None or source.node == args.node))
 
 
 def _lines(source: LogSource, args: argparse.Namespace,
@@ -199,6 +210,64 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
         matched += printed
     sys.stdout.flush()
     return _grep_result(run, pattern, matched)
+
+
+def _node_logs(records: Records, run: str, args: argparse.Namespace,
+               pattern: re.Pattern[str] | None) -> int:
+    """The logs of one node of each gang, every attempt and restart: its ranks', its
+    launcher's, then Ray's own (the principal ones printed, the rest listed unless
+    searched), each file under its own header."""
+    from shoal import _contract as contract
+    from shoal._storage.logs import log_sources
+    from shoal._storage.ray_clusters import PRINCIPAL_RAY_LOGS
+    from shoal.errors import NotFoundError
+
+    every = [s for s in log_sources(contract.home(), records, run, ray=True)
+             if s.node is not None]
+    found = [s for s in every if _wanted(args, s)]
+    if not found:
+        nodes = sorted({f"{s.node}" for s in every}, key=int)
+        fix = f"use one of {', '.join(nodes)}" if nodes else "it ran no clustered task"
+        raise NotFoundError(f"--node={args.node}: run {run} has no log of that node. "
+                            f"Fix: {fix}")
+    matched = 0
+    listed: dict[tuple[str, int, int | None], list[LogSource]] = {}
+    for source in found:
+        if source.kind == "ray" and pattern is None and source.file not in PRINCIPAL_RAY_LOGS:
+            listed.setdefault((source.action, source.attempt, source.restart),
+                              []).append(source)
+            continue
+        world = f", world {source.world}" if source.world else ""
+        what = {"rank": f"rank {source.rank}", "stacks": f"rank {source.rank} stacks",
+                "node": "launcher", "ray": f"ray {source.file} ({source.path})"}
+        header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
+                  f"node {source.node} {what.get(source.kind, source.kind)}{world} <==\n")
+        if pattern is None:
+            sys.stdout.write(header)
+        printed = 0
+        for line in _lines(source, args, pattern):
+            if pattern is not None and not printed:
+                sys.stdout.write(header)
+            printed += 1
+            sys.stdout.write(line + "\n")
+        if not printed and pattern is None:
+            sys.stdout.write("(no output)\n")
+        matched += printed
+    for (action, attempt, restart), rest in listed.items():
+        sys.stdout.write(f"==> {action} attempt {attempt} restart {restart} node {args.node}: "
+                         f"Ray's other logs, in {rest[0].path.parent} <==\n")
+        for source in rest:
+            sys.stdout.write(f"{source.file}  {_size(source.path)}\n")
+    sys.stdout.flush()
+    return _grep_result(run, pattern, matched)
+
+
+def _size(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "?"
+    return f"{size} B" if size < 1024 else f"{size / 1024:.1f} KiB"
 
 
 def _ranks_in_node_logs(records: Records, run: str, every: list[LogSource]) -> list[LogSource]:

@@ -85,6 +85,8 @@ class Progress:
             if self.stream_logs:
                 self.streamed.add(action)
             self._print(f"⇶ {task} [{action}] {data['message']}")
+        elif kind == "ray_cluster":
+            self._print(f"◎ {task} [{action}] {data['message']}")
         elif kind == "gang_hang":
             self._flush_gang(action)
             self._print(f"⧗ {task} [{action}] {data['message']}")

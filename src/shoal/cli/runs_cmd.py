@@ -1,5 +1,6 @@
-"""`shoal runs`: recent runs, newest first (runs whose driver died show as crashed);
-`shoal runs RUN`: that run's call tree (actions, groups, traces, states, durations).
+"""`shoal runs`: recent runs, newest first (runs whose driver died show as crashed), each Ray
+call's dashboard under its run; `shoal runs RUN`: that run's call tree (actions, groups,
+traces, states, durations; a Ray call's dashboard, addresses and nodes).
 
 A run whose driver runs elsewhere (Kubernetes) is refreshed from what its driver published to
 the store first: its state for the list, its whole records for one run."""
@@ -72,13 +73,35 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     rows += [(r.name, r.task, r.state, _ago(r.created_at), _duration(r.started_at, r.ended_at))
              for r in runs]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
+    under: list[list[str]] = [[]] + [_dashboards(records, r.name) for r in runs]
+    for row, lines in zip(rows, under, strict=True):
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        for line in lines:
+            print(f"  {line}")
     return 0
+
+
+def _dashboards(records: Records, run: str) -> list[str]:
+    """``ray dashboard a0.1 p.train: URL`` for each Ray call of the run (its last start's
+    cluster), with the call's state once it is no longer running: its cluster may be gone."""
+    from shoal._storage.ray_clusters import latest, ray_clusters
+    from shoal.cli.call_tree import dashboard_text
+
+    clusters = latest(ray_clusters(records.events(run), records.list_attempts(run)))
+    if not clusters:
+        return []
+    states = {a.action_id: a.state for a in records.list_actions(run)}
+    out = []
+    for action, c in clusters.items():
+        state = states.get(action, "?")
+        ended = "" if state == "running" else f" (call {state})"
+        out.append(f"ray dashboard {action} {c.task}: {dashboard_text(c)}{ended}")
+    return out
 
 
 def _tree(records: Records, name: str, *, io: bool) -> int:
     from shoal._storage.gang_starts import gang_starts
+    from shoal._storage.ray_clusters import ray_clusters
     from shoal.cli.call_tree import render_tree
 
     run = records.get_run(name)
@@ -97,6 +120,8 @@ def _tree(records: Records, name: str, *, io: bool) -> int:
             print(f"  link:  {link}")
     attempts = records.list_attempts(run.name)
     starts = gang_starts(events, attempts)
-    for line in render_tree(records.list_actions(run.name), attempts, io=io, starts=starts):
+    rays = ray_clusters(events, attempts)
+    for line in render_tree(records.list_actions(run.name), attempts, io=io, starts=starts,
+                            rays=rays):
         print(line)
     return 0

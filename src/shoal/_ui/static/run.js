@@ -147,15 +147,43 @@ function worldChart(att, now) {
   return chart;
 }
 
+// A stored record's URL: linked only when it is a plain http(s) one (the server checks it
+// too), opened in a new tab that gets no handle on this page.
+function safeHttpUrl(url) {
+  if (typeof url !== "string") return null;
+  try {
+    const u = new URL(url);
+    return u.protocol === "http:" || u.protocol === "https:" ? u.href : null;
+  } catch (e) { return null; }
+}
+
+// One start's Ray cluster: the dashboard link, the addresses clients dial, each node's group.
+function rayCluster(att, s) {
+  const r = s.ray;
+  const url = safeHttpUrl(r.dashboard_url);
+  const link = url ? el("a", {class: "ray-dashboard", href: url, target: "_blank",
+                              rel: "noopener noreferrer", text: "Ray dashboard"})
+                   : el("span", {class: "ray-dashboard-none", text: "Ray dashboard: none reported"});
+  return el("div", {class: "ray-cluster", "data-attempt": att.attempt, "data-restart": s.restart},
+    el("p", {}, link, url ? el("span", {class: "hint", text: " " + url}) : "",
+       ` · address ${r.address || "?"} · clients ${r.client_address || "?"}`),
+    el("table", {class: "ray-nodes"},
+      el("caption", {text: `attempt ${att.attempt} restart ${s.restart}: Ray nodes`}),
+      el("tr", {}, ...["node", "group", "address"].map(h => el("th", {text: h}))),
+      ...r.nodes.map(n => el("tr", {"data-node": n.node}, el("td", {text: String(n.node)}),
+        el("td", {class: "group", text: n.group}), el("td", {text: n.address})))));
+}
+
 function gangPanel(a, g, now) {
   const panel = el("div", {class: "gang", "data-action": a.id},
                    el("h2", {text: `Gang ${a.id} ${a.task}`}));
   for (const att of g.attempts) {
     panel.append(el("div", {class: "gang-starts"}, startsTable(att), worldChart(att, now)));
     for (const s of att.starts) {
+      if (s.ray) panel.append(rayCluster(att, s));
       const grid = el("table", {class: "grid", "data-restart": s.restart},
         el("caption", {text: `attempt ${att.attempt} restart ${s.restart}: ${s.ended}`}),
-        ...s.nodes.map(n => el("tr", {}, el("th", {text: "node " + n.node}),
+        ...s.nodes.map(n => el("tr", {}, el("th", {text: "node " + n.node + (n.group ? ` (${n.group})` : "")}),
           ...n.ranks.map(r => el("td", {class: "cell " + r.state, "data-rank": r.rank},
                                  `rank ${r.rank}`, el("br"), r.state)))));
       panel.append(grid);
