@@ -16,7 +16,7 @@ import shoal
 from shoal import _contract as contract
 from shoal._runtime.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
-from tests.ray_records import ray_run
+from tests.raycluster_records import ray_run
 
 from .conftest import Server, screenshots_dir
 from .elastic import elastic_run

@@ -23,7 +23,7 @@ from shoal._ui.guard import allowed_hosts
 from shoal._ui.server import bind
 from shoal.cli.main import main
 from shoal.errors import SpecError
-from tests.ray_records import DASHBOARD, NODES, RAY_LOGS, ray_run
+from tests.raycluster_records import DASHBOARD, NODES, RAY_LOGS, ray_run
 
 TOKEN = "s3cret-token"
 BASE = "http://127.0.0.1:8484"

@@ -1,6 +1,6 @@
 """A Ray call's cluster as `shoal runs`, `shoal runs RUN` and `shoal logs --node` show it, from
-recorded events and log folders (tests/ray_records.py); the real cluster is tested in
-tests/ray."""
+recorded events and log folders (tests/raycluster_records.py); the real cluster is tested in
+tests/raycluster."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from shoal._storage.logs import log_sources
 from shoal._storage.ray_clusters import latest, ray_clusters, safe_url
 from shoal._storage.records import Records
 from shoal.cli.main import main
-from tests.ray_records import DASHBOARD, RAY_LOGS, ray_run
+from tests.raycluster_records import DASHBOARD, RAY_LOGS, ray_run
 
 
 @pytest.fixture

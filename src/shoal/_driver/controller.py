@@ -97,9 +97,6 @@ class Controller:
                        f"{f', {cause}' if cause and d.get('cause') != 'first_start' else ''}, "
                        f"master port {d['master_port']}"
                        f"{', same node launchers' if d.get('same_launchers') else ''})")
-        elif kind == "ray_cluster":
-            message = (f"Ray dashboard {d.get('dashboard_url')} (Ray clients: "
-                       f"{d.get('client_address')}, GCS {d.get('address')})")
         elif kind == "ray_reused":
             message = f"runs its driver on the kept Ray cluster (GCS port {d['master_port']})"
         elif kind == "gang_admitted":

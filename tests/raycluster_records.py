@@ -1,7 +1,7 @@
 """The records a Ray call leaves, written by hand: a head and one worker node, the head's
 ``ray_cluster`` event, node logs and (the nodes stopped) Ray's session logs copied beside them.
 The unit and browser tests render these as they would a real run's; the real run that writes
-them is tested in tests/ray.
+them is tested in tests/raycluster.
 """
 
 from __future__ import annotations

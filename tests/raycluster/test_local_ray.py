@@ -26,7 +26,7 @@ from tests.helpers import wait_until
 
 pytest.importorskip("ray")
 
-from .programs import fanout  # noqa: E402  (after the skip: it imports ray)
+from .programs import fanout
 
 # Three nodes of one CPU on a smaller machine: clamped to it, and said so once.
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(240),

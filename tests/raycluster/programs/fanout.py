@@ -30,9 +30,9 @@ def fan_out(n: int = 9) -> dict:
     alive = [node for node in ray.nodes() if node["Alive"]]
     landed = ray.get([where.remote(i) for i in range(n)])
     ctx = shoal.ctx()
-    return {"alive": len(alive), "nodes_used": len(set(landed)), "cpus": ray.cluster_resources().get("CPU"),
-            "pod_ip": os.environ.get("MY_POD_IP"), "nnodes": ctx.nnodes, "world": ctx.world_size,
-            "host": socket.gethostname()}
+    return {"alive": len(alive), "nodes_used": len(set(landed)),
+            "cpus": ray.cluster_resources().get("CPU"), "pod_ip": os.environ.get("MY_POD_IP"),
+            "nnodes": ctx.nnodes, "world": ctx.world_size, "host": socket.gethostname()}
 
 
 @env.task
