@@ -37,7 +37,7 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
-from shoal._engines.local.ray_clusters import KeptClusters
+from shoal._engines.local.kept_clusters import KeptClusters
 from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
 from shoal._runtime import messages as m

@@ -126,7 +126,7 @@ class GangRunner(RayGang):
         self.nets: list[NodeNet] = []  # where the nodes of the last start sit on the network
         self.links: list[NodeLink] = []  # the launchers kept for the next start
         self.slots: list[int] = []  # where each of ``links`` sits: its index in ``nets``
-        # A Ray gang kept after its call (`ray_clusters`): (whose calls reuse it, seconds).
+        # A Ray gang kept after its call (`kept_clusters`): (whose calls reuse it, seconds).
         self.keep = self._keep_for()
         self.reusing = False  # this call runs its driver on a kept cluster's raylets
         self.port = 0  # the master port of the last start (a kept cluster's GCS port)

@@ -1,7 +1,7 @@
 """The Ray parts of a gang on the local engine (`GangRunner` mixes them in).
 
 A Ray gang's node 0 is the head and runs the driver; the workers' raylets never end on their
-own, so the gang ends when the driver does, unless the cluster is kept (`ray_clusters`): for
+own, so the gang ends when the driver does, unless the cluster is kept (`kept_clusters`): for
 the environment's next call (``ReusePolicy``) or for its clients (``ttl_seconds_after_finished``).
 Here: when a cluster is kept and how it is handed over, the head's ``ray_cluster`` event, and
 the failure of a node that lost its raylet.
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import NodeNet
-from shoal._engines.local.ray_clusters import KeptCluster
+from shoal._engines.local.kept_clusters import KeptCluster
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import FirstFailure
 from shoal._spec.call import CallSpec, ClusterSpec
