@@ -28,6 +28,7 @@ from shoal._engines.local import procs
 from shoal._engines.local.elastic import ElasticGangRunner
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
 from shoal._engines.local.gang_limits import check_gang
+from shoal._engines.local.kept_clusters import KeptClusters
 from shoal._engines.local.node_net import node_nets
 from shoal._engines.local.plan import (
     ProcessPlan,
@@ -37,7 +38,6 @@ from shoal._engines.local.plan import (
     worker_key,
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
-from shoal._engines.local.kept_clusters import KeptClusters
 from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
 from shoal._runtime import messages as m
