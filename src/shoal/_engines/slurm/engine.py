@@ -453,6 +453,10 @@ class SlurmJob:
         """Who failed first in ``start``, from the ranks' and nodes' reports."""
         rank_dir = self.log_dir / f"r{start.restart}"
         first = first_failure(self.store, join(self.io, f"r{start.restart}"))
+        if start.message:  # the allocation program saw the cause (a Ray worker node lost)
+            tail = log_tail(rank_dir / f"node{start.failed_node}.log", 15) \
+                if start.failed_node is not None else log_tail(self.log_dir / "batch.log", 15)
+            return status.said_by_allocation(self.who, start, first, tail)
         silent = status.silent_node(start, first)
         if silent is not None:
             node, said = silent
