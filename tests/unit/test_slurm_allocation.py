@@ -147,7 +147,7 @@ def test_a_ray_step_gives_each_node_its_gang_rank_address_and_log_by_its_slurm_n
     allocation = Allocation(environ(tmp_path, **{
         contract.RUNTIME: "ray", contract.NODE_COMMAND: shlex.join([
             sys.executable, "-c", f"import os; print(os.environ[{contract.NODE_RANK!r}], "
-            f"os.environ[{contract.NODE_ADDR!r}])"])}))
+            f"os.environ[{contract.NODE_ADDR!r}], os.environ[{contract.POD_IP!r}])"])}))
     assert allocation.ray
     start = Start(restart=2, at=0.0, nodes=["n1", "n2", "n3"], master="10.0.0.1", port=1,
                   why="first")
@@ -158,7 +158,7 @@ def test_a_ray_step_gives_each_node_its_gang_rank_address_and_log_by_its_slurm_n
                         "--export=ALL"]
     logs = tmp_path / "logs" / "gang" / "a0.1.0" / "r2"
     logs.mkdir(parents=True)
-    for name, said in (("n2", "1 10.0.0.2"), ("n3", "2 10.0.0.3")):
+    for name, said in (("n2", "1 10.0.0.2 10.0.0.2"), ("n3", "2 10.0.0.3 10.0.0.3")):
         subprocess.run(argv[8:], env={"SLURMD_NODENAME": name, "PATH": "/usr/bin:/bin"},
                        timeout=30, check=True)
         rank = said.split()[0]

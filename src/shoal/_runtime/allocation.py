@@ -31,6 +31,7 @@ import queue
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -75,6 +76,7 @@ class Start:
     # Ray worker node that ended before the head), and that node's rank; "": read the reports.
     message: str = ""
     failed_node: int | None = None
+    addresses: list[str] = field(default_factory=list)  # a Ray start's: each node's, by rank
 
 
 @dataclass
@@ -193,7 +195,7 @@ class Allocation:
                         contract.MAX_NNODES: self.environ.get(contract.MAX_NNODES, "0"),
                         contract.START_CAUSE: START_CAUSE_OF[why]})
         if self.ray:
-            code = self.run_ray_steps(start, env)
+            code = self.run_ray_steps(state, start, env)
         else:
             argv = self.step_argv(restart, len(nodes), nodes if self.min_nnodes else None)
             step = self.spawn(argv, env)
@@ -223,7 +225,8 @@ class Allocation:
             [sys.executable, "-m", "shoal._runtime.launcher"])
         log = shlex.quote(os.path.join(self.log_dir, f"r{start.restart}", "node"))
         arms = "".join(f"{shlex.quote(start.nodes[k])}) export {contract.NODE_RANK}={k} "
-                       f"{contract.NODE_ADDR}={shlex.quote(addresses[k])};; " for k in ranks)
+                       f"{contract.NODE_ADDR}={shlex.quote(addresses[k])} "
+                       f"{contract.POD_IP}={shlex.quote(addresses[k])};; " for k in ranks)
         on_node = (f'case "$SLURMD_NODENAME" in {arms}*) echo "shoal: node $SLURMD_NODENAME '
                    f'is not one of step {name}" >&2; exit 1;; esac; '
                    f'exec >>{log}"${contract.NODE_RANK}.log" 2>&1; exec {node_command}')
@@ -234,20 +237,22 @@ class Allocation:
                 *shlex.split(self.environ.get(contract.SRUN_OPTIONS, "")),
                 "bash", "-c", on_node]
 
-    def run_ray_steps(self, start: Start, env: dict[str, str]) -> int:
+    def run_ray_steps(self, state: AllocationState, start: Start,
+                      env: dict[str, str]) -> int:
         """One start of a Ray cluster: the head's step on the first node, the workers' step
         on the rest, at once; the exit code of the start.
 
         The call succeeds when the head's launcher (which runs the driver) exits 0, but a
         worker's raylet never exits on its own, so one step of every node would never end.
         This program owns both steps and sees the head's end directly, so it is the one
-        that ends the workers (SIGTERM through srun, which passes it to their launchers:
-        each stops its raylet; the grace period; then scancel --signal=KILL of the step).
+        that ends the workers (`end_step`: SIGTERM to their launchers, each of which stops
+        its raylet; the grace period; then SIGKILL).
         Workers watching the head over the network could not tell a finished head from one
         they cannot reach. A worker step that ends first (a raylet or a node lost) fails
         the start naming that node, and the head's step is ended the same way."""
         nodes = start.nodes
-        addresses = [start.master, *(node_address(n) for n in nodes[1:])]
+        addresses = start.addresses = [start.master, *(node_address(n) for n in nodes[1:])]
+        self.save(state)  # the driver reports the nodes' addresses with the cluster
         ended: queue.Queue[tuple[str, int]] = queue.Queue()
         names = {"head": f"shoal-ray-head-r{start.restart}",
                  "workers": f"shoal-ray-workers-r{start.restart}"}
@@ -256,6 +261,11 @@ class Allocation:
         steps: dict[str, tuple[subprocess.Popen[str], threading.Event]] = {}
         readers = []
         for part, ranks in parts.items():
+            # The workers start once the head's GCS answers: a worker gives up if the head
+            # has not registered within ~45 s of its own start (Ray's head-node lookup), and
+            # a loaded head node can take that long to come up.
+            if part == "workers" and not self.head_answers(start, steps["head"][0]):
+                break  # the head's step ended (or this job is stopping) first
             step = self.spawn(self.ray_step_argv(start, ranks, addresses, names[part]), env)
             steps[part] = step, threading.Event()
             readers.append(threading.Thread(target=_follow_step, args=(
@@ -283,6 +293,16 @@ class Allocation:
                              f"head (their step's exit code {code}): their raylets are gone")
         start.message += f" (restart {start.restart}, Slurm job {self.job})"
         return code or 1
+
+    def head_answers(self, start: Start, head: subprocess.Popen[str]) -> bool:
+        """Wait until the head's GCS port (the start's master port) takes connections:
+        True, or False once the head's step has ended or this job is stopping."""
+        while head.poll() is None and not self.stopping:
+            with contextlib.suppress(OSError), \
+                    socket.create_connection((start.master, start.port), timeout=1):
+                return True
+            time.sleep(0.2)
+        return False
 
     def ray_group(self, node_rank: int) -> str:
         try:
