@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 from pathlib import Path
@@ -20,6 +21,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 pytest.importorskip("ray")
 
 PROGRAM = Path(__file__).parent / "programs" / "ray_cluster.py"
+
+
+def run_name(what: str) -> str:
+    """A run name no one else's test on this machine has at the same time: a Ray node's
+    temp dir is named for its run."""
+    return f"{what}-{secrets.token_hex(4)}"
 
 
 def processes_of(home: Path, word: str = "") -> dict[int, str]:
@@ -50,9 +57,7 @@ def nothing_left(home: Path) -> None:
 
 def test_a_ray_call_is_one_allocation_with_its_work_on_both_nodes(
         slurm_cluster: SlurmCluster, shoal_home: Path) -> None:
-    # Runs are named for the test's home: a Ray node's temp dir is named for its run, and
-    # someone else's test may run on this machine at the same time.
-    run = shoal_home.name + "-ray"
+    run = run_name("ray")
     p = shoal("run", "--engine", "slurm", "--name", run, str(PROGRAM), "fan_out", "--n", "6")
     out = json.loads(p.stdout)
     assert len(out["alive"]) == 2, out  # the head and the worker joined one cluster
@@ -77,7 +82,7 @@ def test_two_ray_jobs_at_once_on_the_same_nodes_do_not_clash(
         slurm_cluster: SlurmCluster, shoal_home: Path, tmp_path: Path) -> None:
     settings = tmp_path / "slurm.yaml"
     settings.write_text("environments: {ray_slurm: {sbatch_options: ['--nodelist=n1,n2']}}\n")
-    run = shoal_home.name + "-two"
+    run = run_name("two")
     p = shoal("run", "--engine", "slurm", "--slurm-settings", str(settings), "--name", run,
               str(PROGRAM), "two_at_once", "--n", "4")
     first, second = json.loads(p.stdout)
@@ -97,7 +102,7 @@ def test_two_ray_jobs_at_once_on_the_same_nodes_do_not_clash(
 def test_a_lost_raylet_on_the_worker_fails_the_call_naming_its_node(
         slurm_cluster: SlurmCluster, shoal_home: Path, tmp_path: Path) -> None:
     hold = tmp_path / "holding"
-    run = shoal_home.name + "-lost"
+    run = run_name("lost")
     proc = start("run", "--engine", "slurm", "--name", run, str(PROGRAM), "fan_out",
                  "--hold", str(hold))
     try:

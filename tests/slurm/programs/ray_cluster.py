@@ -50,4 +50,4 @@ def fan_out(n: int = 6, hold: str = "") -> dict[str, Any]:
 
 @driver.task
 async def two_at_once(n: int = 4) -> list[dict[str, Any]]:
-    return list(await asyncio.gather(fan_out(n=n), fan_out(n=n)))
+    return list(await asyncio.gather(fan_out.aio(n=n), fan_out.aio(n=n)))
