@@ -93,11 +93,18 @@ EXAMPLES: list[tuple[str, str]] = [
     ("clustered/ddp_train_gpu.py", "the GPU DDP example: nccl, cuda devices asserted"),
     ("clustered/fsdp_train.py", "FSDP 2x1 with a full state dict checkpoint from rank 0"),
     ("clustered/ddp_train_restart.py", "fails on the first gang attempt, succeeds on the restart"),
+    ("plugins/ray_example.py",
+     "a Ray cluster (head + 2 workers) calling a plain task; ends with flyte.remote"),
+    ("plugins/ray_existing_cluster.py",
+     "a cluster kept by ttl_seconds_after_finished, joined from the next run over ray://"),
+    ("plugins/ray_reusable_cluster.py", "two gathered calls on one ReusePolicy cluster"),
 ]
 
 _IMPORT = re.compile(
     r"^(?P<indent>\s*)import flyte(?P<rest>(\.[\w.]+)?(\s+as\s+\w+)?)\s*(?P<tail>#.*)?$")
 _FROM = re.compile(r"^(?P<indent>\s*)from flyte(?P<rest>(\.[\w.]+)?\s+import\b.*)$")
+# Flyte's plugin packages: `flyteplugins.X` is `shoal.plugins.X`.
+_PLUGINS = re.compile(r"^(?P<indent>\s*)(?P<kw>from|import) flyteplugins\.(?P<rest>.*)$")
 
 
 def rename_imports(source: str) -> tuple[str, int]:
@@ -118,6 +125,9 @@ def rename_imports(source: str) -> tuple[str, int]:
             changed += 1
         elif (m := _FROM.match(body)) is not None:
             body = f"{m['indent']}from shoal{m['rest']}"
+            changed += 1
+        elif (m := _PLUGINS.match(body)) is not None:
+            body = f"{m['indent']}{m['kw']} shoal.plugins.{m['rest']}"
             changed += 1
         out.append(body + end)
     return "".join(out), changed

@@ -77,8 +77,10 @@ def render_slurm_conf(*, root: Path, munge_socket: Path, ctld_port: int,
         # tests to read their end state, short enough that the controller stays small.
         "MinJobAge=60",
     ]
-    for n in nodes:
-        lines.append(f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
+    # Each node its own loopback address, as each machine of a cluster has its own: what
+    # tells nodes apart by address (Ray's nodes, a gang's master) sees them apart here too.
+    for i, n in enumerate(nodes):
+        lines.append(f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.{i + 1} "
                      f"Port={n.port} CPUs={CPUS_PER_NODE} RealMemory={MEMORY_PER_NODE_MB} "
                      "State=UNKNOWN")
     lines += [

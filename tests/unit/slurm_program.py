@@ -2,13 +2,15 @@
 rendered into sbatch scripts; no task body runs in the unit tests).
 
 ``slurm_prep`` is a plain call on one CPU node with a timeout; ``slurm_train`` a 2x4 gang with
-GPUs, an image and variables whose values need quoting; ``slurm_driver`` calls both.
+GPUs, an image and variables whose values need quoting; ``slurm_driver`` calls both;
+``slurm_ray`` a Ray cluster whose groups ask for different resources.
 """
 
 from __future__ import annotations
 
 import shoal
 from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, TorchRun
+from shoal.plugins.ray import HeadNodeConfig, RayJobConfig, WorkerNodeConfig
 
 prep_env = shoal.TaskEnvironment(
     name="slurm_prep",
@@ -29,6 +31,20 @@ train_env = ClusteredTaskEnvironment(
     pod_template=shoal.PodTemplate(labels={"kueue.x-k8s.io/priority-class": "high"}),
 )
 
+# The head takes the environment's resources; "big" asks for more CPUs and memory, "gpus"
+# for a GPU: each node of the job asks for the most of each.
+ray_env = shoal.TaskEnvironment(
+    name="slurm_ray",
+    resources=shoal.Resources(cpu=2, memory="2Gi"),
+    plugin_config=RayJobConfig(
+        head_node_config=HeadNodeConfig(ray_start_params={"log-color": "false"}),
+        worker_node_config=[
+            WorkerNodeConfig(group_name="big", replicas=1,
+                             requests=shoal.Resources(cpu=6, memory="3Gi")),
+            WorkerNodeConfig(group_name="gpus", replicas=2,
+                             requests=shoal.Resources(cpu=1, gpu="H200:1"))]),
+)
+
 driver_env = shoal.TaskEnvironment(name="slurm_driver", depends_on=[prep_env, train_env])
 
 
@@ -45,6 +61,11 @@ async def train(shards: int) -> float:
 @train_env.task(timeout=7200)
 async def train_briefly(shards: int) -> float:
     return float(shards)
+
+
+@ray_env.task
+async def ray_count(n: int = 4) -> int:
+    return n
 
 
 @driver_env.task

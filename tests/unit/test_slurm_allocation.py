@@ -138,3 +138,31 @@ def test_the_on_node_command_takes_its_node_rank_from_slurm(tmp_path: Path) -> N
 def test_without_a_node_command_the_step_runs_this_pythons_launcher(tmp_path: Path) -> None:
     argv = Allocation(environ(tmp_path)).step_argv(restart=0, nnodes=1)
     assert argv[-1].endswith(shlex.join([sys.executable, "-m", "shoal._runtime.launcher"]))
+
+
+def test_a_ray_step_gives_each_node_its_gang_rank_address_and_log_by_its_slurm_name(
+        tmp_path: Path) -> None:
+    """The workers' step of a Ray start, run here by bash as srun would on each node: the
+    node rank is the gang's (not the step's), and so is the log's name."""
+    allocation = Allocation(environ(tmp_path, **{
+        contract.RUNTIME: "ray", contract.NODE_COMMAND: shlex.join([
+            sys.executable, "-c", f"import os; print(os.environ[{contract.NODE_RANK!r}], "
+            f"os.environ[{contract.NODE_ADDR!r}], os.environ[{contract.POD_IP!r}])"])}))
+    assert allocation.ray
+    start = Start(restart=2, at=0.0, nodes=["n1", "n2", "n3"], master="10.0.0.1", port=1,
+                  why="first")
+    argv = allocation.ray_step_argv(start, range(1, 3), ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                                    "shoal-ray-workers-r2")
+    assert argv[:8] == ["srun", "--job-name=shoal-ray-workers-r2", "--nodes=2", "--ntasks=2",
+                        "--ntasks-per-node=1", "--nodelist=n2,n3", "--kill-on-bad-exit=1",
+                        "--export=ALL"]
+    logs = tmp_path / "logs" / "gang" / "a0.1.0" / "r2"
+    logs.mkdir(parents=True)
+    for name, said in (("n2", "1 10.0.0.2 10.0.0.2"), ("n3", "2 10.0.0.3 10.0.0.3")):
+        subprocess.run(argv[8:], env={"SLURMD_NODENAME": name, "PATH": "/usr/bin:/bin"},
+                       timeout=30, check=True)
+        rank = said.split()[0]
+        assert (logs / f"node{rank}.log").read_text() == f"{said}\n"
+    done = subprocess.run(argv[8:], env={"SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "not one of step shoal-ray-workers-r2" in done.stderr

@@ -315,3 +315,18 @@ def test_a_gpu_type_is_asked_for_where_the_settings_name_it_and_disk_is_not(
     disk = sbatch_lines(script(tmp_path, "prepare",
                                resources=shoal.Resources(cpu=1, memory="1Gi", disk="10Gi")))
     assert not any(o.startswith("--tmp") for o in disk)  # TmpDisk is often undeclared
+
+
+def test_a_ray_cluster_asks_every_node_for_the_most_any_group_needs(tmp_path: Path) -> None:
+    text = script(tmp_path, "ray_count", {"gpu_types": {"H200": "h200"}})
+    lines = sbatch_lines(text)
+    assert lines[1:3] == ["--nodes=4", "--ntasks-per-node=1"]  # the head and 1 + 2 workers
+    # The head's 2 CPUs and 2 GiB (the environment's), "big"'s 6 CPUs and 3 GiB, "gpus"' GPU.
+    assert lines[3:6] == ["--cpus-per-task=6", "--mem=3072M", "--gpus-per-node=h200:1"]
+    values = exported(text, tmp_path)
+    assert values[contract.RUNTIME] == "ray"
+    nodes = json.loads(values[contract.RAY_NODES])  # bash reads the JSON back unchanged
+    assert [(n["group"], n["num_cpus"], n["num_gpus"]) for n in nodes] == [
+        ("head", 2, 0), ("big", 6, 0), ("gpus", 1, 1), ("gpus", 1, 1)]
+    assert nodes[0]["start_params"] == [["log-color", "false"]]
+    assert contract.MASTER_PORT not in values  # chosen per start, by the allocation program

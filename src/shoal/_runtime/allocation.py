@@ -4,7 +4,9 @@ shoal._runtime.allocation``, which starts the gang as srun steps and restarts it
 One start = one step: ``srun`` puts one node launcher (`shoal._runtime.launcher`, as on the
 local engine and in a Kubernetes pod) on every node of the allocation, each told its node rank
 (``SLURM_NODEID``), the master (the allocation's first node, where this program runs) and the
-restart number. The step's end decides what comes next:
+restart number. A Ray cluster's start is two steps at once, the head's and the workers'
+(`Allocation.run_ray_steps`), and ends when the head's does. The step's end decides what
+comes next:
 
     start r<k> ──step exits 0──► succeeded (rank 0's output is in the store)
         │
@@ -25,11 +27,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -67,6 +72,11 @@ class Start:
     srun_says: list[dict[str, Any]] = field(default_factory=list)
     # An elastic gang's start after a node was lost: each node left out -> why.
     lost: dict[str, str] = field(default_factory=dict)
+    # Why the start failed, where this program knows it better than the ranks' reports (a
+    # Ray worker node that ended before the head), and that node's rank; "": read the reports.
+    message: str = ""
+    failed_node: int | None = None
+    addresses: list[str] = field(default_factory=list)  # a Ray start's: each node's, by rank
 
 
 @dataclass
@@ -128,8 +138,11 @@ class Allocation:
         self.max_restarts = int(environ.get(contract.MAX_RESTARTS, "0"))
         self.resume = environ.get(contract.RESUME_AFTER_PREEMPTION) == "1"
         self.grace = float(environ.get(contract.GRACE_PERIOD, "30"))
-        self.step: subprocess.Popen[str] | None = None
+        self.steps: list[subprocess.Popen[str]] = []  # the srun steps of the running start
         self.stopping = False
+        # A Ray cluster's start is two steps: its head (node 0, which runs the driver), and
+        # its workers; see `run_ray_steps`.
+        self.ray = environ.get(contract.RUNTIME) == "ray"
         # An elastic gang (0: fixed): its fewest nodes; a lost node leaves, the rest go on.
         self.min_nnodes = int(environ.get(contract.MIN_NNODES, "0") or 0)
 
@@ -181,27 +194,152 @@ class Allocation:
             env.update({contract.MIN_NNODES: str(self.min_nnodes),
                         contract.MAX_NNODES: self.environ.get(contract.MAX_NNODES, "0"),
                         contract.START_CAUSE: START_CAUSE_OF[why]})
-        argv = self.step_argv(restart, len(nodes), nodes if self.min_nnodes else None)
-        step = self.step = subprocess.Popen(argv, env=env,
-                                            stderr=subprocess.PIPE, text=True,
-                                            errors="replace")
-        assert step.stderr is not None
-        terminating = False
-        for line in step.stderr:  # srun's own messages: passed on, and read
-            sys.stderr.write(line)
-            sys.stderr.flush()
-            terminating = terminating or bool(SRUN_TERMINATING.match(line))
-            said = SRUN_TASK_ERROR.match(line) or SRUN_NODE_FAILURE.match(line)
-            if said:
-                start.srun_says.append({"node": said["node"], "what": line.split(": ", 2)[-1]
-                                        .strip(), "first": not terminating})
-        code = step.wait()
-        self.step = None
+        if self.ray:
+            code = self.run_ray_steps(state, start, env)
+        else:
+            argv = self.step_argv(restart, len(nodes), nodes if self.min_nnodes else None)
+            step = self.spawn(argv, env)
+            read_srun(step, start, threading.Event())
+            code = step.wait()
+        self.steps = []
         start.exit_code, start.ended_at = code, time.time()
         self.save(state)
         print(f"shoal-allocation {self.job}: start r{restart} ended with exit code {code}",
               flush=True)
         return code
+
+    def spawn(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        step = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True,
+                                errors="replace")
+        self.steps.append(step)
+        return step
+
+    # -- a Ray cluster's start -------------------------------------------------------------
+    def ray_step_argv(self, start: Start, ranks: range, addresses: list[str],
+                      name: str) -> list[str]:
+        """srun of the nodes ``ranks`` of ``start``, one launcher each. A step's tasks all get
+        one environment, so each finds its node rank and address by its Slurm node name; its
+        output goes to ``node<rank>.log`` (srun's ``%n`` counts the step's nodes, not the
+        gang's)."""
+        node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
+            [sys.executable, "-m", "shoal._runtime.launcher"])
+        log = shlex.quote(os.path.join(self.log_dir, f"r{start.restart}", "node"))
+        arms = "".join(f"{shlex.quote(start.nodes[k])}) export {contract.NODE_RANK}={k} "
+                       f"{contract.NODE_ADDR}={shlex.quote(addresses[k])} "
+                       f"{contract.POD_IP}={shlex.quote(addresses[k])};; " for k in ranks)
+        on_node = (f'case "$SLURMD_NODENAME" in {arms}*) echo "shoal: node $SLURMD_NODENAME '
+                   f'is not one of step {name}" >&2; exit 1;; esac; '
+                   f'exec >>{log}"${contract.NODE_RANK}.log" 2>&1; exec {node_command}')
+        nodes = [start.nodes[k] for k in ranks]
+        return ["srun", f"--job-name={name}", f"--nodes={len(nodes)}",
+                f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+                f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=1", "--export=ALL",
+                *shlex.split(self.environ.get(contract.SRUN_OPTIONS, "")),
+                "bash", "-c", on_node]
+
+    def run_ray_steps(self, state: AllocationState, start: Start,
+                      env: dict[str, str]) -> int:
+        """One start of a Ray cluster: the head's step on the first node, the workers' step
+        on the rest, at once; the exit code of the start.
+
+        The call succeeds when the head's launcher (which runs the driver) exits 0, but a
+        worker's raylet never exits on its own, so one step of every node would never end.
+        This program owns both steps and sees the head's end directly, so it is the one
+        that ends the workers (`end_step`: SIGTERM to their launchers, each of which stops
+        its raylet; the grace period; then SIGKILL).
+        Workers watching the head over the network could not tell a finished head from one
+        they cannot reach. A worker step that ends first (a raylet or a node lost) fails
+        the start naming that node, and the head's step is ended the same way."""
+        nodes = start.nodes
+        addresses = start.addresses = [start.master, *(node_address(n) for n in nodes[1:])]
+        self.save(state)  # the driver reports the nodes' addresses with the cluster
+        ended: queue.Queue[tuple[str, int]] = queue.Queue()
+        names = {"head": f"shoal-ray-head-r{start.restart}",
+                 "workers": f"shoal-ray-workers-r{start.restart}"}
+        parts = {"head": range(1)} | ({"workers": range(1, len(nodes))} if len(nodes) > 1
+                                      else {})
+        steps: dict[str, tuple[subprocess.Popen[str], threading.Event]] = {}
+        readers = []
+        for part, ranks in parts.items():
+            # The workers start once the head's GCS answers: a worker gives up if the head
+            # has not registered within ~45 s of its own start (Ray's head-node lookup), and
+            # a loaded head node can take that long to come up.
+            if part == "workers" and not self.head_answers(start, steps["head"][0]):
+                break  # the head's step ended (or this job is stopping) first
+            step = self.spawn(self.ray_step_argv(start, ranks, addresses, names[part]), env)
+            steps[part] = step, threading.Event()
+            readers.append(threading.Thread(target=_follow_step, args=(
+                part, step, start, steps[part][1], ended), daemon=True))
+            readers[-1].start()
+        first, code = ended.get()
+        for part, (step, ending) in steps.items():
+            if part != first:
+                ending.set()  # what srun says of the steps ended here is not a cause
+                self.end_step(step, names[part])
+        for reader in readers:
+            reader.join()
+        if first == "head" or self.stopping:
+            return code
+        said = next((s for s in start.srun_says if s["first"] and s["node"] in nodes[1:]),
+                    None)
+        if said is not None:
+            k = nodes.index(said["node"])
+            start.failed_node = k
+            start.message = (f"Ray worker node {said['node']} (node rank {k}, group "
+                             f"{self.ray_group(k)}) ended before the head: its raylet is "
+                             f"gone (srun: {said['what']})")
+        else:
+            start.message = (f"the Ray worker nodes {','.join(nodes[1:])} ended before the "
+                             f"head (their step's exit code {code}): their raylets are gone")
+        start.message += f" (restart {start.restart}, Slurm job {self.job})"
+        return code or 1
+
+    def head_answers(self, start: Start, head: subprocess.Popen[str]) -> bool:
+        """Wait until the head's GCS port (the start's master port) takes connections:
+        True, or False once the head's step has ended or this job is stopping."""
+        while head.poll() is None and not self.stopping:
+            with contextlib.suppress(OSError), \
+                    socket.create_connection((start.master, start.port), timeout=1):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def ray_group(self, node_rank: int) -> str:
+        try:
+            return str(json.loads(self.environ[contract.RAY_NODES])[node_rank]["group"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return "?"
+
+    def end_step(self, step: subprocess.Popen[str], name: str) -> None:
+        """Stop a step this program ends: SIGTERM to its tasks through Slurm (each launcher
+        then stops what it runs), the grace period, then SIGKILL. Not a signal to srun: srun
+        takes SIGTERM as "cancel the step" and its tasks are killed at once."""
+        step_id = self.step_id(name)
+        if step_id is None:  # not known to Slurm (yet): srun cancels what it started
+            with contextlib.suppress(ProcessLookupError):
+                step.send_signal(signal.SIGTERM)
+        else:
+            subprocess.run(["scancel", "--signal=TERM", step_id], capture_output=True,
+                           timeout=60)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            step.wait(self.grace + 5)
+            return
+        if step_id is not None:
+            subprocess.run(["scancel", "--signal=KILL", step_id], capture_output=True,
+                           timeout=60)
+        try:
+            step.wait(30)
+        except subprocess.TimeoutExpired:
+            step.kill()
+            step.wait()
+
+    def step_id(self, name: str) -> str | None:
+        """The id (``JOB.STEP``) of this job's running step ``name``, if Slurm lists one."""
+        listed = subprocess.run(["squeue", "-h", "-s", "-j", self.job, "-o", "%i %j"],
+                                capture_output=True, text=True, timeout=60)
+        return next((i for i, _, n in (line.strip().partition(" ")
+                                       for line in listed.stdout.splitlines()) if n == name),
+                    None)
 
     # -- the loop ----------------------------------------------------------------------------
     def first_start(self, state: AllocationState | None) -> tuple[AllocationState, int, str,
@@ -288,9 +426,32 @@ class Allocation:
             if state is not None and state.phase == "running":
                 state.phase = "stopping"
                 self.save(state)
-        if self.step is not None:
+        for step in list(self.steps):
             with contextlib.suppress(ProcessLookupError):
-                self.step.send_signal(signal.SIGTERM)
+                step.send_signal(signal.SIGTERM)
+
+
+def read_srun(step: subprocess.Popen[str], start: Start, ending: threading.Event) -> None:
+    """srun's own messages of ``step`` until it closes them: passed on to this program's
+    stderr, and what they say of nodes that ended badly kept in ``start.srun_says`` (the
+    first, before srun ended the rest and before this program began ending the step
+    (``ending``), marked so)."""
+    assert step.stderr is not None
+    terminating = False
+    for line in step.stderr:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        terminating = terminating or bool(SRUN_TERMINATING.match(line))
+        said = SRUN_TASK_ERROR.match(line) or SRUN_NODE_FAILURE.match(line)
+        if said:
+            start.srun_says.append({"node": said["node"], "what": line.split(": ", 2)[-1]
+                                    .strip(), "first": not terminating and not ending.is_set()})
+
+
+def _follow_step(part: str, step: subprocess.Popen[str], start: Start,
+                 ending: threading.Event, ended: queue.Queue[tuple[str, int]]) -> None:
+    read_srun(step, start, ending)
+    ended.put((part, step.wait()))
 
 
 def main() -> None:

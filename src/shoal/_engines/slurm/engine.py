@@ -64,6 +64,8 @@ from shoal._storage.store import Store, join, open_store
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound, SpecError
 
 LOG_TAIL_LINES = 30
+# What a Ray head's launcher writes beside its start's reports: its cluster's addresses.
+RAY_CLUSTER_FILE = "ray-cluster.json"
 # Seconds a requeueable job may show PREEMPTED or NODE_FAIL before it is taken as ended.
 REQUEUE_WAIT = 60.0
 
@@ -128,7 +130,9 @@ class SlurmEngine(Engine):
             restart_attempt=0, runtime=c.runtime, rdzv_backend=c.rdzv_backend,
             torch_max_restarts=c.torch_max_restarts, launch=self.launch_mode(c),
             collective_timeout=c.collective_timeout, grace_period=c.grace_period,
-            master_wait=60.0,
+            # A Ray head's driver waits this long for every node to join: the workers start
+            # once the head is up (`allocation.run_ray_steps`), so both start times count.
+            master_wait=180.0 if c.ray is not None else 60.0,
             checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage, ref.action),
             profile=env.profile.to_text() if env.profile is not None else "",
             min_nnodes=c.min_nodes if c.elastic else 0,
@@ -281,6 +285,7 @@ class SlurmJob:
         self.log_dir = engine.gang_log_dir(ref)
         self.job = ""
         self.told = 0  # starts already told to the controller
+        self.ray_told: set[int] = set()  # the starts whose Ray cluster was told
 
     async def run(self) -> AttemptOutcome:
         if not await asyncio.to_thread(self._adopt):
@@ -346,6 +351,7 @@ class SlurmJob:
             state = await asyncio.to_thread(self._state)
             if state is not None:
                 await self._tell(state)
+                await asyncio.to_thread(self._tell_ray, state)
             now = time.monotonic()
             if status.requeue_pending(info):
                 # Slurm shows this for a moment before it requeues the job: wait for that.
@@ -376,6 +382,7 @@ class SlurmJob:
         state = await asyncio.to_thread(self._state)
         if state is not None:
             await self._tell(state)
+            await asyncio.to_thread(self._tell_ray, state)
         return await asyncio.to_thread(self._outcome, info, state)
 
     async def _tell(self, state: AllocationState) -> None:
@@ -426,6 +433,28 @@ class SlurmJob:
                 "job": self.job, "nodes": start.nodes})
             self.told += 1
 
+    def _tell_ray(self, state: AllocationState) -> None:
+        """A Ray cluster's addresses, once its head wrote them (``ray-cluster.json`` beside
+        the start's reports: a launcher on Slurm has no socket to say them on), as the
+        ``ray_cluster`` event other engines record (`shoal runs` and the UI show it)."""
+        ray = self.cluster.ray if self.cluster is not None else None
+        if ray is None or not state.starts or state.restart in self.ray_told:
+            return
+        start = state.starts[-1]
+        try:
+            info = json.loads(self.store.get_bytes(join(self.io, f"r{start.restart}",
+                                                        RAY_CLUSTER_FILE)))
+        except (ObjectNotFound, ValueError):
+            return
+        self.ray_told.add(start.restart)
+        addresses = start.addresses or start.nodes
+        self.engine.notify("ray_cluster", self.ref.action, {
+            "task": self.task, "restart": start.restart,
+            **{k: str(info[k]) for k in ("dashboard_url", "address", "client_address")
+               if k in info},
+            "nodes": [{"node": k, "group": ray.group_of(k).name, "address": addresses[k]}
+                      for k in range(min(len(start.nodes), ray.nodes))]})
+
     def _lost_nodes(self, nodes: list[str]) -> dict[str, str]:
         """The nodes of ``nodes`` Slurm says are gone (name -> its reason)."""
         try:
@@ -453,6 +482,10 @@ class SlurmJob:
         """Who failed first in ``start``, from the ranks' and nodes' reports."""
         rank_dir = self.log_dir / f"r{start.restart}"
         first = first_failure(self.store, join(self.io, f"r{start.restart}"))
+        if start.message:  # the allocation program saw the cause (a Ray worker node lost)
+            tail = log_tail(rank_dir / f"node{start.failed_node}.log", 15) \
+                if start.failed_node is not None else log_tail(self.log_dir / "batch.log", 15)
+            return status.said_by_allocation(self.who, start, first, tail)
         silent = status.silent_node(start, first)
         if silent is not None:
             node, said = silent

@@ -13,12 +13,14 @@ import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.slurm.config import Placement, SlurmSettings, check_options
 from shoal._spec.call import ClusterSpec, EnvSpec
 from shoal._spec.names import check_path_segment, shown
+from shoal._spec.ray import nodes_config
 from shoal._spec.secret_names import is_secret
 from shoal.errors import SpecError
 
@@ -65,18 +67,38 @@ def resource_options(env: EnvSpec, gpu_types: Mapping[str, str] | None = None) -
     """What one node of ``env`` asks Slurm for: CPUs as requested (Slurm gives them whole),
     memory at its limit (what the node may use before it is killed), GPUs by count (and type,
     where ``gpu_types`` names the accelerator's). Not ``disk``: many clusters declare no
-    TmpDisk, and sbatch then refuses any --tmp (add it to sbatch_options where yours does)."""
-    r = env.resources
-    cpu = r.cpu_request if r is not None and r.cpu_request is not None else 1
-    options = [f"--cpus-per-task={max(1, math.ceil(cpu))}"]
-    if r is not None:
-        memory = r.memory_limit_bytes or r.memory_request_bytes
-        if memory:
-            options.append(f"--mem={max(1, math.ceil(memory / 2**20))}M")
-        if r.gpu_count:
-            kind = (gpu_types or {}).get(r.accelerator or "")
-            options.append(f"--gpus-per-node={f'{kind}:' if kind else ''}{r.gpu_count}")
+    TmpDisk, and sbatch then refuses any --tmp (add it to sbatch_options where yours does).
+
+    A Ray cluster's groups may each have their own resources (a group's None: the
+    environment's); a Slurm job asks the same of every node, so each node asks for the most
+    any group needs: CPUs, memory and GPUs, each the largest (a heterogeneous job would fit
+    each group exactly, but then every srun step, requeue and node list of the allocation
+    program would be one per component)."""
+    c = env.cluster
+    asks = [_node_ask(env.resources)] if c is None or c.ray is None else [
+        _node_ask(g.resources if g.resources is not None else env.resources)
+        for g in c.ray.groups]
+    cpu = max(a[0] for a in asks)
+    memory = max(a[1] for a in asks)
+    gpus, accelerator = max(((a[2], a[3]) for a in asks), key=lambda g: g[0])
+    options = [f"--cpus-per-task={cpu}"]
+    if memory:
+        options.append(f"--mem={memory}M")
+    if gpus:
+        kind = (gpu_types or {}).get(accelerator or "")
+        options.append(f"--gpus-per-node={f'{kind}:' if kind else ''}{gpus}")
     return options
+
+
+def _node_ask(r: Any) -> tuple[int, int, int, str | None]:
+    """(whole CPUs, memory in MiB (0: Slurm's default), GPUs, accelerator) of one node of
+    `Resources` ``r`` (None: one CPU, nothing else)."""
+    if r is None:
+        return 1, 0, 0, None
+    cpu = r.cpu_request if r.cpu_request is not None else 1
+    memory = r.memory_limit_bytes or r.memory_request_bytes
+    return (max(1, math.ceil(cpu)), max(1, math.ceil(memory / 2**20)) if memory else 0,
+            int(r.gpu_count), r.accelerator if r.gpu_count else None)
 
 
 def pyxis_image(ref: str) -> str:
@@ -175,6 +197,11 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
     srun = image_options(env, settings, registry)
     if srun:
         values[contract.SRUN_OPTIONS] = shlex.join(srun)
+    if c.ray is not None:
+        # Every node's raylet settings, by node rank: the same value on every node (its
+        # launcher picks its own entry); the allocation program runs the head and the
+        # workers as two steps (`shoal._runtime.allocation`).
+        values[contract.RAY_NODES] = nodes_config(c.ray, env.resources)
     if not clustered:
         values[contract.PREIMPORT] = "0"  # one process: nothing to fork, no torch to pre-load
     lines.append("")

@@ -105,6 +105,16 @@ def ended_silently(who: Attempt, start: Start, node: int, said: Mapping[str, Any
     return who.failure("crash", message, node=node, log_tail=log_tail)
 
 
+def said_by_allocation(who: Attempt, start: Start, first: FirstFailure | None,
+                       log_tail: str) -> FailureInfo:
+    """A start whose cause the allocation program saw itself (``start.message``: a Ray
+    worker node that ended before the head), with what that node's launcher reported."""
+    message = start.message
+    if first is not None and first.node == start.failed_node:
+        message += f"; its launcher said: {first.message}"
+    return who.failure("crash", message, node=start.failed_node, log_tail=log_tail)
+
+
 def launcher_failed(who: Attempt, start: Start, log_tail: str) -> FailureInfo:
     """A start that failed with no rank's report: a node launcher itself failed."""
     return who.failure("crash", f"a node launcher failed (restart {start.restart}, Slurm job "
