@@ -61,6 +61,7 @@ def _connect_ray(node: NodeEnv) -> None:
     import time
 
     import ray
+
     from shoal._runtime.ray_node import cluster_info
 
     info = cluster_info(node)
@@ -81,14 +82,15 @@ def _connect_ray(node: NodeEnv) -> None:
     want = int(info["nodes"])
     nodes = json.loads(os.environ.get(contract.RAY_NODES, "[]"))
     while True:
-        alive = {n["NodeManagerAddress"] for n in ray.nodes()  # type: ignore[no-untyped-call]
-                 if n.get("Alive")}
-        if len(alive) >= want:
+        # Counted by node id: nodes of one machine (Slurm's) may share an address.
+        joined = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        if len(joined) >= want:
             return
         if time.monotonic() > deadline:
+            alive = sorted(str(n.get("NodeManagerAddress")) for n in joined)
             raise RuntimeError(
-                f"{len(alive)} of the cluster's {want} Ray nodes joined within "
-                f"{max(node.master_wait, 60.0):g}s (alive: {', '.join(sorted(alive))}; "
+                f"{len(joined)} of the cluster's {want} Ray nodes joined within "
+                f"{max(node.master_wait, 60.0):g}s (alive: {', '.join(alive)}; "
                 f"groups: {', '.join(str(n.get('group')) for n in nodes)}); see "
                 "`shoal logs RUN --node K` of the missing nodes")
         time.sleep(0.2)

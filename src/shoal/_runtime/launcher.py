@@ -45,7 +45,7 @@ from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
-from shoal._runtime.ray_node import RAYLET, RayNode
+from shoal._runtime.ray_node import CLUSTER_FILE, RAYLET, RayNode
 from shoal._runtime.zygote import Zygote
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -237,7 +237,7 @@ class Node:
 
         with contextlib.suppress(Exception):  # a missing record must not stop the cluster
             open_store(self.node.store).put_bytes(
-                join(attempt_folder(self.node), "ray-cluster.json"), json.dumps(info).encode())
+                join(attempt_folder(self.node), CLUSTER_FILE), json.dumps(info).encode())
 
     def _say(self, message: dict[str, Any]) -> None:
         if self.control is not None:

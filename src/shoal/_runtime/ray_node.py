@@ -31,9 +31,12 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.ports import free_port
 
-__all__ = ["CLIENT_PORT", "RAYLET", "RayNode", "cluster_info", "cluster_temp_dir"]
+__all__ = ["CLIENT_PORT", "CLUSTER_FILE", "RAYLET", "RayNode", "cluster_info", "cluster_temp_dir"]
 
 RAYLET = -2  # the local rank the launcher files ``ray start`` under
+# The head's addresses (`RayNode.info`), beside the start's reports in the store, for engines
+# whose launchers have no control socket to say them on (Slurm).
+CLUSTER_FILE = "ray-cluster.json"
 CLIENT_PORT = 10001  # Ray's client server port, where `ray://HOST:10001` clients dial
 
 
@@ -71,8 +74,9 @@ class RayNode:
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise RuntimeError(f"{contract.RAY_NODES} does not describe node {node.node_rank} "
                                f"of this Ray gang ({e}); it is set by the engine") from None
-        return cls(node, config, cluster_temp_dir(node.run, node.action, node.attempt,
-                                                  node.restart_attempt) / f"n{node.node_rank}")
+        return cls(node, config, cluster_temp_dir(node.home, node.run, node.action,
+                                                  node.attempt, node.restart_attempt)
+                   / f"n{node.node_rank}")
 
     @property
     def address(self) -> str:
@@ -137,10 +141,11 @@ class RayNode:
             self.temp_dir.parent.rmdir()
 
 
-def cluster_temp_dir(run: str, action: str, attempt: int, restart: int) -> Path:
-    """The folder of one start's nodes' temp dirs (``n<K>`` each) on this machine; the
-    engine removes it after the start, in case a node was killed before it could."""
-    key = f"{run}/{action}/{attempt}/{restart}"
+def cluster_temp_dir(home: str, run: str, action: str, attempt: int, restart: int) -> Path:
+    """The folder of one start's nodes' temp dirs (``n<K>`` each) on this machine (two
+    homes' runs of one name apart); the engine removes it after the start, in case a node
+    was killed before it could."""
+    key = f"{home}/{run}/{action}/{attempt}/{restart}"
     return _temp_root() / hashlib.sha256(key.encode()).hexdigest()[:10]
 
 

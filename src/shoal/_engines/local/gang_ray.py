@@ -105,8 +105,8 @@ class RayGang:
         from shoal._runtime.ray_node import cluster_temp_dir
 
         ref = self.ref
-        shutil.rmtree(cluster_temp_dir(ref.run, ref.action, ref.attempt, gang.restart),
-                      ignore_errors=True)
+        shutil.rmtree(cluster_temp_dir(str(self.engine.home), ref.run, ref.action,
+                                       ref.attempt, gang.restart), ignore_errors=True)
 
     def _lost_ray_node(self, first: FirstFailure, restart: int, log_dir: Path) -> FailureInfo:
         """A Ray node whose raylet ended while the driver ran: the node is lost."""

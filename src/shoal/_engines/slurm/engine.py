@@ -57,6 +57,7 @@ from shoal._runtime.allocation import (
     hostnames,
 )
 from shoal._runtime.log_files import log_tail
+from shoal._runtime.ray_node import CLUSTER_FILE
 from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
@@ -65,7 +66,6 @@ from shoal.errors import EngineError, FailureInfo, ObjectNotFound, SpecError
 
 LOG_TAIL_LINES = 30
 # What a Ray head's launcher writes beside its start's reports: its cluster's addresses.
-RAY_CLUSTER_FILE = "ray-cluster.json"
 # Seconds a requeueable job may show PREEMPTED or NODE_FAIL before it is taken as ended.
 REQUEUE_WAIT = 60.0
 
@@ -443,7 +443,7 @@ class SlurmJob:
         start = state.starts[-1]
         try:
             info = json.loads(self.store.get_bytes(join(self.io, f"r{start.restart}",
-                                                        RAY_CLUSTER_FILE)))
+                                                        CLUSTER_FILE)))
         except (ObjectNotFound, ValueError):
             return
         self.ray_told.add(start.restart)
