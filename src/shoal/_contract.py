@@ -139,6 +139,9 @@ RAY_INIT = "SHOAL_RAY_INIT"
 # Every node of a Ray gang: a JSON list, by node rank, of what each raylet is started with
 # (`shoal._spec.ray.nodes_config`; read by `shoal._runtime.ray_node`). The same on every node.
 RAY_NODES = "SHOAL_RAY_NODES"
+# The address of the node (pod) a gang's process runs on, on every engine: Kubernetes gives
+# pods this variable through the downward API, and Flyte code (its Ray examples) reads it.
+POD_IP = "MY_POD_IP"
 SECRETS_DIR = "SHOAL_SECRETS_DIR"  # the folder a task's mounted secrets (Secret(mount=)) are in
 # How far the background writer of asynchronous checkpoint saves stands back from training
 # (read in each rank's process, see `shoal._storage.checkpoints.writer`): the nice value added to

@@ -66,6 +66,7 @@ KINDS = [
     Kind("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    Kind("ray.io", "v1", "rayjobs", "RayJob"),
     Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload"),
     Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue"),
 ]

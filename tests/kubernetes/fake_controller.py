@@ -1,11 +1,13 @@
-"""The controllers of a FAKE Kubernetes cluster, for tests only: the JobSet controller, Kueue and
-the kubelet, played by `FakeCluster`, a script that tests drive step by step on top of
-`fake_apiserver.FakeApiServer` (no real API server, nor controllers, run on these machines).
+"""The controllers of a FAKE Kubernetes cluster, for tests only: the JobSet controller, Kueue,
+KubeRay's RayJob controller and the kubelet, played by `FakeCluster`, a script that tests
+drive step by step on top of `fake_apiserver.FakeApiServer` (no real API server, nor
+controllers, nor a Ray cluster in pods, run on these machines).
 
-It writes the same conditions, labels and exit codes the real controllers write
-(kubernetes-sigs/jobset v1alpha2, kueue v1beta2), on the fake server's clock, which moves one
-second per step — the resolution of Kubernetes timestamps. Nothing happens on its own except
-what the real controllers do at once when a JobSet is created (see `FakeCluster.created`).
+It writes the same conditions, labels, statuses and exit codes the real controllers write
+(kubernetes-sigs/jobset v1alpha2, kueue v1beta2, KubeRay's RayJob ray.io/v1), on the fake
+server's clock, which moves one second per step — the resolution of Kubernetes timestamps.
+Nothing happens on its own except what the real controllers do at once when a JobSet or a
+RayJob is created (see `FakeCluster.created`).
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ class FakeCluster:
     Suspended condition and (with a queue-name label) a pending Kueue Workload, as the real
     controllers do on their own. Everything after that happens when the test says so:
     `admit`, `fail_node`, `lose_node`, `restart`, `evict`, `requeue`, `succeed`, `fail`,
-    `expire`; and, for an elastic gang's capacity probe (a plain suspended Job, which Kueue's
-    job integration admits as a workload of its own), `probe` and `admit_probe`.
+    `expire`; for a RayJob (KubeRay's controller, no Ray cluster: none can start here),
+    `ray_admit`, `ray_run`, `ray_end`; and, for an elastic gang's capacity probe (a plain
+    suspended Job, which Kueue's job integration admits as a workload of its own), `probe`
+    and `admit_probe`.
     """
 
     def __init__(self, server: FakeApiServer) -> None:
@@ -62,6 +66,9 @@ class FakeCluster:
 
     # -- reactions to API calls ----------------------------------------------------------------
     def created(self, plural: str, obj: Obj) -> None:
+        if plural == "rayjobs":
+            self._rayjob_created(obj)
+            return
         if plural != "jobsets":
             return
         now = self.s.now()
@@ -73,6 +80,58 @@ class FakeCluster:
         queue = (obj["metadata"].get("labels") or {}).get(QUEUE_NAME)
         if queue:
             self._create_workload(obj, queue)
+
+    # -- KubeRay's RayJob controller (and Kueue's admission of a RayJob) ------------------------
+    # KubeRay v1 writes status.jobDeploymentStatus (its lifecycle of cluster and submitter)
+    # and status.jobStatus (the Ray job's, from the dashboard); a queued RayJob waits
+    # Suspended until Kueue sets spec.suspend to false.
+    def _rayjob_created(self, obj: Obj) -> None:
+        suspended = bool(obj["spec"].get("suspend"))
+        obj["status"] = {"jobDeploymentStatus": "Suspended" if suspended else "Initializing"}
+        self.s.put("rayjobs", obj)
+
+    def rayjob(self, name: str, ns: str = "default") -> Obj:
+        job = self.s.get("rayjobs", name, ns)
+        assert job is not None, f"no RayJob {name}"
+        return job
+
+    def ray_admit(self, name: str, ns: str = "default") -> None:
+        """Kueue admits the RayJob: unsuspended, KubeRay starts creating its cluster."""
+        self.s.tick()
+        job = self.rayjob(name, ns)
+        job["spec"]["suspend"] = False
+        job["status"]["jobDeploymentStatus"] = "Initializing"
+        self.s.put("rayjobs", job)
+
+    def ray_run(self, name: str, ns: str = "default") -> None:
+        """The cluster is ready and the submitter's ``ray job submit`` started the job."""
+        now = self.s.tick()
+        job = self.rayjob(name, ns)
+        cluster = f"{name}-{''.join(random.choices(string.ascii_lowercase, k=5))}"
+        job["status"].update(jobDeploymentStatus="Running", jobStatus="RUNNING",
+                             rayClusterName=cluster, jobId=f"{name}-job",
+                             dashboardURL=f"{cluster}-head-svc.{ns}.svc.cluster.local:8265",
+                             startTime=now)
+        self.s.put("rayjobs", job)
+
+    def ray_end(self, name: str, job_status: str = "SUCCEEDED", *, reason: str = "",
+                message: str = "", ns: str = "default") -> None:
+        """The Ray job ended (``job_status``) or, with a ``reason`` and no job status, the
+        deployment failed (DeadlineExceeded, SubmissionFailed...); the RayJob is then Complete
+        or Failed, as KubeRay marks it, and (shutdownAfterJobFinishes) its cluster goes."""
+        now = self.s.tick()
+        job = self.rayjob(name, ns)
+        status = job["status"]
+        if job_status:
+            status["jobStatus"] = job_status
+        if job_status == "FAILED" and not reason:
+            reason, message = "AppFailed", f"the Ray job {name}-job failed"
+        status["jobDeploymentStatus"] = ("Complete" if job_status == "SUCCEEDED" and not reason
+                                         else "Failed")
+        if reason:
+            status.update(reason=reason, message=message)
+        status["endTime"] = now
+        self.s.put("rayjobs", job)
 
     # -- lookups -------------------------------------------------------------------------------
     def jobset(self, name: str, ns: str = "default") -> Obj:

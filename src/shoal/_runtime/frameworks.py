@@ -23,6 +23,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import sys
 import warnings
@@ -38,6 +39,8 @@ from shoal._runtime.rank_status import wrap_collectives
 def prepare_runtime(node: NodeEnv) -> None:
     if node.runtime == "jax":
         _init_jax(node)
+    elif node.runtime == "ray":
+        _connect_ray(node)
     elif "torch" in sys.modules:  # the launcher pre-imported it and forked this rank
         _bound_torch_collectives(node.collective_timeout, emulated=contract.gpus_emulated())
     elif importlib.util.find_spec("torch") is not None:
@@ -48,6 +51,59 @@ def prepare_runtime(node: NodeEnv) -> None:
         seconds, emulated = node.collective_timeout, contract.gpus_emulated()
         sys.meta_path.insert(0, _AfterImport("torch", lambda _: _bound_torch_collectives(
             seconds, emulated=emulated)))
+
+
+def _connect_ray(node: NodeEnv) -> None:
+    """The driver of a Ray gang: connected to its cluster, with the job's runtime_env, once
+    every node's raylet has joined (bounded by the master wait: a node that never joins
+    fails the call naming its address), so the body's first tasks can land anywhere."""
+    import json
+    import time
+
+    import ray
+
+    from shoal._runtime.ray_node import cluster_info
+
+    info = cluster_info(node)
+    deadline = time.monotonic() + max(node.master_wait, 60.0)
+    while True:
+        try:
+            ray.init(address=info["address"], runtime_env=info["runtime_env"],
+                     log_to_driver=True, logging_level=logging.WARNING)
+            break
+        except ConnectionError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Ray head's GCS at {info['address']} did not answer "
+                                   f"within {max(node.master_wait, 60.0):g}s") from None
+            time.sleep(0.2)
+    want = int(info["nodes"])
+    nodes = json.loads(os.environ.get(contract.RAY_NODES, "[]"))
+    while True:
+        alive = {n["NodeManagerAddress"] for n in ray.nodes()  # type: ignore[no-untyped-call]
+                 if n.get("Alive")}
+        if len(alive) >= want:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{len(alive)} of the cluster's {want} Ray nodes joined within "
+                f"{max(node.master_wait, 60.0):g}s (alive: {', '.join(sorted(alive))}; "
+                f"groups: {', '.join(str(n.get('group')) for n in nodes)}); see "
+                "`shoal logs RUN --node K` of the missing nodes")
+        time.sleep(0.2)
+
+
+def join_ray_cluster(spec: str) -> None:
+    """A plain task of a ``RayJobConfig(address=)`` environment: this process connects to
+    that cluster once (a warm worker stays connected for its next calls)."""
+    import json
+
+    import ray
+
+    if ray.is_initialized():
+        return
+    wanted = json.loads(spec)
+    ray.init(address=wanted["address"], runtime_env=wanted.get("runtime_env"),
+             logging_level=logging.WARNING)
 
 
 def cpu_backend(backend: object) -> object:

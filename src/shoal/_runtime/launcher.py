@@ -45,6 +45,7 @@ from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
+from shoal._runtime.ray_node import RAYLET, RayNode
 from shoal._runtime.zygote import Zygote
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -136,6 +137,8 @@ class Node:
         self._diagnosing = threading.Lock()  # one hang report at a time
         self._diagnosed_at = float("-inf")  # monotonic time of the last one
         self.log = ""  # the node log this launcher writes to ("": the one it was started on)
+        self.ray: RayNode | None = None  # a Ray gang's node: its raylet (`ray_node`)
+        self.control: Control | None = None  # the engine's socket (the local engine only)
         # SIGCHLD wakes `watch` through this pipe (set up by `main`, in the main thread).
         self.wakeup: int | None = None
 
@@ -167,6 +170,9 @@ class Node:
     def start(self) -> None:
         base = dict(os.environ)
         n = self.node
+        if n.runtime == "ray":
+            self._start_ray(base)
+            return
         if n.launch == "torchrun" and n.runtime == "torch":
             env = dict(base)
             if n.rdzv_backend == "c10d":
@@ -188,11 +194,48 @@ class Node:
                     if local_rank in nsys else rank_argv()
                 self.children[subprocess.Popen(argv, env=env).pid] = local_rank
 
+    def _start_ray(self, base: dict[str, str]) -> None:
+        """The raylet (``ray start --block``) and, on the head, the driver: rank 0, which
+        connects to the cluster before the body runs (`frameworks`)."""
+        n = self.node
+        self.ray = RayNode.for_node(n)
+        self.ray.temp_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.ray.argv()
+        print(f"shoal-node {n.node_rank}: Ray {self.ray.config.get('group')} node at "
+              f"{self.ray.address}: {' '.join(argv[2:])}", file=sys.stderr, flush=True)
+        self.children[subprocess.Popen(argv, env=self.ray.environ(base)).pid] = RAYLET
+        if n.node_rank != 0:
+            return
+        info = self.ray.info()
+        self._say({"ray": info})
+        self._record_cluster(info)
+        print(f"shoal-node 0: Ray dashboard {info['dashboard_url']}, clients "
+              f"{info['client_address']}", file=sys.stderr, flush=True)
+        driver = replace(n, nnodes=1, nproc_per_node=1)
+        env = {**self.ray.environ(base), **contract.torch_rank_env(driver, 0),
+               "RAY_ADDRESS": self.ray.gcs}
+        self.children[subprocess.Popen(rank_argv(), env=env).pid] = 0
+
+    def _record_cluster(self, info: dict[str, Any]) -> None:
+        """The cluster's addresses beside the start's reports, for engines (Slurm) whose
+        launchers have no control socket to say them on."""
+        from shoal._runtime.rank import attempt_folder
+        from shoal._storage.store import join, open_store
+
+        with contextlib.suppress(Exception):  # a missing record must not stop the cluster
+            open_store(self.node.store).put_bytes(
+                join(attempt_folder(self.node), "ray-cluster.json"), json.dumps(info).encode())
+
+    def _say(self, message: dict[str, Any]) -> None:
+        if self.control is not None:
+            with contextlib.suppress(OSError):
+                self.control.send(message)
+
     def rank_pids(self) -> dict[int, int]:
         """Local rank -> pid of each rank this launcher started (under torchrun: found)."""
         if -1 in self.children.values():
             return torchrun_ranks()
-        return {local_rank: pid for pid, local_rank in self.children.items()}
+        return {local_rank: pid for pid, local_rank in self.children.items() if local_rank >= 0}
 
     def _family(self, spare: set[int]) -> list[Any]:
         """Every live process of the node but this one and the ``spare`` ones (and theirs)."""
@@ -240,6 +283,9 @@ class Node:
             time.sleep(0.01)
         if not keep_zygote and self.zygote is not None:
             self.zygote.close()
+        if self.ray is not None:
+            self.ray.finish()
+            self.ray = None
 
     def _left(self, spare: set[int]) -> bool:
         self._reap_all()
@@ -270,6 +316,14 @@ class Node:
                 if local_rank is None or self.stopping.is_set():
                     continue  # a re-parented orphan, or the node is being stopped
                 code = os.waitstatus_to_exitcode(status)
+                if local_rank == RAYLET and code == 0:
+                    code = 1  # a raylet never ends on its own: the node is lost
+                if self.ray is not None and local_rank == 0 and code == 0:
+                    # The driver is done: so is the cluster (the engine ends the other
+                    # nodes once this one says so). Nothing of it needs saving: a raylet
+                    # given SIGTERM drains for up to 30 s, so it gets a short grace.
+                    self.stop(grace=min(self.node.grace_period, 2.0), keep_zygote=True)
+                    return 0
                 if code != 0:
                     self._report(local_rank, code)
                     self._diagnose_if_timed_out(local_rank, code)
@@ -376,7 +430,10 @@ class Node:
         report = {"node": n.node_rank, "local_rank": local_rank if local_rank >= 0 else None,
                   "rank": rank, "exit_code": None if sig else code, "signal": sig,
                   "at": time.time()}
-        what = f"local rank {local_rank}" if local_rank >= 0 else "torchrun"
+        if local_rank == RAYLET:
+            report["process"] = "raylet"
+        what = (f"local rank {local_rank}" if local_rank >= 0 else
+                "the raylet (ray start)" if local_rank == RAYLET else "torchrun")
         print(f"shoal-node {n.node_rank}: {what} exited with "
               f"{sig or f'exit code {code}'}; stopping the node", file=sys.stderr, flush=True)
         with contextlib.suppress(Exception):
@@ -431,6 +488,7 @@ def main() -> None:
     zygote = start_zygote(node, become_subreaper() or os.getpid() == 1)
     wait_for_master(node)
     runner = Node(node, zygote)
+    runner.control = control
 
     sampler: NodeSampler | None = None
 

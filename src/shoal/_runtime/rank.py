@@ -36,6 +36,11 @@ def attempt_folder(node: NodeEnv) -> str:
     return join(node.io, f"r{node.restart_attempt}")
 
 
+def _world(node: NodeEnv) -> int:
+    """The ranks of the gang: a Ray gang has one, its driver, whatever its nodes."""
+    return 1 if node.runtime == "ray" else node.nnodes * node.nproc_per_node
+
+
 def _checkpoint(node: NodeEnv, rank: int) -> Any:
     if not node.checkpoint_uri:
         return None
@@ -43,7 +48,7 @@ def _checkpoint(node: NodeEnv, rank: int) -> Any:
 
     local = contract.checkpoint_local_dir(node.checkpoint_uri) / f"node{node.node_rank}"
     return Checkpoint(node.checkpoint_uri, local_dir=local,
-                      rank=rank, world_size=node.nnodes * node.nproc_per_node,
+                      rank=rank, world_size=_world(node),
                       gang_id=f"{node.run}:{node.attempt}.{node.restart_attempt}")
 
 
@@ -51,7 +56,7 @@ def _context(node: NodeEnv, rank: int, local_rank: int) -> TaskContext:
     return TaskContext(
         run_name=node.run, action=node.action, task=node.task, env=node.env_name,
         attempt=node.attempt, rank=rank, local_rank=local_rank,
-        world_size=node.nnodes * node.nproc_per_node, local_world_size=node.nproc_per_node,
+        world_size=_world(node), local_world_size=node.nproc_per_node,
         # c10d rendezvous may give this node another group rank than the one it was started as
         node_rank=int(os.environ.get(contract.TORCH_GROUP_RANK, node.node_rank)),
         nnodes=node.nnodes,

@@ -34,6 +34,7 @@ class FirstFailure:
     signal: str | None = None
     traceback: str = ""
     error_type: str = ""  # the class name of the rank's exception
+    process: str = ""  # what died when no rank did: "raylet" (a Ray node lost its raylet)
     reports: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -76,4 +77,5 @@ def first_failure(store: Store, folder: str) -> FirstFailure | None:
                         raised=bool(rank_report), exit_code=node_report.get("exit_code"),
                         signal=node_report.get("signal"),
                         traceback=rank_report.get("traceback", ""),
-                        error_type=rank_report.get("error_type", ""), reports=reports)
+                        error_type=rank_report.get("error_type", ""),
+                        process=str(first.get("process", "")), reports=reports)

@@ -13,10 +13,11 @@ import os
 import sys
 from typing import Any
 
-from shoal._contract import WorkerEnv
+from shoal._contract import RAY_INIT, WorkerEnv
 from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
 from shoal._runtime.context import TaskContext, running
+from shoal._runtime.frameworks import join_ray_cluster
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
@@ -119,6 +120,8 @@ class Worker:
         kwargs = codecs.decode_inputs(order.inputs, task.hints, blobs=blobs, task=task.name,
                                       allow_pickle=task.allow_pickle)
         checkpoint = _checkpoint(order) if order.checkpoint_uri else None
+        if os.environ.get(RAY_INIT):
+            join_ray_cluster(os.environ[RAY_INIT])
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
                               env=task.env.name, attempt=order.attempt, client=self.client,
                               checkpoint=checkpoint, custom_context=dict(order.custom_context),

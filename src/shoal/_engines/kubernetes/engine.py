@@ -1,5 +1,6 @@
-"""The Kubernetes engine: one attempt of a task call is one Job (plain task) or one JobSet
-(clustered task), followed by watches until it ends.
+"""The Kubernetes engine: one attempt of a task call is one Job (plain task), one JobSet
+(clustered task) or one KubeRay RayJob (a Ray environment's, `ray_follow`), followed by
+watches until it ends.
 
     inputs.json ─► store            compile_call ─► create ─► watch the Job/JobSet, its Kueue
     (runs/<run>/<action>/<attempt>)                            Workload and its pods
@@ -117,6 +118,10 @@ class KubernetesEngine(Engine):
 
             return await ElasticStarts(self, call, ref, store, io).run()
         objects = await asyncio.to_thread(self.compile, call, ref)
+        if objects[0]["kind"] == "RayJob":
+            from shoal._engines.kubernetes.ray_follow import follow_rayjob
+
+            return await follow_rayjob(self, call, ref, store, io, objects[0])
         follow = await self.follow(call, ref, store, io, objects)
         assert follow.outcome is not None
         return follow.outcome

@@ -3,6 +3,8 @@
 - a plain task call -> one ``batch/v1`` Job (one pod, run once: retries are the controller's);
 - a clustered call -> one ``jobset.x-k8s.io/v1alpha2`` JobSet: a single replicated job whose
   Indexed Job has one pod per node (completion index = node rank), all or nothing;
+- a Ray environment's call -> one KubeRay ``ray.io/v1`` RayJob (`rayjob`): its head and
+  worker groups, the task body as the Ray job's entrypoint;
 - the driver (the run's root call, which creates its children) -> a Job under a service
   account that may do so (`compile_rbac` renders the account, its Role and RoleBinding).
 
@@ -53,6 +55,7 @@ from shoal._engines.kubernetes.pods import (
     pod_template,
     split_labels,
 )
+from shoal._engines.kubernetes.rayjob import RAYJOB_NAME_MAX, rayjob
 from shoal._spec.call import START_CAUSES, CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.names import check_path_segment
 from shoal._storage.store import join
@@ -160,7 +163,7 @@ def _check_segments(**names: str | None) -> None:
 def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config: KubeConfig,
                  code: CodeBundle, lineage: str | None = None,
                  start: Start | None = None) -> list[dict[str, Any]]:
-    """The objects that run one attempt of ``call``: ``[Job]`` or ``[JobSet]``.
+    """The objects that run one attempt of ``call``: ``[Job]``, ``[JobSet]`` or ``[RayJob]``.
 
     ``lineage`` is the first run of a ``--resume`` chain (default: ``run``); the call's
     checkpoint lives under it, so a resumed run finds it. ``start``: which start of an elastic
@@ -194,6 +197,14 @@ def compile_call(call: CallSpec, *, run: str, action: str, attempt: int, config:
         template = pod_template(env, config, command=list(config.launcher_command),
                                 values=values, labels={**labels, **pod_labels})
         objects = [_job(name, config, {**labels, **own}, annotations, template, deadline)]
+    elif c.runtime == "ray":
+        name = dns1035_label(env.name, run, action, str(attempt), room=RAYJOB_NAME_MAX)
+        values = _node_values(call, run=run, action=action, attempt=attempt, config=config,
+                              code=code, lineage=lineage, master_addr="")
+        objects = [rayjob(name=name, config=config, env=env, cluster=c,
+                          metadata=_metadata(name, config, {**labels, **own}, annotations),
+                          pod_labels={**labels, **pod_labels}, values=values,
+                          deadline=deadline)]
     else:
         room = jobset_name_room(REPLICATED_JOB, 1, c.replicas)
         # Every start of an elastic gang is a JobSet of its own: its name says which.
@@ -315,8 +326,8 @@ def compile_driver(call: CallSpec, *, run: str, config: KubeConfig, code: CodeBu
 
 
 def compile_rbac(config: KubeConfig) -> list[dict[str, Any]]:
-    """The driver's ServiceAccount, a Role to create and watch its children (Jobs, JobSets),
-    read their pods, logs and events and Kueue's workloads, and the RoleBinding."""
+    """The driver's ServiceAccount, a Role to create and watch its children (Jobs, JobSets,
+    RayJobs), read their pods, logs and events and Kueue's workloads, and the RoleBinding."""
     name, ns = config.service_account, config.namespace
     meta = {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "shoal"}}
     manage = ("create", "get", "list", "watch", "delete", "patch")
@@ -324,6 +335,7 @@ def compile_rbac(config: KubeConfig) -> list[dict[str, Any]]:
     rules = [{"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
              for group, resource, verbs in (
                  ("batch", "jobs", manage), ("jobset.x-k8s.io", "jobsets", manage),
+                 ("ray.io", "rayjobs", manage),
                  ("", "pods", read), ("", "pods/log", ("get",)), ("", "events", read),
                  ("kueue.x-k8s.io", "workloads", read))]
     return [

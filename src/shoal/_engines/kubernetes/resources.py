@@ -58,6 +58,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    Resource("ray.io", "v1", "rayjobs", "RayJob"),
     Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload"),
     Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue"),
     Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False),

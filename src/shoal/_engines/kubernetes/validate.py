@@ -22,7 +22,8 @@ from shoal._engines.kubernetes.names import (
 )
 from shoal.errors import SpecError
 
-__all__ = ["COMPLETION_MODES", "JOB_FAILURE_REASONS", "KUEUE_LABELS", "check"]
+__all__ = ["COMPLETION_MODES", "JOB_FAILURE_REASONS", "KUEUE_LABELS", "KUEUE_RAY_WORKER_GROUPS",
+           "RAYJOB_NAME_MAX", "check"]
 
 COMPLETION_MODES = ("Indexed", "NonIndexed")
 # The Job failure reasons JobSet's failure-policy rules may name (its webhook's list).
@@ -30,6 +31,10 @@ JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexe
                        "MaxFailedIndexesExceeded", "PodFailurePolicy")
 # Kueue reads these from the workload object's own labels, never from its pod template.
 KUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
+# KubeRay names a RayJob's RayCluster <rayjob>-<5 random>, at most 53 characters.
+RAYJOB_NAME_MAX = 47
+# Kueue's RayJob webhook: a workload has at most 8 pod sets, one of them the head's.
+KUEUE_RAY_WORKER_GROUPS = 7
 
 
 def check(objects: Iterable[Mapping[str, Any]]) -> None:
@@ -40,6 +45,8 @@ def check(objects: Iterable[Mapping[str, Any]]) -> None:
             check_jobset(obj)
         elif kind == "Job":
             check_job(obj)
+        elif kind == "RayJob":
+            check_rayjob(obj)
 
 
 def _error(where: str, value: object, rule: str, fix: str) -> SpecError:
@@ -161,3 +168,52 @@ def _check_failure_policy(where: str, policy: Mapping[str, Any], jobs: list[str]
                 raise _error(f"{rule_where}.onJobFailureReasons", reason,
                              "is not a Job failure reason JobSet recognises",
                              f"use one of {', '.join(JOB_FAILURE_REASONS)}")
+
+
+def check_rayjob(job: Mapping[str, Any]) -> None:
+    """KubeRay's RayJob validation and, when queued, Kueue's RayJob webhook."""
+    name = job.get("metadata", {}).get("name", "")
+    where = f"RayJob {name!r}"
+    if not is_dns1035_label(name) or len(name) > RAYJOB_NAME_MAX:
+        raise _error(f"{where} metadata.name", name, f"a RayJob name must be a DNS-1035 label "
+                     f"of at most {RAYJOB_NAME_MAX} characters (KubeRay names its RayCluster "
+                     "after it, plus 6)", "shorten it with names.dns1035_label")
+    spec = job.get("spec", {})
+    cluster = spec.get("rayClusterSpec") or {}
+    head = cluster.get("headGroupSpec") or {}
+    groups = cluster.get("workerGroupSpecs") or []
+    if not (head.get("template", {}).get("spec") or {}).get("containers"):
+        raise _error(f"{where} spec.rayClusterSpec.headGroupSpec", head, "the head needs a "
+                     "container", "give the head's pod template a container")
+    seen: set[str] = set()
+    for i, g in enumerate(groups):
+        gname = g.get("groupName", "")
+        g_where = f"{where} spec.rayClusterSpec.workerGroupSpecs[{i}]"
+        if not is_dns1123_label(gname) or gname in seen:
+            raise _error(f"{g_where}.groupName", gname, "must be a unique DNS label",
+                         "rename the worker group")
+        seen.add(gname)
+        low, high = g.get("minReplicas"), g.get("maxReplicas")
+        if low is None or high is None or not 0 <= low <= high:
+            raise _error(f"{g_where}.minReplicas", (low, high), "KubeRay needs 0 <= "
+                         "minReplicas <= maxReplicas", "set min_replicas <= max_replicas")
+    if spec.get("suspend") and not spec.get("shutdownAfterJobFinishes"):
+        raise _error(f"{where} spec.shutdownAfterJobFinishes", False, "KubeRay refuses to "
+                     "suspend a RayJob that keeps its cluster after the job (kuberay#1813)",
+                     "set shutdownAfterJobFinishes: true")
+    pods = [head.get("template", {})] + [g.get("template", {}) for g in groups]
+    _kueue_on_metadata("RayJob", job, pods)
+    if not any(k in (job.get("metadata", {}).get("labels") or {}) for k in KUEUE_LABELS):
+        return
+    if cluster.get("enableInTreeAutoscaling"):
+        raise _error(f"{where} spec.rayClusterSpec.enableInTreeAutoscaling", True,
+                     "Kueue admits a RayJob at a fixed size: its webhook refuses autoscaling",
+                     "set enable_autoscaling=False, or leave the Kueue queue out")
+    if len(groups) > KUEUE_RAY_WORKER_GROUPS:
+        raise _error(f"{where} spec.rayClusterSpec.workerGroupSpecs", len(groups),
+                     f"Kueue admits at most {KUEUE_RAY_WORKER_GROUPS} worker groups (8 pod "
+                     "sets, one the head's)", "merge worker groups")
+    if "head" in seen:
+        raise _error(f"{where} spec.rayClusterSpec.workerGroupSpecs", "head",
+                     "Kueue reserves the pod set name 'head' for the head group",
+                     "rename the worker group")

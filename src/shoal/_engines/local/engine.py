@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -264,11 +265,25 @@ class LocalEngine(Engine):
         if key not in self._admissions:
             check_gang(call.task.env, self.pool.capacity)
             plan = self.plan(call.task.env, call.task.code_file)
-            request, clamped = self.pool.clamp(request_for(call.task.env) * nodes)
+            request, clamped = self.pool.clamp(self._nodes_request(call.task.env, nodes))
             for note in (*(f"{what}: {c}" for c in clamped), *plan.notes):
                 warnings.warn(f"environment {env!r}: {note}", stacklevel=2)
             self._admissions[key] = (request, plan.priority)
         return self._admissions[key]
+
+    @staticmethod
+    def _nodes_request(env: EnvSpec, nodes: int) -> Request:
+        """``nodes`` nodes of ``env``: a Ray gang's nodes each ask for their group's
+        resources (the environment's where a group gives none)."""
+        ray = env.cluster.ray if env.cluster is not None else None
+        if ray is None:
+            return request_for(env) * nodes
+        total = Request(cpu=0.0, memory=0, gpu=0)
+        for group in ray.groups:
+            shaped = env if group.resources is None else dataclasses.replace(
+                env, resources=group.resources)
+            total = total + request_for(shaped) * group.replicas
+        return total
 
     def gpus_emulated(self, env: EnvSpec) -> bool:
         return request_for(env).gpu > self.pool.capacity.gpu

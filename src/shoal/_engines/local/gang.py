@@ -216,6 +216,12 @@ class GangRunner:
                     await self._diagnose(gang, "no_progress")
                     await self._stop(gang, FAILURE_GRACE, keep=True)
                     return "hung"
+                head_done = gang.ended[0] in done and gang.ended[0].result() == 0
+                if self.cluster.ray is not None and head_done:
+                    # The driver on the head is done, and with it the cluster: the workers'
+                    # raylets never end on their own.
+                    await self._stop(gang, FAILURE_GRACE, keep=True)
+                    return "succeeded"
                 if any(t.result() != 0 for t in done if t in waits):
                     await self._diagnose_if_timed_out(gang)
                     await self._stop(gang, FAILURE_GRACE, keep=True)
@@ -372,6 +378,11 @@ class GangRunner:
         environ.update(self.engine.secret_env(env))
         environ.update(self.engine.gpu_environ(env, gpus))
         environ.update(node.to_env())
+        environ[contract.POD_IP] = nets[slot].address
+        if c.ray is not None:
+            from shoal._spec.ray import nodes_config
+
+            environ[contract.RAY_NODES] = nodes_config(c.ray, env.resources)
         ours, theirs = socket.socketpair()
         fds: tuple[int, ...] = (theirs.fileno(),)
         environ[contract.CONTROL_FD] = str(theirs.fileno())
@@ -386,7 +397,24 @@ class GangRunner:
             raise
         finally:
             theirs.close()
-        return await NodeLink.open(proc, ours)
+        link = await NodeLink.open(proc, ours)
+        if c.ray is not None and node_rank == 0:
+            link.on_message = self._ray_cluster
+        return link
+
+    def _ray_cluster(self, message: dict[str, Any]) -> None:
+        """The head said where its cluster is: the run's events get it (`shoal runs`, the
+        UI show the dashboard)."""
+        info = message.get("ray")
+        if not isinstance(info, dict) or self.cluster.ray is None:
+            return
+        ray = self.cluster.ray
+        nodes = [{"node": k, "group": ray.group_of(k).name,
+                  "address": self.nets[slot].address} for k, slot in enumerate(self.slots)]
+        self.engine.notify("ray_cluster", self.ref.action, {
+            "task": self.call.task.name, "restart": self.gang.restart if self.gang else 0,
+            **{k: str(info[k]) for k in ("dashboard_url", "address", "client_address")
+               if k in info}, "nodes": nodes})
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
         """Stop the ranks of every node still running some: ``keep``, through the control
@@ -458,6 +486,8 @@ class GangRunner:
                                log_tail="\n".join(t for t in tails if t))
         if hung is not None and hung.verdict.culprits:
             return self._hang_failure(hung, restart, log_dir, first)
+        if first.process == "raylet" and first.node is not None:
+            return self._lost_ray_node(first, restart, log_dir)
         rank = first.rank
         tail = log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
         message = f"rank {rank} failed first (restart {restart}): {first.message}"
@@ -473,6 +503,21 @@ class GangRunner:
             exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
+
+    def _lost_ray_node(self, first: FirstFailure, restart: int, log_dir: Path) -> FailureInfo:
+        """A Ray node whose raylet ended while the driver ran: the node is lost."""
+        node = first.node
+        assert node is not None and self.cluster.ray is not None
+        group = self.cluster.ray.group_of(node).name
+        where = self.nets[self.slots[node]].address if node < len(self.slots) else "?"
+        how = f"signal {first.signal}" if first.signal else f"exit code {first.exit_code}"
+        return FailureInfo(
+            task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
+            kind="crash", node=node, exit_code=first.exit_code, signal=first.signal,
+            message=f"Ray node {node} (group {group!r}, {where}) was lost: its raylet "
+                    f"(ray start) ended with {how} while the driver ran (restart {restart}); "
+                    f"its log: shoal logs RUN --node {node}",
+            log_tail=log_tail(log_dir / f"node{node}.log"))
 
     def _hang_failure(self, hung: gang_hang.Diagnosis, restart: int, log_dir: Path,
                       first: FirstFailure | None) -> FailureInfo:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ class NodeLink:
     # When the launcher last said anything (monotonic): an elastic gang's launchers say
     # "alive" every heartbeat, so a silent one is lost (`_runtime.node_control`).
     heard: float = field(default_factory=time.monotonic)
+    # Called with each message the engine does not wait for (a Ray head's cluster addresses).
+    on_message: Callable[[dict[str, Any]], None] | None = None
 
     @classmethod
     async def open(cls, proc: asyncio.subprocess.Process, sock: socket.socket) -> NodeLink:
@@ -66,6 +69,8 @@ class NodeLink:
             message = json.loads(line)
             if "ended" in message:
                 return int(message["code"])
+            if self.on_message is not None and "alive" not in message:
+                self.on_message(message)
 
     def send(self, message: dict[str, Any]) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
