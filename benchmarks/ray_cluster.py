@@ -9,12 +9,13 @@ order reversed every other pair) after one unmeasured warm-up run of each:
 - bare ray: three ``ray start --block`` (the head with ``--head --port=P``, two workers with
   ``--address=HEAD:P``, each ``--num-cpus=1``, on 127.0.0.1, .2 and .3 as the local engine
   places nodes 0-2, every port chosen here, a temp dir of its own, ``--disable-usage-stats``)
-  and the driver ``programs_ray_bare.py``, all started at once: the driver retries
-  ``ray.init(address=...)`` until the head's GCS answers and waits until the 3 nodes have
-  joined (what Shoal's driver does before the body), runs the body and exits; then the
-  workers, then the head, are stopped as ``ray stop`` would (SIGTERM to the node's process
-  group, SIGKILL after ``--grace`` s), only these processes (never a blanket ``ray stop``:
-  other Ray clusters may run on this machine);
+  in the documented order: the head, once it says ``Ray runtime started.`` the two workers,
+  once they have too the driver ``programs_ray_bare.py`` (``--bare-start together``: all
+  four at once, as Shoal starts its nodes, the driver retrying ``ray.init`` until the GCS
+  answers). The driver waits until the 3 nodes have joined (what Shoal's driver does before
+  the body), runs the body and exits; then the workers, then the head, are stopped as ``ray
+  stop`` would (SIGTERM to the node's process group, SIGKILL after ``--grace`` s), only these
+  processes (never a blanket ``ray stop``: other Ray clusters may run on this machine);
 - shoal: ``shoal run programs_ray_shoal.py first_task``: ``TaskEnvironment(resources=
   Resources(cpu=1), plugin_config=RayJobConfig(worker_node_config=[WorkerNodeConfig(
   group_name="workers", replicas=2, requests=Resources(cpu=1))]))`` on the local engine.
@@ -604,7 +605,8 @@ def write_report(frame: Frame, args: argparse.Namespace, timing: list[str], memo
         "rows interleaved pair by pair (the order reversed every other pair); median "
         f"(min–max). Whole run {frame.elapsed:.0f} s; {frame.load_note()}.",
         f"ray {ray.__version__}", f"psutil {psutil.__version__}")
-    write_results("ray-cluster", "Ray cluster: head + 2 workers, one remote task",
+    name = "ray-cluster" + ("-together" if args.bare_start == "together" else "")
+    write_results(name, "Ray cluster: head + 2 workers, one remote task",
                   command=frame.command, machine=machine, body=[
         "## Submit → first remote task done, and total wall", "",
         *timing, "",
@@ -616,9 +618,13 @@ def write_report(frame: Frame, args: argparse.Namespace, timing: list[str], memo
         "(`--address=HEAD:PORT`), every port given (`--node-manager-port`, "
         "`--object-manager-port`, the dashboard agent's, the runtime-env agent's, metrics, "
         "`--min/--max-worker-port`; the head's GCS, client server and dashboard), a temp dir "
-        "each, `--disable-usage-stats`, and the driver `benchmarks/programs_ray_bare.py`, all "
-        "started at once: the driver retries `ray.init(address=...)` until the GCS answers "
-        "and waits for 3 live nodes, as Shoal's driver does before the body. Its teardown, "
+        "each, `--disable-usage-stats`, then the driver `benchmarks/programs_ray_bare.py`, "
+        + ("all started at once: the driver retries `ray.init(address=...)` until the GCS "
+           "answers" if args.bare_start == "together" else
+           "in the documented order: the head; once its `ray start` says `Ray runtime "
+           "started.` the two workers; once theirs have, the driver") +
+        "; the driver waits for 3 live nodes, as Shoal's driver does before the body. The "
+        "teardown, "
         "after the driver exits: the workers, then the head, each as `ray stop` would "
         f"(SIGTERM to the node's process group, SIGKILL after {args.grace:g} s), only these "
         "processes. shoal: `shoal run benchmarks/programs_ray_shoal.py first_task`, a fresh "
