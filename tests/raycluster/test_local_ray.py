@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -158,13 +157,3 @@ def test_cancel_ends_every_ray_process_of_the_call(shoal_home: Path, tmp_path: P
     assert "cancel" in output.lower(), output[-2000:]
     wait_until("the cluster's processes ended", lambda: not _left("ray_env.hold"),
                timeout=30, detail=lambda: str(_left("ray_env.hold")))
-
-
-def test_an_existing_cluster_is_joined_with_address(shoal_home: Path, tmp_path: Path) -> None:
-    """``RayJobConfig(address=)``: a plain task joins a cluster a Ray call keeps alive."""
-    from .programs import existing
-
-    run = shoal.run(existing.main)
-    assert run.outputs()[0] == [0, 1, 4, 9, 16]
-    assert not _left("ray_cluster.create_ray_cluster")
-    time.sleep(0)  # the kept cluster ended with the engine (the run's end)

@@ -159,6 +159,12 @@ class Node:
         for key in ("master_addr", "start_cause"):
             if key in start:
                 topology[key] = str(start[key])
+        # A kept Ray cluster's next call: its driver is another call's (`driver_only`).
+        if "attempt" in start:
+            topology["attempt"] = int(start["attempt"])
+        for key in ("action", "io", "checkpoint_uri"):
+            if key in start:
+                topology[key] = str(start[key])
         if topology:
             self.node = replace(self.node, **topology)
         os.environ.update(self.node.to_env())

@@ -286,6 +286,17 @@ class LocalEngine(Engine):
         if self._workers is not None:
             self._workers.forget_caller(caller_id)
 
+    def calls_from(self, action: str, reservation: Reservation | None) -> None:
+        """``action`` (a Ray gang's driver) may call tasks while it holds ``reservation``:
+        each call lends it, as a plain parent's does, so a child is never queued behind its
+        own parent; None: it holds none now, and the calls it made are cancelled."""
+        if reservation is not None:
+            self._running[action] = (reservation, set())
+            return
+        _, children = self._running.pop(action, (None, set()))
+        for t in children:
+            t.cancel()
+
     @staticmethod
     def _nodes_request(env: EnvSpec, nodes: int) -> Request:
         """``nodes`` nodes of ``env``: a Ray gang's nodes each ask for their group's

@@ -158,6 +158,8 @@ class GangRunner(RayGang):
                             on_preempt=self.preempted.set)
                     self.engine.notify("gang_admitted", self.ref.action,
                                        {"task": self.call.task.name, "restart": restart})
+                    if self.cluster.ray is not None:
+                        self.engine.calls_from(self.ref.action, reservation)
                     if self.keep is not None and self.keep[0] and restart == 0:
                         # Once admitted: a call that ran meanwhile may have kept one.
                         self._reuse(self.engine.ray_clusters.take(self.keep[0]))
@@ -206,6 +208,7 @@ class GangRunner(RayGang):
                 reservation.release()
             if self.cluster.ray is not None:
                 self.engine.forget_caller(self.caller_id)
+                self.engine.calls_from(self.ref.action, None)
 
     def _keeps_nodes(self, outcome: str) -> bool:
         """Whether the next start may reuse this one's launchers and reservation: its ranks
@@ -356,6 +359,10 @@ class GangRunner(RayGang):
                 start |= {"min_nnodes": c.min_nodes, "max_nnodes": c.replicas}
             if self.keep is not None:
                 start |= {"keep_cluster": True, "driver_only": self.reusing}
+            if self.reusing:  # the head's launcher was started for another call
+                start |= {"action": self.ref.action, "attempt": self.ref.attempt,
+                          "io": self.io, "checkpoint_uri": contract.checkpoint_uri(
+                              self.engine.store, self.engine.lineage, self.ref.action)}
             if c.ray is not None and node_rank == 0:
                 # The driver may call other tasks, as a plain task does.
                 start |= self.engine.caller_settings(self.caller_id, link.proc,
