@@ -31,7 +31,8 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.ports import free_port
 
-__all__ = ["CLIENT_PORT", "CLUSTER_FILE", "RAYLET", "RayNode", "cluster_info", "cluster_temp_dir"]
+__all__ = ["CLIENT_PORT", "CLUSTER_FILE", "RAYLET", "RayNode", "cluster_info", "cluster_temp_dir",
+           "sweep_dead_clusters"]
 
 RAYLET = -2  # the local rank the launcher files ``ray start`` under
 # The head's addresses (`RayNode.info`), beside the start's reports in the store, for engines
@@ -99,6 +100,9 @@ class RayNode:
                 # unless given, and would clash between nodes of one machine.
                 "--min-worker-port=0", "--max-worker-port=0",
                 f"--dashboard-agent-listen-port={free_port(here)}",
+                # Ray's client server asks the runtime-env agent at the port it was given:
+                # a random one (0) is never found, and every ray:// client fails to start.
+                f"--runtime-env-agent-port={free_port(here)}",
                 "--disable-usage-stats"]
         if c.get("memory"):
             argv.append(f"--memory={int(c['memory'])}")
@@ -147,6 +151,46 @@ def cluster_temp_dir(home: str, run: str, action: str, attempt: int, restart: in
     was killed before it could."""
     key = f"{home}/{run}/{action}/{attempt}/{restart}"
     return _temp_root() / hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def sweep_dead_clusters(min_age: float = 120.0, root: Path | None = None) -> list[Path]:
+    """Remove the temp dirs of this machine's clusters that no process uses any more (their
+    nodes were killed before they could remove them: a SIGKILLed run), older than
+    ``min_age`` seconds; the ones removed. Only ``/tmp/shoal-ray/*`` is ever touched, and
+    only a folder no live process names in its command line (every raylet, GCS and worker
+    of a cluster names its temp dir there)."""
+    import time
+
+    import psutil
+
+    root = _temp_root() if root is None else root
+    try:
+        folders = [d for d in root.iterdir() if d.is_dir() and not d.is_symlink()]
+    except OSError:
+        return []
+    now = time.time()
+    old = [d for d in folders if now - _mtime(d) > min_age]
+    if not old:
+        return []
+    used: set[str] = set()
+    for p in psutil.process_iter(["cmdline"]):
+        line = " ".join(p.info.get("cmdline") or ())
+        used.update(str(d) for d in old if str(d) in line)
+    gone = [d for d in old if str(d) not in used]
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone
+
+
+def _mtime(folder: Path) -> float:
+    """When anything of a cluster's folder last changed (a live session's logs change)."""
+    latest = 0.0
+    with contextlib.suppress(OSError):
+        for node in folder.iterdir():
+            latest = max(latest, node.stat().st_mtime)
+            for session in node.glob("session_*"):
+                latest = max(latest, session.stat().st_mtime)
+    return latest
 
 
 def cluster_info(node: NodeEnv) -> dict[str, Any]:

@@ -383,6 +383,10 @@ class GangRunner(RayGang):
         self.links = gang.links  # filled as they start: ended with the attempt if one fails
         self.slots = []
         self.nets = node_nets(c.replicas, past_localhost=c.ray is not None)
+        if c.ray is not None:  # what killed runs' clusters left in /tmp
+            from shoal._runtime.ray_node import sweep_dead_clusters
+
+            await asyncio.to_thread(sweep_dead_clusters)
         share = len(gpus) // c.replicas
         for node_rank in range(c.replicas):
             self.slots.append(node_rank)
