@@ -17,7 +17,7 @@ from typing import Any
 
 from shoal._spec.call import ClusterSpec
 
-__all__ = ["PROVIDED", "PluginConfig", "PluginSettings", "ray_join_vars"]
+__all__ = ["PROVIDED", "PluginConfig", "PluginSettings", "check_int", "ray_join_vars"]
 
 # The configs ``plugin_config=`` takes, as a user imports them (named in the refusal of others).
 PROVIDED = ("shoal.plugins.pytorch.Elastic", "shoal.plugins.ray.RayJobConfig")
@@ -58,6 +58,19 @@ class PluginConfig:
 
         raise SpecError("--override", field, f"{type(self).__name__} makes no gang whose size "
                         "can be overridden", "leave --override out for this environment")
+
+
+def check_int(field_name: str, value: object, minimum: int, example: str,
+              *, optional: bool = False) -> None:
+    """A plugin config's int field: ``minimum`` or more (or None, when ``optional``), never
+    a bool; else a `SpecError` naming the field and an example."""
+    from shoal.errors import SpecError
+
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = f"must be an int >= {minimum}" + (" or None" if optional else "")
+        raise SpecError(field_name, value, rule, f"e.g. {example}")
 
 
 def ray_join_vars(address: str, runtime_env: Any) -> dict[str, str]:

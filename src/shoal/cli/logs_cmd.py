@@ -199,17 +199,24 @@ def _rank_logs(records: Records, run: str, args: argparse.Namespace,
         world = f", world {source.world}" if source.world else ""  # the gang changed size
         header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
                   f"rank {source.rank}{what.get(source.kind, '')}{world} <==\n")
-        if pattern is None:
-            sys.stdout.write(header)
-        printed = 0
-        for line in _lines(source, args, pattern):
-            if pattern is not None and not printed:
-                sys.stdout.write(header)
-            printed += 1
-            sys.stdout.write(line + "\n")
-        matched += printed
+        matched += _print_source(header, source, args, pattern)
     sys.stdout.flush()
     return _grep_result(run, pattern, matched)
+
+
+def _print_source(header: str, source: LogSource, args: argparse.Namespace,
+                  pattern: re.Pattern[str] | None) -> int:
+    """One file's lines under its header (searched: the header only above a match); how
+    many lines were printed."""
+    if pattern is None:
+        sys.stdout.write(header)
+    printed = 0
+    for line in _lines(source, args, pattern):
+        if pattern is not None and not printed:
+            sys.stdout.write(header)
+        printed += 1
+        sys.stdout.write(line + "\n")
+    return printed
 
 
 def _node_logs(records: Records, run: str, args: argparse.Namespace,
@@ -242,14 +249,7 @@ def _node_logs(records: Records, run: str, args: argparse.Namespace,
                 "node": "launcher", "ray": f"ray {source.file} ({source.path})"}
         header = (f"==> {source.action} attempt {source.attempt} restart {source.restart} "
                   f"node {source.node} {what.get(source.kind, source.kind)}{world} <==\n")
-        if pattern is None:
-            sys.stdout.write(header)
-        printed = 0
-        for line in _lines(source, args, pattern):
-            if pattern is not None and not printed:
-                sys.stdout.write(header)
-            printed += 1
-            sys.stdout.write(line + "\n")
+        printed = _print_source(header, source, args, pattern)
         if not printed and pattern is None:
             sys.stdout.write("(no output)\n")
         matched += printed

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from shoal._api.plugin_config import PluginConfig, PluginSettings
+from shoal._api.plugin_config import check_int as _int
 from shoal._spec.call import ClusterSpec
 from shoal.clustered import MAX_NPROC_PER_NODE, MAX_REPLICAS
 from shoal.errors import SpecError
@@ -49,15 +50,6 @@ __all__ = ["Elastic", "RunPolicy", "parse_nnodes"]
 
 _RDZV_CONFIGS = ("timeout", "join_timeout")
 _CLEAN_POD_POLICIES = (None, "None", "all", "Running")
-
-
-def _int(field_name: str, value: object, minimum: int, example: str,
-         *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        rule = f"must be an int >= {minimum}" + (" or None" if optional else "")
-        raise SpecError(field_name, value, rule, f"e.g. {example}")
 
 
 def parse_nnodes(field_name: str, value: object) -> tuple[int, int]:

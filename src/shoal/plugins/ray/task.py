@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal._api.plugin_config import PluginConfig, PluginSettings, ray_join_vars
+from shoal._api.plugin_config import check_int as _int
 from shoal._spec.call import ClusterSpec
 from shoal._spec.ray import HEAD, OWNED_START_PARAMS, RayGroupSpec, RaySpec
 from shoal.clustered import MAX_REPLICAS
@@ -264,15 +265,6 @@ class RayJobConfig(PluginConfig):
             raise SpecError(f"{where}.reusable", reusable,
                             "an address= environment starts no cluster to reuse",
                             "leave reusable out")
-
-
-def _int(field_name: str, value: object, minimum: int, example: str,
-         *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        rule = f"must be an int >= {minimum}" + (" or None" if optional else "")
-        raise SpecError(field_name, value, rule, f"e.g. {example}")
 
 
 def _resources(field_name: str, value: Any) -> None:
