@@ -325,7 +325,8 @@ class GangRunner(RayGang):
         gang.procs = [link.proc for link in gang.links]
         gang.ended = [asyncio.ensure_future(link.ended()) for link in gang.links]
         nnodes = len(gang.links)
-        world = gang.world = nnodes * c.nproc_per_node
+        # A Ray gang has one rank, its driver on the head, whatever its nodes.
+        world = gang.world = 1 if c.ray is not None else nnodes * c.nproc_per_node
         logs: dict[str, str] = {}
         for rank in range(world):
             logs[f"{self.call.task.name} {ref.action} rank {rank}"] = str(
