@@ -129,7 +129,7 @@ def test_a_hung_body_times_out_and_leaves_no_ray_process(shoal_home: Path,
                                                         tmp_path: Path) -> None:
     flag = tmp_path / "up"
     before = _ray_dirs()
-    run = shoal.run(fanout.hold.override(timeout=60), str(flag))
+    run = shoal.run(fanout.hold.override(timeout=40), str(flag))
     with pytest.raises(TaskFailed) as err:
         run.outputs()[0]
     assert flag.read_text() == "3"
