@@ -11,7 +11,8 @@ which is what ``run_all.py`` gets on a machine without a checkout).
 For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen) the script copies
 the file into a scratch folder with only its imports renamed — ``import flyte`` becomes ``import
 shoal as flyte``, ``import flyte.x`` becomes ``import shoal as flyte, shoal.x`` (it binds
-``flyte`` too), ``from flyte.x import`` becomes ``from shoal.x import`` — and runs it as its
+``flyte`` too), ``from flyte.x import`` becomes ``from shoal.x import``, ``flyteplugins.x``
+becomes ``shoal.plugins.x`` — and runs it as its
 user would, ``python example.py`` (their ``__main__`` blocks call ``flyte.init_from_config()``
 and ``flyte.run(...)``), with a fresh ``SHOAL_HOME`` per example, a timeout per example
 (``--timeout``) and a bound on the whole (``--budget``). An example passes when it exits 0 and

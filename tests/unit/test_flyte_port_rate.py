@@ -28,7 +28,7 @@ def port() -> ModuleType:
         sys.path.remove(str(BENCHMARKS))
 
 
-def test_only_flyte_imports_are_renamed(port: ModuleType) -> None:
+def test_only_flyte_and_flyteplugins_imports_are_renamed(port: ModuleType) -> None:
     source = (
         "import flyte\n"
         "import flyte.errors\n"
@@ -60,11 +60,11 @@ def test_only_flyte_imports_are_renamed(port: ModuleType) -> None:
         "def f():\n"
         "    import shoal as flyte, shoal.io\n"
         "import flytekit\n"
-        "from flyteplugins.x import y\n"
+        "from shoal.plugins.x import y\n"
         's = "import flyte"\n'
         "x = flyte.map(f, [1])\r\n"
     )
-    assert changed == 8
+    assert changed == 9  # flyteplugins.x is shoal.plugins.x
 
 
 def test_the_error_is_the_exception_that_ended_the_script(port: ModuleType) -> None:
