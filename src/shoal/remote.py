@@ -4,6 +4,7 @@ Flyte's remote API (``flyte.remote.ActionDetails``, ``Run.get``, ``Task.get``, .
 Flyte backend's records. Shoal has no such server: a run's records are this machine's (or the
 cluster's store), read with ``shoal runs``, ``shoal logs`` and the run handle ``shoal.run``
 returns. Every name here is a `RemoteUnsupported` that says so, in one line, when it is used
+(called, indexed, iterated, tested)
 (Flyte's ``ray_example.py`` ends by printing an action's log links through it), so a program
 that imports ``flyte.remote`` runs up to that point.
 """
@@ -16,8 +17,8 @@ __all__ = ["RemoteUnsupported"]
 
 
 class RemoteUnsupported:
-    """A name of Flyte's remote API: using it raises `shoal.errors.SpecError`, saying what
-    to use instead."""
+    """A name of Flyte's remote API: calling, indexing or testing it raises
+    `shoal.errors.SpecError`, saying what to use instead."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -30,13 +31,23 @@ class RemoteUnsupported:
                         "locally", "use the handle shoal.run returns (run.outputs(), "
                         "run.url), or `shoal runs RUN` / `shoal logs RUN`")
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> RemoteUnsupported:
+        # A name only: looking one up (hasattr, a port checker) is fine; using it is not.
         if attr.startswith("__"):
             raise AttributeError(attr)
-        self._refuse(f"{self._name}.{attr}")
+        return RemoteUnsupported(f"{self._name}.{attr}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         self._refuse(f"{self._name}(...)")
+
+    def __getitem__(self, key: Any) -> NoReturn:
+        self._refuse(f"{self._name}[...]")
+
+    def __iter__(self) -> NoReturn:
+        self._refuse(f"iter({self._name})")
+
+    def __bool__(self) -> bool:
+        self._refuse(f"bool({self._name})")
 
     def __repr__(self) -> str:
         return f"<shoal.remote.{self._name}: Flyte's remote API, not available>"

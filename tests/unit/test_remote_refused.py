@@ -23,3 +23,6 @@ def test_dunder_lookups_stay_attribute_errors() -> None:
     with pytest.raises(AttributeError):
         shoal.remote.__wrapped__  # noqa: B018  (what inspect and copy look up)
     assert not hasattr(shoal.remote.Run, "__wrapped__")
+    assert hasattr(shoal.remote.Run, "get")  # a lookup is fine (port checkers do it)
+    with pytest.raises(SpecError, match=r"Run\.pb2"):
+        shoal.remote.Run.pb2[0]
