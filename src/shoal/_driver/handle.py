@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -103,6 +104,15 @@ class RootLog:
                 self.offsets[path] = offset + end
 
 
+@dataclass(frozen=True)
+class RunAction:
+    """A run's root action as Flyte's ``run.action`` names it (its phase when asked)."""
+
+    name: str
+    run_name: str
+    phase: ActionPhase
+
+
 class Run:
     """A run started by `shoal.run` or `with_runcontext(...).run`: name, url, phase, outputs.
 
@@ -155,6 +165,11 @@ class Run:
         if self._outcome is not None and isinstance(self._outcome.error, TaskTimeout):
             return ActionPhase.TIMED_OUT
         return _PHASES.get(self.status, ActionPhase.FAILED)
+
+    @property
+    def action(self) -> RunAction:
+        """The run's root action, as Flyte's ``run.action``: its name (``a0``) and phase."""
+        return RunAction(name="a0", run_name=self.name, phase=self.phase)
 
     def done(self) -> bool:
         return self._outcome is not None
