@@ -45,7 +45,7 @@ from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
-from shoal._runtime.ray_node import CLUSTER_FILE, RAYLET, RayNode
+from shoal._runtime.ray_node import RAYLET, RayNode
 from shoal._runtime.zygote import Zygote
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -224,26 +224,11 @@ class Node:
             return
         info = self.ray.info()
         self._say({"ray": info})
-        self._record_cluster(info)
+        self.ray.record(info)
         print(f"shoal-node 0: Ray dashboard {info['dashboard_url']}, clients "
               f"{info['client_address']}", file=sys.stderr, flush=True)
-        driver = replace(n, nnodes=1, nproc_per_node=1)
-        env = {**self.ray.environ(base), **contract.torch_rank_env(driver, 0),
-               "RAY_ADDRESS": self.ray.gcs}
-        if self.caller:
-            env[contract.CONTROLLER] = self.caller["controller"]
-            env[contract.WORKER_ID] = self.caller["caller"]
+        env = self.ray.driver_environ(base, self.caller)
         self.children[subprocess.Popen(rank_argv(), env=env).pid] = 0
-
-    def _record_cluster(self, info: dict[str, Any]) -> None:
-        """The cluster's addresses beside the start's reports, for engines (Slurm) whose
-        launchers have no control socket to say them on."""
-        from shoal._runtime.rank import attempt_folder
-        from shoal._storage.store import join, open_store
-
-        with contextlib.suppress(Exception):  # a missing record must not stop the cluster
-            open_store(self.node.store).put_bytes(
-                join(attempt_folder(self.node), CLUSTER_FILE), json.dumps(info).encode())
 
     def _say(self, message: dict[str, Any]) -> None:
         if self.control is not None:

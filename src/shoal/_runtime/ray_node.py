@@ -125,6 +125,29 @@ class RayNode:
         env.pop("RAY_ADDRESS", None)  # ray start must not join a cluster from the environment
         return env
 
+    def driver_environ(self, base: dict[str, str], caller: dict[str, str]) -> dict[str, str]:
+        """The head's driver: rank 0 of a world of one, pointed at this cluster, and at the
+        controller it calls other tasks through (``caller``: the local engine's start)."""
+        from dataclasses import replace
+
+        driver = replace(self.node, nnodes=1, nproc_per_node=1)
+        env = {**self.environ(base), **contract.torch_rank_env(driver, 0),
+               "RAY_ADDRESS": self.gcs}
+        if caller:
+            env[contract.CONTROLLER] = caller["controller"]
+            env[contract.WORKER_ID] = caller["caller"]
+        return env
+
+    def record(self, info: dict[str, Any]) -> None:
+        """The cluster's addresses beside the start's reports, for engines (Slurm) whose
+        launchers have no control socket to say them on."""
+        from shoal._runtime.rank import attempt_folder
+        from shoal._storage.store import join, open_store
+
+        with contextlib.suppress(Exception):  # a missing record must not stop the cluster
+            open_store(self.node.store).put_bytes(
+                join(attempt_folder(self.node), CLUSTER_FILE), json.dumps(info).encode())
+
     def info(self) -> dict[str, Any]:
         """The cluster as the head reports it (dashboard, GCS and client addresses)."""
         here = self.address
