@@ -448,7 +448,7 @@ class Node:
             self.diagnose(wait=True, why=f"local rank {local_rank} timed out in a collective")
 
     def _report(self, local_rank: int, code: int) -> None:
-        from shoal._runtime.rank import attempt_folder
+        from shoal._runtime.reports import attempt_folder
         from shoal._storage.store import join, open_store
 
         n = self.node

@@ -29,13 +29,6 @@ from shoal._runtime.report_scope import report_scope
 from shoal._runtime.tracebacks import user_traceback
 
 
-def attempt_folder(node: NodeEnv) -> str:
-    """Where this restart's outputs and failure reports go (a store URI)."""
-    from shoal._storage.store import join
-
-    return join(node.io, f"r{node.restart_attempt}")
-
-
 def _world(node: NodeEnv) -> int:
     """The ranks of the gang: a Ray gang has one, its driver, whatever its nodes."""
     return 1 if node.runtime == "ray" else node.nnodes * node.nproc_per_node
@@ -81,6 +74,7 @@ def _caller(node: NodeEnv) -> Any:
 
 def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     from shoal._runtime.loader import find_task
+    from shoal._runtime.reports import attempt_folder
     from shoal._storage import codecs
     from shoal._storage.blobs import store_blobs
     from shoal._storage.call_io import get_custom_context, get_inputs
@@ -151,6 +145,7 @@ def main() -> None:
 
 def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,
                     shown: str) -> None:
+    from shoal._runtime.reports import attempt_folder
     from shoal._storage.store import join, open_store
 
     report = {

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal._storage.store import Store
+from shoal._contract import NodeEnv
+from shoal._storage.store import Store, join
 from shoal.errors import ObjectNotFound
 
 # Reports this close in time are one event: a dying rank's peers see its sockets close before
@@ -36,6 +37,11 @@ class FirstFailure:
     error_type: str = ""  # the class name of the rank's exception
     process: str = ""  # what died when no rank did: "raylet" (a Ray node lost its raylet)
     reports: list[dict[str, Any]] = field(default_factory=list)
+
+
+def attempt_folder(node: NodeEnv) -> str:
+    """Where this restart's outputs and failure reports go (a store URI)."""
+    return join(node.io, f"r{node.restart_attempt}")
 
 
 def read_reports(store: Store, folder: str) -> list[dict[str, Any]]:
