@@ -30,11 +30,11 @@ demo: $(VENV)/.examples
 
 ## test: set up and run the whole test suite
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n 2 --durations=15
 
 ## test-fast: everything but the slow real-process tiers
 test-fast: $(VENV)/.dev
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 
 ## pythons: the tiers that need no torch on every other Python the package claims (.ci/pythons)
 pythons:

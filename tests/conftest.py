@@ -14,6 +14,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,31 @@ def s3_root(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     # The session fixture's env may have been undone by a test's monkeypatch; set it again.
     monkeypatch.setenv(contract.S3_ENDPOINT, s3_server)
     return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:12]}"
+
+
+# Under `make test` the suite runs in two pytest-xdist workers (`-n 2`): most tests wait on
+# processes far more than they compute. A tier whose tests share one resource of the machine
+# runs in one worker, its tests one after another, each group named with why.
+SERIAL_TIERS: dict[str, str] = {
+    # One real Slurm per worker would be two sets of daemons; the Ray tests start clusters
+    # whose Ray-chosen ports (the client server's 10001 and 23000+) are fixed per address.
+    "slurm": "slurm-and-ray",
+    "raycluster": "slurm-and-ray",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each test its own unit of work, but a serial tier's tests one unit (xdist's
+    ``--dist loadgroup`` cannot be used: with pytest 9 its group marks are lost). The
+    largest unit is handed out first, so the serial tier starts at once on one worker
+    while the other takes everything else."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            parts = nodeid.split("/")
+            tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+            return SERIAL_TIERS.get(tier, nodeid)
+
+    return TierScheduling(config, log)
