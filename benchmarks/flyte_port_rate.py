@@ -26,6 +26,9 @@ Prints the table, "N of M ran (ratio)" and a HEADLINE line, and writes
 ``benchmarks/results/<date>-cpu<N>-flyte-port.md``. A few minutes on 2 CPUs, most of it the
 clustered examples' torch start-up.
 
+``PLUGIN_EXAMPLES`` adds Flyte's plugin examples (``plugins/<name>/examples/``), each with the
+variables ``PLUGIN_ENV`` names for it: W&B's run offline (``--only wandb`` for those alone).
+
 ``--wide basics,reuse,...`` measures a second, unchosen set instead: every runnable example
 (a file with a ``__main__`` block) under those folders of ``examples/``, so the fixed list's
 ratio can be checked against everything around it; it writes ``...-flyte-port-wide.md``.
