@@ -5,6 +5,7 @@ needs the W&B cloud, and the metrics stream a task's run claims. No W&B run is s
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,8 @@ def test_topology_comes_from_the_task_context() -> None:
     assert topology(c) == _rank(3)
     with running(c):
         assert shoal.ctx().rank == 3 and topology() == _rank(3)
+    assert (c.action.name, c.action.run_name) == ("a0", "r")  # Flyte's ctx().action
+    assert c.action == "a0" and pickle.loads(pickle.dumps(c.action)).run_name == "r"
     ray_driver = TaskContext(run_name="r", action="a0", rank=0, world_size=1, nnodes=3)
     assert topology(ray_driver) is None  # one process: not distributed
 
@@ -116,6 +119,8 @@ def test_the_decorators_add_a_scope_and_links_to_the_task() -> None:
     assert swept.scopes == (*decorated.scopes, SweepScope())
     assert swept.spec().links == ("Weights & Biases", "Weights & Biases Sweep")
     assert decorated(3) == 3  # outside a run: the plain function, no W&B
+    relinked = train.override(links=(Wandb(project="p", entity="e"), "https://x"))
+    assert relinked.spec().links == ("Weights & Biases", "https://x")  # Flyte's override
     with pytest.raises(SpecError, match="decorates tasks only"):
         wandb_sweep(lambda: None)
 
