@@ -8,15 +8,18 @@ runs in a process of its own, so a run two calls (or ranks) write to is a W&B *s
 (``mode="shared"``, one primary writer, the others labelled). Shared mode is a feature of the
 W&B cloud: offline, each writer keeps its own offline folder under the run's id and label.
 
-The process that holds a run also claims its metrics stream: its ``shoal.log_metrics``
-points go to this run (mirrored from the metrics flusher's thread), and ``--metrics wandb``'s
-bridge skips the stream, so nothing reaches W&B twice. Every run opened here is finished when
+A rank that holds the task's own run also claims its metrics stream: its
+``shoal.log_metrics`` points go to this run (mirrored from the metrics flusher's thread), and
+``--metrics wandb``'s bridge skips the stream, so nothing reaches W&B twice. Runs opened inside
+that scope (nested `task_run` calls) claim nothing: a rank the table gives no run stays with
+the bridge. Every run opened here is finished when
 the body ends (exit code 1 when it raised); a non-primary writer of a shared run does not
 mark the run finished (``x_update_finish_state=False``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -44,6 +47,10 @@ from shoal.plugins.wandb.topology import Topology, placement, topology
 __all__ = ["TaskRunPart", "task_run"]
 
 _log = logging.getLogger("shoal.plugins.wandb")
+# True inside a task's run scope: only the outermost (the task's own) claims the rank's stream,
+# so a rank the table gives no run stays with the bridge whatever runs its body opens.
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_wandb_inside",
+                                                               default=False)
 
 
 class TaskRunPart(TaskScopePart):
@@ -149,24 +156,34 @@ def task_run(config: WandbInit, base: str | None = None) -> Iterator[Any]:
         _log.warning("download_logs is not supported for a gang's tasks (as in Flyte): "
                      "the runs' files are not downloaded")
         download = False
-    if made is None:  # this rank does not log
-        token = current_run.set(None)
-        try:
-            yield None
-        finally:
-            current_run.reset(token)
-        return
-    kwargs, _ = made
+    outermost = not _inside.get()
+    inside = _inside.set(True)
+    try:
+        if made is None:  # this rank does not log
+            token = current_run.set(None)
+            try:
+                yield None
+            finally:
+                current_run.reset(token)
+            return
+        yield from _opened(made[0], download, outermost, str(c.run_name))
+    finally:
+        _inside.reset(inside)
+
+
+def _opened(kwargs: dict[str, Any], download: bool, outermost: bool,
+            run_name: str) -> Iterator[Any]:
+    """The body of `task_run` for a rank that logs: open, yield, finish."""
     if download:
         refuse_offline("@wandb_init(download_logs=True)", True, kwargs)
     kwargs.setdefault("reinit", "create_new")  # a warm worker may still hold an earlier run
     if "dir" not in kwargs and not os.environ.get("WANDB_DIR"):
-        folder = runs_folder(contract.home(), str(c.run_name))
+        folder = runs_folder(contract.home(), run_name)
         folder.mkdir(parents=True, exist_ok=True)
         kwargs["dir"] = str(folder)
     run = _open(kwargs)
     writer = metrics.current()
-    mirror = _Mirror(run, writer) if writer is not None and writer.on_flush is None else None
+    mirror = _Mirror(run, writer) if writer is not None and outermost else None
     token = current_run.set(run)
     failed = False
     try:

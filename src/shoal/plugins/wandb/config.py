@@ -4,7 +4,9 @@ Flyte 2 code writes ``flyte.with_runcontext(custom_context=wandb_config(project=
 whole run) or ``with wandb_config(tags=["x"]): await child()`` (the calls in the block). Either
 way the settings become ``wandb_<field>`` keys of `shoal.custom_context` (``wandb_sweep_<field>``
 for a sweep), strings as every custom context value is (lists, dicts and bools as JSON), so
-they reach every task below, in whatever process or engine it runs. A ``@wandb_init`` task reads
+they reach every task below, in whatever process or engine it runs. As in Flyte, a block sets
+every field it has a value for, over the context around it (its ``run_mode="auto"`` and
+``rank_scope="global"`` defaults too), and keeps the others. A ``@wandb_init`` task reads
 them back with `get_wandb_context`; the decorator's own arguments win over them.
 
 Each value is checked when the config is built: ``run_mode``, ``rank_scope`` and ``mode`` by
