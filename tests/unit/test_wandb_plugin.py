@@ -209,3 +209,18 @@ def test_a_claimed_stream_and_a_failing_mirror(tmp_path: Path,
     m = RunMetrics(tmp_path, "run-1")
     m.refresh()
     assert list(m.series(name="loss")[0].values) == [1.0, 2.0]  # both on disk all the same
+
+
+def test_importing_and_decorating_leave_wandb_unimported() -> None:
+    """wandb (a second of imports) loads only in a process that runs a decorated body."""
+    import subprocess
+    import sys
+
+    code = ("import sys, shoal\nfrom shoal.plugins.wandb import wandb_config, wandb_init\n"
+            "env = shoal.TaskEnvironment(name='lazy')\n"
+            "@wandb_init(project='p')\n@env.task\ndef f() -> int:\n    return 1\n"
+            "with wandb_config(project='q'):\n    pass\n"
+            "print('wandb' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

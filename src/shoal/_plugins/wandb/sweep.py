@@ -16,7 +16,7 @@ from shoal._runtime.task_scopes import TaskScopePart
 from shoal.errors import SpecError
 from shoal.plugins.wandb.config import get_wandb_context, get_wandb_sweep_context
 from shoal.plugins.wandb.decorators import SweepScope
-from shoal.plugins.wandb.runs import download_wandb_sweep_dirs, refuse_offline
+from shoal.plugins.wandb.runs import download_wandb_sweep_dirs, refuse_offline, wandb_module
 
 __all__ = ["SweepPart", "sweep_scope"]
 
@@ -45,8 +45,7 @@ def sweep_scope(config: SweepScope) -> Iterator[str]:
                         "method=..., metric=..., parameters=...))")
     wb = get_wandb_context()
     refuse_offline("@wandb_sweep", shoal.ctx().task, wb.init_kwargs() if wb else {}, ONLINE)
-    import wandb
-
+    wandb = wandb_module()
     c = shoal.ctx()
     body = {"name": f"{c.run_name}-{c.action}", **sweep.to_sweep_config()}
     extra = {"prior_runs": sweep.prior_runs or [], **config.sweep_kwargs}

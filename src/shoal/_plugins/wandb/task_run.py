@@ -41,6 +41,7 @@ from shoal.plugins.wandb.runs import (
     download_wandb_run_dir,
     is_offline,
     refuse_offline,
+    wandb_module,
 )
 from shoal.plugins.wandb.topology import Topology, placement, topology
 
@@ -93,8 +94,7 @@ def init_kwargs(config: WandbInit, base: str, where: Topology | None,
 
 def _share(kwargs: dict[str, Any], label: str, primary: bool) -> None:
     """Make ``kwargs`` open one writer of a shared run (online: W&B's shared mode)."""
-    import wandb
-
+    wandb = wandb_module()
     shared: dict[str, Any] = {"x_primary": primary, "x_label": label,
                               "x_update_finish_state": primary}
     if not is_offline(kwargs):
@@ -109,8 +109,7 @@ def _share(kwargs: dict[str, Any], label: str, primary: bool) -> None:
 
 def _open(kwargs: dict[str, Any]) -> Any:
     """``wandb.init(**kwargs)``, W&B's refusals translated into one line each."""
-    import wandb
-
+    wandb = wandb_module()
     try:
         return wandb.init(**kwargs)
     except (wandb.errors.UsageError, wandb.errors.CommError) as e:

@@ -24,7 +24,8 @@ from shoal.plugins.wandb.topology import distributed_info
 
 __all__ = ["current_run", "download_wandb_run_dir", "download_wandb_run_logs",
            "download_wandb_sweep_dirs", "download_wandb_sweep_logs", "get_distributed_info",
-           "get_wandb_run", "get_wandb_run_dir", "get_wandb_sweep_id", "is_offline"]
+           "get_wandb_run", "get_wandb_run_dir", "get_wandb_sweep_id", "is_offline",
+           "wandb_module"]
 
 _log = logging.getLogger("shoal.plugins.wandb")
 # The run @wandb_init opened around the running body (set by shoal._plugins.wandb).
@@ -60,6 +61,18 @@ def get_distributed_info() -> dict[str, int] | None:
     return distributed_info()
 
 
+def wandb_module() -> Any:
+    """The ``wandb`` package, imported on first use (never when ``shoal.plugins.wandb`` is
+    imported or a task decorated), or a `SpecError` saying how to install it."""
+    try:
+        import wandb
+    except ModuleNotFoundError as e:
+        raise SpecError("shoal.plugins.wandb", "wandb", "needs the wandb package, which is "
+                        "not installed in the Python that runs the task",
+                        "pip install 'shoal[wandb]' (or pip install wandb)") from e
+    return wandb
+
+
 def mode_of(init_kwargs: Mapping[str, Any]) -> str:
     """The mode ``wandb.init(**init_kwargs)`` would run in: its ``mode=``, its settings'
     mode, else W&B's own (``WANDB_MODE``, ``wandb offline``)."""
@@ -71,9 +84,7 @@ def mode_of(init_kwargs: Mapping[str, Any]) -> str:
             settings, "model_fields_set", ()):
         mode = settings.mode
     if mode is None:
-        import wandb
-
-        mode = wandb.setup().settings.mode
+        mode = wandb_module().setup().settings.mode
     return "offline" if mode == "dryrun" else str(mode)
 
 
@@ -100,7 +111,7 @@ def refuse_offline(what: str, value: object, init_kwargs: Mapping[str, Any] | No
 
 def _api_call(what: str, call: Any) -> Any:
     """One wandb.Api call, its errors translated into one line each."""
-    import wandb
+    wandb = wandb_module()
 
     try:
         return call(wandb.Api())
