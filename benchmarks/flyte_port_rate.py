@@ -26,6 +26,9 @@ Prints the table, "N of M ran (ratio)" and a HEADLINE line, and writes
 ``benchmarks/results/<date>-cpu<N>-flyte-port.md``. A few minutes on 2 CPUs, most of it the
 clustered examples' torch start-up.
 
+``PLUGIN_EXAMPLES`` adds Flyte's plugin examples (``plugins/<name>/examples/``), each with the
+variables ``PLUGIN_ENV`` names for it: W&B's run offline (``--only wandb`` for those alone).
+
 ``--wide basics,reuse,...`` measures a second, unchosen set instead: every runnable example
 (a file with a ``__main__`` block) under those folders of ``examples/``, so the fixed list's
 ratio can be checked against everything around it; it writes ``...-flyte-port-wide.md``.
@@ -100,6 +103,31 @@ EXAMPLES: list[tuple[str, str]] = [
      "a cluster kept by ttl_seconds_after_finished, joined from the next run over ray://"),
     ("plugins/ray_reusable_cluster.py", "two gathered calls on one ReusePolicy cluster"),
 ]
+
+# Flyte's plugin examples (paths under the checkout's root, not under examples/), each run with
+# `PLUGIN_ENV`'s variables. W&B's run offline (WANDB_MODE=offline, runs written under the
+# example's scratch folder): what needs the W&B cloud (sweeps, downloads) must fail in one line.
+PLUGIN_EXAMPLES: list[tuple[str, str]] = [
+    ("plugins/wandb/examples/example_wandb_init.py",
+     "@wandb_init parent/child run sharing, run_mode from wandb_config and the decorator, a "
+     "trace reading its task's run"),
+    ("plugins/wandb/examples/example_manual_wandb.py",
+     "wandb.init by hand with custom ids; Wandb links on @env.task and task.override(links=)"),
+    ("plugins/wandb/examples/example_wandb_init_with_dir.py",
+     "download_logs=True and download_wandb_run_dir: the W&B cloud (refused offline)"),
+    ("plugins/wandb/examples/example_distributed.py",
+     "@wandb_init on Elastic gangs of 2 nodes x 4 GPUs, nccl, a 300 s training loop"),
+    ("plugins/wandb/examples/example_wandb_sweep.py",
+     "@wandb_sweep with parallel sweep agents: the W&B cloud (refused offline)"),
+    ("plugins/wandb/examples/example_wandb_sweep_with_dir.py",
+     "sweeps and download_wandb_sweep_dirs: the W&B cloud (refused offline)"),
+    ("plugins/wandb/examples/example_manual_wandb_sweep.py",
+     "wandb.sweep and wandb.agent by hand: the W&B cloud (W&B's own error offline)"),
+]
+# The API key only satisfies the examples' `flyte.Secret(key="wandb_api_key",
+# as_env_var="WANDB_API_KEY")`: offline, W&B never sends it.
+PLUGIN_ENV = {"plugins/wandb/": {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                                 "WANDB_API_KEY": "offline-runs-send-no-key-" + "0" * 16}}
 
 _IMPORT = re.compile(
     r"^(?P<indent>\s*)import flyte(?P<rest>(\.[\w.]+)?(\s+as\s+\w+)?)\s*(?P<tail>#.*)?$")
@@ -273,7 +301,8 @@ def categorize(error: str, stderr: str) -> str:
     return "other"
 
 
-def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
+def run_one(path: Path, why: str, scratch: Path, timeout: float,
+            extra_env: dict[str, str] | None = None) -> Outcome:
     from shoal import _contract as contract
 
     name = path.name
@@ -283,7 +312,9 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
     renamed, _ = rename_imports(source)
     (folder / name).write_text(renamed)
     home = folder / "shoal-home"
-    env = child_env(DO_NOT_TRACK="1", **{contract.HOME: str(home)})
+    env = child_env(DO_NOT_TRACK="1", **{contract.HOME: str(home)}, **(extra_env or {}))
+    if "WANDB_MODE" in env:
+        env["WANDB_DIR"] = str(folder)
     for var in (contract.STORE, contract.ENGINE):
         env.pop(var, None)
     out_log, err_log = folder / "stdout.log", folder / "stderr.log"
@@ -302,7 +333,8 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
             p.wait()
     seconds = time.perf_counter() - start
     stderr = err_log.read_text(errors="replace")
-    outcome = Outcome(f"{path.parent.name}/{name}", False, seconds,
+    label = path.parent.parent.name if path.parent.name == "examples" else path.parent.name
+    outcome = Outcome(f"{label}/{name}", False, seconds,
                       main_notes=main_block_notes(source),
                       lacks=", ".join(missing_in_shoal(names_used(source))))
     if rc is None:
@@ -414,7 +446,8 @@ def main() -> None:
     root = Path(args.flyte_sdk).expanduser().resolve()
     if not (root / "examples").is_dir():
         ap.error(f"--flyte-sdk {root}: no examples/ folder there")
-    listed = wide_list(root / "examples", args.wide.split(",")) if args.wide else EXAMPLES
+    listed = (wide_list(root / "examples", args.wide.split(",")) if args.wide
+              else [*EXAMPLES, *PLUGIN_EXAMPLES])
     chosen = [(p, w) for p, w in listed
               if not args.only or any(s in p for s in args.only.split(","))]
 
@@ -423,7 +456,8 @@ def main() -> None:
     outcomes: list[Outcome] = []
     try:
         for rel, why in chosen:
-            path = root / "examples" / rel
+            path = root / rel if (rel, why) in PLUGIN_EXAMPLES else root / "examples" / rel
+            extra = next((e for prefix, e in PLUGIN_ENV.items() if rel.startswith(prefix)), None)
             left = args.budget - (time.perf_counter() - frame.started)
             if not path.exists():
                 outcomes.append(Outcome(rel, False, 0.0, "not in this checkout", "missing example"))
@@ -431,7 +465,7 @@ def main() -> None:
                 outcomes.append(Outcome(rel, False, 0.0, f"the {args.budget:g} s budget was spent",
                                         "not run"))
             else:
-                outcomes.append(run_one(path, why, scratch, min(args.timeout, left)))
+                outcomes.append(run_one(path, why, scratch, min(args.timeout, left), extra))
             o = outcomes[-1]
             print(f"{o.example}: {'passed' if o.passed else 'FAILED'} in {o.seconds:.1f} s"
                   + ("" if o.passed else f" [{o.why}] {o.error}"), flush=True)

@@ -255,3 +255,32 @@ def test_code_that_needs_cuda_fails_saying_the_gpus_were_emulated(
     assert "AssertionError: no CUDA device visible" in error, ran.tails()
     assert "GPUs were emulated on CPU" in error and "--engine kubernetes" in error, ran.tails()
     assert "failed" in ran.result("phase").lower(), ran.tails()
+
+
+def test_wandb_runs_of_parents_children_traces_and_what_needs_the_cloud(
+        tmp_path: Path, shoal_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.wandb_records import read_runs
+
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)),
+                        ("WANDB_SILENT", "true"), ("WANDB_CONSOLE", "off"),
+                        ("WANDB_X_DISABLE_STATS", "true"), ("WANDB_X_DISABLE_META", "true"),
+                        ("WANDB_API_KEY", "offline-runs-never-send-it")):
+        monkeypatch.setenv(name, value)  # the key only satisfies the environment's Secret
+    ran = run_program("wandb_tasks.py", tmp_path, shoal_home)
+    base = f"{ran.result('name')}-a0"
+    assert ran.result("parent") == base
+    assert ran.result("new") == f"{base}.1 child-run child-task grandchild={base}.1"
+    assert ran.result("shared") == f"{base} lr=None"  # auto: the caller's run
+    assert ran.result("own") == f"{base}.3 lr=0.01"  # run_mode="new" from the block
+    assert ran.result("traced") == base and ran.result("none") == "-1"
+    assert ran.result("manual") == f"{base}.5"  # ctx().action.run_name / .name
+    for key, what in (("sweep", "@wandb_sweep"), ("download", "download_logs=True")):
+        assert what in ran.result(key) and "needs the W&B cloud" in ran.result(key)
+    logged: dict[str, set[str]] = {}
+    for run in read_runs(tmp_path / "wandb"):  # one offline folder per writing process
+        assert run.project == "port-wandb", run
+        logged.setdefault(run.run_id, set()).update(
+            k for k in run.history if not k.startswith("_"))
+    assert logged == {base: {"parent", "child_auto", "traced"},
+                      f"{base}.1": {"child_new", "grandchild"}, f"{base}.3": {"child_auto"},
+                      f"{base}.5": {"by_hand"}}

@@ -26,6 +26,7 @@ from shoal._api.pod_template import PodTemplate, with_queue
 from shoal._api.secret import secret_specs
 from shoal._api.task import TaskTemplate
 from shoal._api.task_options import retry_settings, timeout_settings
+from shoal._api.task_settings import link_names
 from shoal._spec.call import ReuseSpec, TaskSpec, frozen_map
 from shoal.errors import SpecError
 
@@ -78,10 +79,11 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
         if key in _REFUSED:
             raise SpecError(f"{where}({key}=...)", value, "cannot be overridden",
                             _REFUSED[key])
-        if key not in ("retries", "timeout", "cache", "short_name", *_ENV_FIELDS):
+        if key not in ("retries", "timeout", "cache", "short_name", "links", *_ENV_FIELDS):
             raise SpecError(f"{where}({key}=...)", value, "is not a setting Shoal can override",
-                            "override one of: retries, timeout, cache, short_name, resources, "
-                            "env_vars, secrets, pod_template, interruptible, reusable, queue")
+                            "override one of: retries, timeout, cache, short_name, links, "
+                            "resources, env_vars, secrets, pod_template, interruptible, "
+                            "reusable, queue")
     given = {k: v for k, v in changes.items() if v is not None}
     new = _copy(task)
     if "retries" in given:
@@ -96,6 +98,8 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
             raise SpecError(f"{where}(short_name=...)", short, "must be a non-empty string",
                             'e.g. short_name="train-large"')
         new.settings = replace(new.settings, short_name=short)  # shown, not how it is found
+    if "links" in given:  # shown, not rendered (`shoal._api.task_settings`)
+        new.settings = replace(new.settings, links=link_names(where, given["links"]))
     if "cache" in given:
         new.cache_override = to_cache(given["cache"], field_name="task.cache")
     env_changes = dict(getattr(task, "_env_changes", {}))

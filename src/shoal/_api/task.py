@@ -8,6 +8,7 @@ caller, so a bad value fails at the call site, and the output is decoded here to
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
 import inspect
@@ -76,6 +77,8 @@ class TaskTemplate(LoadableTask, Generic[F]):
             raise SpecError(f"task {self.name!r}: report", report, "must be a bool",
                             "use report=True to keep an HTML report (shoal.report) with the run")
         self.report = report
+        # Plugin scopes around the body (`with_scope`), entered by the process that runs it.
+        self.scopes: tuple[object, ...] = ()
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self.hints, self.return_type = self._read_hints(codecs)
@@ -172,6 +175,24 @@ class TaskTemplate(LoadableTask, Generic[F]):
         from shoal._api.override import override_task
 
         return override_task(self, **changes)
+
+    def with_scope(self, config: object, links: tuple[str, ...] = ()) -> TaskTemplate[F]:
+        """This task with a plugin's scope config added around its body (what a plugin
+        decorator such as ``@wandb_init`` returns), and ``links`` added to its link names.
+
+        The copy is what the decorator binds to the task's name in its module, which is where
+        a worker finds the task (it also takes the original's place in its environment), so
+        every call of it, from any process, runs in the scope (`shoal._runtime.task_scopes`).
+        """
+        new = copy.copy(self)
+        new.scopes = (*self.scopes, config)
+        if links:
+            new.settings = dataclasses.replace(self.settings,
+                                               links=(*self.settings.links, *links))
+            new.forget_spec()
+        if self.env.tasks.get(self.short_name) is self:
+            self.env.tasks[self.short_name] = new  # the environment's task is the scoped one
+        return new
 
     # -- calling -----------------------------------------------------------------------
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,8 @@ Each is honoured with Flyte's meaning where Shoal can, or refused with what to d
   still found by its function's name (or ``name=``), which is part of its cache key.
 - ``docs``: a string or Flyte's ``Documentation(description=...)``; default: the docstring.
 - ``pod_template``, ``interruptible``: this task's own, replacing its environment's.
-- ``links``: recorded on the spec (their names), shown by ``shoal runs``; nothing is rendered.
+- ``links``: recorded on the spec (their names), shown by ``shoal runs``; nothing is rendered
+  (``task.override(links=...)`` replaces them, as in Flyte).
 - ``entrypoint``: a hint that the task is meant to be run directly; recorded.
 - ``max_inline_io_bytes``: accepted; Shoal has no inline limit (large values move through the
   store), so no size is refused.
@@ -103,10 +104,10 @@ class TaskSettings:
                             "Run.outputs()), or cache the task with cache=\"auto\"")
         return cls(short_name=short_name or "", docs=docs,
                    pod_template=pod_template, interruptible=interruptible,
-                   links=_link_names(where, links), entrypoint=entrypoint)
+                   links=link_names(where, links), entrypoint=entrypoint)
 
 
-def _link_names(where: str, links: object) -> tuple[str, ...]:
+def link_names(where: str, links: object) -> tuple[str, ...]:
     if links is None:
         return ()
     items = links if isinstance(links, tuple | list) else (links,)

@@ -17,6 +17,28 @@ if TYPE_CHECKING:
     from shoal._runtime.client import ControllerClient
 
 
+class ActionName(str):
+    """An action's name (``"a0.2"``), a plain ``str`` to Shoal, with the attributes Flyte 2 code
+    reads from ``ctx().action``: ``.name`` and ``.run_name`` (Flyte's ``ActionID``)."""
+
+    run_name: str | None
+
+    def __new__(cls, name: str, run_name: str | None = None) -> ActionName:
+        made = super().__new__(cls, name)
+        made.run_name = run_name
+        return made
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (ActionName, (str(self), self.run_name))
+
+
 @dataclass(frozen=True)
 class TaskContext:
     """Identity and topology of the running task call (one rank of it, for clustered tasks)."""
@@ -49,6 +71,10 @@ class TaskContext:
     custom_context: Mapping[str, str] = field(default_factory=dict)
     # How this process reaches the controller running the run; None outside a run.
     client: ControllerClient | None = None
+
+    def __post_init__(self) -> None:
+        if self.action is not None and not isinstance(self.action, ActionName):
+            object.__setattr__(self, "action", ActionName(self.action, self.run_name))
 
     def __bool__(self) -> bool:
         return self.action is not None

@@ -73,6 +73,10 @@ class MetricsWriter:
         # Called on the flusher thread after each flush with the last step (a rank publishes
         # its status for hang diagnosis from here: never on the training thread).
         self.on_tick: Callable[[int | None], None] | None = None
+        # Called with each flush's points (name, step, time, value), on the thread that
+        # flushes: a plugin that mirrors the call's points elsewhere (the task's own W&B run,
+        # `shoal._plugins.wandb`), never on the training thread but for the last flush.
+        self.on_flush: Callable[[list[tuple[str, int, float, float]]], None] | None = None
         # Started by the first point (or `start`): most calls log nothing and should not
         # pay for a thread each (a warm worker runs thousands of calls).
         self._thread: threading.Thread | None = None
@@ -138,6 +142,8 @@ class MetricsWriter:
             dropped, self._dropped = self._dropped, 0
         if not points and not dropped:
             return
+        if points and self.on_flush is not None:
+            self._mirror(points)
         new_names: list[str] = []
         columns: dict[int, tuple[list[int], list[float], list[float]]] = {}
         for name, step, at, value in points:
@@ -166,6 +172,19 @@ class MetricsWriter:
 
                 print(f"shoal: metrics could not be written to {self.path}: {e}; "
                       "training goes on without them", file=sys.stderr)
+
+    def _mirror(self, points: list[tuple[str, int, float, float]]) -> None:
+        mirror = self.on_flush
+        try:
+            if mirror is not None:
+                mirror(points)
+        except Exception as e:  # a mirror that fails must not stop the points reaching disk
+            self.on_flush = None
+            import sys
+
+            print(f"shoal: metrics are no longer mirrored from {self.path.name} "
+                  f"({type(e).__name__}: {e}); they are still kept with the run",
+                  file=sys.stderr)
 
     def _write(self, text: str) -> None:
         if self._fd is None:
@@ -204,6 +223,23 @@ def open_writer(home: str | Path, run: str, action: str, attempt: int, *,
         {"run": run, "action": action, "attempt": attempt, "restart": restart,
          "node": node, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
          "source": source, "started": time.time()})
+
+
+def claim_stream(metrics_file: Path, tool: str, detail: dict[str, Any]) -> None:
+    """Say beside a call's (rank's) metrics file that ``tool`` records its points itself (the
+    task's own W&B run), so the driver's bridge of that tool skips the stream (`claimed`)."""
+    claim = metrics_file.with_name(f"{metrics_file.name.removesuffix('.jsonl')}.{tool}.json")
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    claim.write_text(json.dumps(detail))
+
+
+def claimed(home: str | Path, run: str, action: str, attempt: int, rank: int | None,
+            tool: str) -> bool:
+    """Whether a rank (None: the plain call) of ``action``'s ``attempt`` claimed its stream
+    for ``tool`` (in any restart of its gang)."""
+    folder = metrics_dir(home, run) / f"{action}.{attempt}"
+    pattern = f"task.{tool}.json" if rank is None else f"r*.rank{rank}.{tool}.json"
+    return any(folder.glob(pattern))
 
 
 _current: MetricsWriter | None = None

@@ -26,6 +26,7 @@ from shoal._runtime.log_files import redirect_output
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
+from shoal._runtime.task_scopes import task_scopes
 from shoal._runtime.tracebacks import user_traceback
 
 
@@ -103,9 +104,10 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     try:
         with running(context), report, metrics as writer, profiled:
             rank_status.start(node, rank, writer)
-            value: Any = task.func(**kwargs)
-            if asyncio.iscoroutine(value):
-                value = asyncio.run(value)
+            with task_scopes(task.scopes):
+                value: Any = task.func(**kwargs)
+                if asyncio.iscoroutine(value):
+                    value = asyncio.run(value)
     finally:
         if context.checkpoint is not None:
             context.checkpoint.close()  # asynchronous saves in flight land (or fail) first

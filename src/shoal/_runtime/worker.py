@@ -22,6 +22,7 @@ from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
 from shoal._runtime.profiling import profiling_scope
 from shoal._runtime.report_scope import report_scope
+from shoal._runtime.task_scopes import task_scopes
 from shoal._runtime.tracebacks import through_call, user_traceback
 from shoal._storage.private import FILE_MODE
 from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed
@@ -135,7 +136,7 @@ class Worker:
                                    action=order.action, attempt=order.attempt, restart=0,
                                    rank=0)
         try:
-            with running(context), report, metrics, profiled:
+            with running(context), report, metrics, profiled, task_scopes(task.scopes):
                 if task.is_async:
                     value = self.loop.run_until_complete(task.func(**kwargs))
                 else:

@@ -11,6 +11,12 @@ lines on a pipe: its service process, atexit hooks and signal handling stay out 
 a W&B run per rank is one `wandb.init(reinit="create_new")` each (wandb's documented way to
 hold several runs in one process), and a hung wandb is killed at the end instead of holding the
 driver's exit.
+
+A task's own W&B run wins over the bridge: a rank (or plain call) that holds a run of
+``@wandb_init`` (`shoal.plugins.wandb`) claims its metrics stream (`claimed`), its
+``shoal.log_metrics`` points go to that run, and the bridge skips the stream from then on, so
+no point reaches W&B twice. Ranks without a run of their own (``run_mode="auto"``'s other
+ranks) stay with the bridge.
 """
 
 from __future__ import annotations
@@ -25,8 +31,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from shoal._driver.bridges.follower import Bridge, Point, Stream
+from shoal._runtime.metrics import claimed
 
 CLOSE_SECONDS = 8.0  # what wandb gets to finish its runs at the end before it is killed
+
+
+def runs_folder(home: Path, run: str) -> Path:
+    """Where the W&B runs of Shoal run ``run`` are written (W&B adds ``wandb/`` below):
+    ``$WANDB_DIR`` when set, else the run's folder, for the bridge and for ``@wandb_init``."""
+    return Path(os.environ.get("WANDB_DIR") or home / "runs" / run)
 
 
 class WandbBridge(Bridge):
@@ -35,12 +48,14 @@ class WandbBridge(Bridge):
     def __init__(self, home: Path, run: str, *, rank0_only: bool) -> None:
         self.run = run
         self.rank0_only = rank0_only
-        self.folder = Path(os.environ.get("WANDB_DIR") or home / "runs" / run)
+        self.folder = runs_folder(home, run)
         self.log_path = home / "runs" / run / "wandb-bridge.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._mode = "offline"
         self._streams: set[Stream] = set()  # those sent: a W&B run each
+        self._home = home
+        self._claimed: set[Stream] = set()  # those the task's own W&B run records
 
     def open(self) -> None:
         env = dict(os.environ)
@@ -57,6 +72,10 @@ class WandbBridge(Bridge):
 
     def write(self, stream: Stream, points: Sequence[Point]) -> None:
         if self.rank0_only and stream.rank not in (None, 0):
+            return
+        if stream in self._claimed or claimed(self._home, self.run, stream.action,
+                                              stream.attempt, stream.rank, "wandb"):
+            self._claimed.add(stream)
             return
         self._streams.add(stream)
         self._send({"stream": {"action": stream.action, "attempt": stream.attempt,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 USER_STEP = "shoal/step"
@@ -38,8 +39,6 @@ class Runs:
             # Shoal's own system metrics are forwarded per rank; wandb's would measure this
             # bridge process, and its console capture would record nothing of the ranks.
             settings=self.wandb.Settings(console="off", x_disable_stats=True))
-        run.define_metric(USER_STEP)
-        run.define_metric(SYSTEM_STEP)
         self._runs[key] = run
         self._defined[key] = set()
         return run
@@ -47,20 +46,30 @@ class Runs:
     def write(self, stream: dict[str, Any], points: list[list[Any]]) -> None:
         key = (str(stream["action"]), int(stream["attempt"]), stream["rank"])
         run = self._runs.get(key) or self._open(key)
-        defined = self._defined[key]
-        rows: dict[tuple[str, int], dict[str, float]] = {}
-        for name, step, _at, value in points:
-            axis = SYSTEM_STEP if name.startswith("system/") else USER_STEP
-            if name not in defined:
-                run.define_metric(name, step_metric=axis)
-                defined.add(name)
-            rows.setdefault((axis, int(step)), {})[name] = value
-        for (axis, step), values in rows.items():
-            run.log({**values, axis: step})
+        log_points(run, self._defined[key], points)
 
     def finish(self) -> None:
         for run in self._runs.values():
             run.finish()
+
+
+def log_points(run: Any, defined: set[str], points: Sequence[Sequence[Any]]) -> None:
+    """Log Shoal metric points (name, step, time, value) to the W&B ``run``: one ``log`` per
+    step, each metric against its step metric (``defined``: the names already declared).
+    The bridge's runs and a task's own ``@wandb_init`` run (`shoal._plugins.wandb`) both
+    log this way, so a metric looks the same in W&B whichever sent it."""
+    rows: dict[tuple[str, int], dict[str, float]] = {}
+    for name, step, _at, value in points:
+        axis = SYSTEM_STEP if name.startswith("system/") else USER_STEP
+        if axis not in defined:
+            run.define_metric(axis)
+            defined.add(axis)
+        if name not in defined:
+            run.define_metric(name, step_metric=axis)
+            defined.add(name)
+        rows.setdefault((axis, int(step)), {})[name] = value
+    for (axis, step), values in rows.items():
+        run.log({**values, axis: step})
 
 
 def main() -> None:
