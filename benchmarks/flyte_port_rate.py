@@ -8,7 +8,9 @@ Run (the Flyte SDK checkout is yours; nothing of it is ever stored in this repos
 (or set ``FLYTE_SDK=/tmp/flyte-sdk``; without either the script says so and measures nothing,
 which is what ``run_all.py`` gets on a machine without a checkout).
 
-For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen) the script copies
+For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen; a plugin's own
+examples, ``plugins/<name>/examples/x.py``, from the checkout's root, the rest from its
+``examples/``) the script copies
 the file into a scratch folder with only its imports renamed — ``import flyte`` becomes ``import
 shoal as flyte``, ``import flyte.x`` becomes ``import shoal as flyte, shoal.x`` (it binds
 ``flyte`` too), ``from flyte.x import`` becomes ``from shoal.x import``, ``flyteplugins.x``
@@ -99,7 +101,24 @@ EXAMPLES: list[tuple[str, str]] = [
     ("plugins/ray_existing_cluster.py",
      "a cluster kept by ttl_seconds_after_finished, joined from the next run over ray://"),
     ("plugins/ray_reusable_cluster.py", "two gathered calls on one ReusePolicy cluster"),
+    ("plugins/nsight/examples/profile_training.py",
+     "@nsys_profile over a plain GPU task: the whole body under nsys, nvtx ranges"),
+    ("plugins/nsight/examples/profile_region.py",
+     "capture='manual': two async `nsys.range` regions, each its own report"),
+    ("plugins/nsight/examples/profile_region_sync.py",
+     "the same in a sync task: plain `with nsys.range`"),
+    ("plugins/nsight/examples/profile_clustered.py",
+     "@nsys_profile over a 2x2 DDP gang (nccl): rank 0 only under nsys"),
 ]
+
+def example_path(root: Path, rel: str) -> Path:
+    """Where ``rel`` is in a flyte-sdk checkout: a plugin's own examples
+    (``plugins/<name>/examples/x.py``) from its root, every other under ``examples/``."""
+    parts = rel.split("/")
+    if len(parts) > 3 and parts[0] == "plugins" and parts[2] == "examples":
+        return root / rel
+    return root / "examples" / rel
+
 
 _IMPORT = re.compile(
     r"^(?P<indent>\s*)import flyte(?P<rest>(\.[\w.]+)?(\s+as\s+\w+)?)\s*(?P<tail>#.*)?$")
@@ -259,6 +278,8 @@ def categorize(error: str, stderr: str) -> str:
         return "type refused"
     if m := re.search(r"(SpecError|InputError): (@?[\w.()\[\]]+)=", error):
         return f"spec refused: {m[2]}="
+    if "needs the `nsys` executable" in error:
+        return "needs nsys (Nsight Systems)"
     if re.search(r"\bcuda\b|nccl|no CUDA|GPU", error, re.IGNORECASE):
         return "needs GPU"
     if re.search(r"Connection(Refused)?Error|Name or service not known|urlopen|getaddrinfo",
@@ -273,7 +294,8 @@ def categorize(error: str, stderr: str) -> str:
     return "other"
 
 
-def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
+def run_one(path: Path, why: str, scratch: Path, timeout: float,
+            label: str | None = None) -> Outcome:
     from shoal import _contract as contract
 
     name = path.name
@@ -302,7 +324,7 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float) -> Outcome:
             p.wait()
     seconds = time.perf_counter() - start
     stderr = err_log.read_text(errors="replace")
-    outcome = Outcome(f"{path.parent.name}/{name}", False, seconds,
+    outcome = Outcome(label or f"{path.parent.name}/{name}", False, seconds,
                       main_notes=main_block_notes(source),
                       lacks=", ".join(missing_in_shoal(names_used(source))))
     if rc is None:
@@ -423,7 +445,7 @@ def main() -> None:
     outcomes: list[Outcome] = []
     try:
         for rel, why in chosen:
-            path = root / "examples" / rel
+            path = example_path(root, rel)
             left = args.budget - (time.perf_counter() - frame.started)
             if not path.exists():
                 outcomes.append(Outcome(rel, False, 0.0, "not in this checkout", "missing example"))
@@ -431,7 +453,7 @@ def main() -> None:
                 outcomes.append(Outcome(rel, False, 0.0, f"the {args.budget:g} s budget was spent",
                                         "not run"))
             else:
-                outcomes.append(run_one(path, why, scratch, min(args.timeout, left)))
+                outcomes.append(run_one(path, why, scratch, min(args.timeout, left), rel))
             o = outcomes[-1]
             print(f"{o.example}: {'passed' if o.passed else 'FAILED'} in {o.seconds:.1f} s"
                   + ("" if o.passed else f" [{o.why}] {o.error}"), flush=True)

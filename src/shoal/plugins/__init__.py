@@ -12,6 +12,8 @@ part and one module per engine that needs one, registered in ``shoal._plugins`` 
 plugin's config type. Engines find them there by the config they are given; they never import
 ``shoal.plugins``, so a plugin is a capability of every engine, not a fork of one.
 
-The plugins: ``pytorch`` (``Elastic``, ``RunPolicy``: elastic torch gangs) and ``ray``
-(``RayJobConfig``: a Ray cluster for each call, or one shared by an environment's calls).
+The plugins: ``pytorch`` (``Elastic``, ``RunPolicy``: elastic torch gangs), ``ray``
+(``RayJobConfig``: a Ray cluster for each call, or one shared by an environment's calls) and
+``nsight`` (``nsys_profile``: a task's calls profiled by Nsight Systems, on Shoal's own nsys
+support).
 """
