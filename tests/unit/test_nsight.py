@@ -41,6 +41,16 @@ def ranks_body(x: int) -> int:
     return x
 
 
+on_pods = shoal.TaskEnvironment(name="nsight_pods",
+                                pod_template=shoal.PodTemplate().allow_nested_sandboxing())
+
+
+@nsys_profile(capture="manual")
+@on_pods.task
+def pod_body() -> None:
+    pass
+
+
 def test_the_public_names_are_flytes() -> None:
     assert sorted(nsight.__all__) == ["DEFAULT_REPORTS", "capture_report_file", "nsys",
                                       "nsys_available", "nsys_profile", "nvtx", "session_name",
@@ -245,3 +255,24 @@ def test_flytes_pod_template_and_image_helpers_of_the_examples() -> None:
     assert image.with_local_v2_plugins() == image
     with pytest.raises(SpecError, match="flyteplugins-<name>"):
         image.with_local_v2_plugins("nsight")
+
+
+def test_on_kubernetes_the_pod_reads_the_capture_and_gets_the_capabilities_nsys_needs() -> None:
+    from shoal._contract import NodeEnv
+    from shoal._engines.kubernetes import CodeBundle, KubeConfig, compile_call
+    from shoal._runtime.launcher import nsys_profiled
+    from shoal._spec.call import CallSpec
+
+    [job] = compile_call(CallSpec(task=pod_body.spec(), inputs={}), run="r-1", action="a0",
+                         attempt=0, config=KubeConfig(store="s3://b/s", namespace="ml",
+                                                      default_image="shoal:1"),
+                         code=CodeBundle(uri="s3://b/s/code/x.tar.gz", file="f.py"))
+    pod = job["spec"]["template"]
+    [container] = [c for c in pod["spec"]["containers"] if c["name"] == "primary"]
+    node = NodeEnv.from_env({e["name"]: e["value"] for e in container["env"] if "value" in e})
+    assert profile_from_text(node.profile, contract.PROFILE) == pod_body.spec().env.profile
+    assert nsys_profiled(node, 0)  # its launcher starts the one rank as nsys_rank
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                            "capabilities": {"add": ["SYS_ADMIN"]}}
+    assert pod["metadata"]["annotations"][
+        "container.apparmor.security.beta.kubernetes.io/primary"] == "unconfined"
