@@ -8,7 +8,9 @@ Run (the Flyte SDK checkout is yours; nothing of it is ever stored in this repos
 (or set ``FLYTE_SDK=/tmp/flyte-sdk``; without either the script says so and measures nothing,
 which is what ``run_all.py`` gets on a machine without a checkout).
 
-For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen) the script copies
+For each example in ``EXAMPLES`` (a fixed list, each with why it was chosen; a plugin's own
+examples, ``plugins/<name>/examples/x.py``, from the checkout's root, the rest from its
+``examples/``) the script copies
 the file into a scratch folder with only its imports renamed — ``import flyte`` becomes ``import
 shoal as flyte``, ``import flyte.x`` becomes ``import shoal as flyte, shoal.x`` (it binds
 ``flyte`` too), ``from flyte.x import`` becomes ``from shoal.x import``, ``flyteplugins.x``
@@ -27,7 +29,8 @@ Prints the table, "N of M ran (ratio)" and a HEADLINE line, and writes
 clustered examples' torch start-up.
 
 ``PLUGIN_EXAMPLES`` adds Flyte's plugin examples (``plugins/<name>/examples/``), each with the
-variables ``PLUGIN_ENV`` names for it: W&B's run offline (``--only wandb`` for those alone).
+variables ``PLUGIN_ENV`` names for it: W&B's run offline (``--only wandb`` for those alone),
+Nsight's need ``nsys`` (``--only nsight``).
 
 ``--wide basics,reuse,...`` measures a second, unchosen set instead: every runnable example
 (a file with a ``__main__`` block) under those folders of ``examples/``, so the fixed list's
@@ -107,6 +110,7 @@ EXAMPLES: list[tuple[str, str]] = [
 # Flyte's plugin examples (paths under the checkout's root, not under examples/), each run with
 # `PLUGIN_ENV`'s variables. W&B's run offline (WANDB_MODE=offline, runs written under the
 # example's scratch folder): what needs the W&B cloud (sweeps, downloads) must fail in one line.
+# Nsight's need `nsys` and a CUDA device: without them, one line each.
 PLUGIN_EXAMPLES: list[tuple[str, str]] = [
     ("plugins/wandb/examples/example_wandb_init.py",
      "@wandb_init parent/child run sharing, run_mode from wandb_config and the decorator, a "
@@ -123,11 +127,29 @@ PLUGIN_EXAMPLES: list[tuple[str, str]] = [
      "sweeps and download_wandb_sweep_dirs: the W&B cloud (refused offline)"),
     ("plugins/wandb/examples/example_manual_wandb_sweep.py",
      "wandb.sweep and wandb.agent by hand: the W&B cloud (W&B's own error offline)"),
+    ("plugins/nsight/examples/profile_training.py",
+     "@nsys_profile over a plain GPU task: the whole body under nsys, nvtx ranges"),
+    ("plugins/nsight/examples/profile_region.py",
+     "capture='manual': two async `nsys.range` regions, each its own report"),
+    ("plugins/nsight/examples/profile_region_sync.py",
+     "the same in a sync task: plain `with nsys.range`"),
+    ("plugins/nsight/examples/profile_clustered.py",
+     "@nsys_profile over a 2x2 DDP gang (nccl): rank 0 only under nsys"),
 ]
 # The API key only satisfies the examples' `flyte.Secret(key="wandb_api_key",
 # as_env_var="WANDB_API_KEY")`: offline, W&B never sends it.
 PLUGIN_ENV = {"plugins/wandb/": {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
                                  "WANDB_API_KEY": "offline-runs-send-no-key-" + "0" * 16}}
+
+
+def example_path(root: Path, rel: str) -> Path:
+    """Where ``rel`` is in a flyte-sdk checkout: a plugin's own examples
+    (``plugins/<name>/examples/x.py``) from its root, every other under ``examples/``."""
+    parts = rel.split("/")
+    if len(parts) > 3 and parts[0] == "plugins" and parts[2] == "examples":
+        return root / rel
+    return root / "examples" / rel
+
 
 _IMPORT = re.compile(
     r"^(?P<indent>\s*)import flyte(?P<rest>(\.[\w.]+)?(\s+as\s+\w+)?)\s*(?P<tail>#.*)?$")
@@ -287,6 +309,8 @@ def categorize(error: str, stderr: str) -> str:
         return "type refused"
     if m := re.search(r"(SpecError|InputError): (@?[\w.()\[\]]+)=", error):
         return f"spec refused: {m[2]}="
+    if "needs the `nsys` executable" in error:
+        return "needs nsys (Nsight Systems)"
     if re.search(r"\bcuda\b|nccl|no CUDA|GPU", error, re.IGNORECASE):
         return "needs GPU"
     if re.search(r"Connection(Refused)?Error|Name or service not known|urlopen|getaddrinfo",
@@ -302,7 +326,7 @@ def categorize(error: str, stderr: str) -> str:
 
 
 def run_one(path: Path, why: str, scratch: Path, timeout: float,
-            extra_env: dict[str, str] | None = None) -> Outcome:
+            extra_env: dict[str, str] | None = None, label: str | None = None) -> Outcome:
     from shoal import _contract as contract
 
     name = path.name
@@ -333,8 +357,7 @@ def run_one(path: Path, why: str, scratch: Path, timeout: float,
             p.wait()
     seconds = time.perf_counter() - start
     stderr = err_log.read_text(errors="replace")
-    label = path.parent.parent.name if path.parent.name == "examples" else path.parent.name
-    outcome = Outcome(f"{label}/{name}", False, seconds,
+    outcome = Outcome(label or f"{path.parent.name}/{name}", False, seconds,
                       main_notes=main_block_notes(source),
                       lacks=", ".join(missing_in_shoal(names_used(source))))
     if rc is None:
@@ -456,7 +479,7 @@ def main() -> None:
     outcomes: list[Outcome] = []
     try:
         for rel, why in chosen:
-            path = root / rel if (rel, why) in PLUGIN_EXAMPLES else root / "examples" / rel
+            path = example_path(root, rel)
             extra = next((e for prefix, e in PLUGIN_ENV.items() if rel.startswith(prefix)), None)
             left = args.budget - (time.perf_counter() - frame.started)
             if not path.exists():
@@ -465,7 +488,8 @@ def main() -> None:
                 outcomes.append(Outcome(rel, False, 0.0, f"the {args.budget:g} s budget was spent",
                                         "not run"))
             else:
-                outcomes.append(run_one(path, why, scratch, min(args.timeout, left), extra))
+                outcomes.append(run_one(path, why, scratch, min(args.timeout, left), extra,
+                                        rel))
             o = outcomes[-1]
             print(f"{o.example}: {'passed' if o.passed else 'FAILED'} in {o.seconds:.1f} s"
                   + ("" if o.passed else f" [{o.why}] {o.error}"), flush=True)

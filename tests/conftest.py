@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from shoal import _contract as contract
+from tests import nsys_stand_in
 from tests.helpers import free_port, wait_until
 
 
@@ -39,6 +40,15 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     return home
+
+
+@pytest.fixture
+def stand_in_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in ``nsys`` first on PATH (tests/nsys_stand_in.py); returns the file its calls
+    are logged to."""
+    log = nsys_stand_in.install(tmp_path / "nsys")
+    monkeypatch.setenv("PATH", nsys_stand_in.path_with(tmp_path / "nsys"))
+    return log
 
 
 # Threads that may outlive the test that started them, by name prefix, each with why: they

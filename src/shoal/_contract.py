@@ -130,6 +130,10 @@ GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
 # What to profile in this task's processes, in `ProfileSpec.to_text` form
 # ("ranks=0,3:steps=10-12:tool=torch"); unset: nothing is profiled.
 PROFILE = "SHOAL_PROFILE"
+# The Nsight Systems session this process was started in (``nsys launch --session-new=``),
+# set when a capture profile (``capture=task|manual``) re-executes a worker or a rank under
+# it; the process's ``nsys start``/``nsys stop`` name it (`shoal._runtime.nsys_session`).
+NSYS_SESSION = "SHOAL_NSYS_SESSION"
 # How a hang diagnosis reads the ranks' Python stacks: "py-spy" | "faulthandler" (the
 # fallback, forced) | unset: py-spy where it is on PATH, else faulthandler.
 HANG_STACKS = "SHOAL_HANG_STACKS"

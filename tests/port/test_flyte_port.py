@@ -15,6 +15,7 @@ the tuple indexing Flyte code does (``run.outputs()[0]``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
+from shoal.plugins.nsight import DEFAULT_REPORTS
 
 pytestmark = [pytest.mark.port, pytest.mark.slow]
 
@@ -284,3 +286,43 @@ def test_wandb_runs_of_parents_children_traces_and_what_needs_the_cloud(
     assert logged == {base: {"parent", "child_auto", "traced"},
                       f"{base}.1": {"child_new", "grandchild"}, f"{base}.3": {"child_auto"},
                       f"{base}.5": {"by_hand"}}
+def test_nsight_profiles_two_regions_a_whole_task_and_rank_0_of_a_gang(
+        tmp_path: Path, shoal_home: Path, stand_in_nsys: Path) -> None:
+    """Flyte's nsight plugin shape: ``@nsys_profile`` above ``@env.task``, ``nsys.range``,
+    ``nvtx.range``. Nsight Systems and a GPU are not here: a stand-in ``nsys`` is on PATH
+    (tests/nsys_stand_in.py), which runs what it launches and refuses a start outside a
+    session, a second collection at once, or a program whose session variable is not its."""
+    pytest.importorskip("torch")
+    ran = run_program("nsight_profile.py", tmp_path, shoal_home, timeout=240)
+    assert ("regions total=999006 under_nsys=True | whole=42 | ddp sum=12 "
+            "rank0_under_nsys=True") in ran.result("outputs"), ran.tails()
+    run = ran.result("run")
+    calls = [json.loads(line) for line in stand_in_nsys.read_text().splitlines()]
+    launched = {c[-1]: c[1:-3] for c in calls if c[0] == "launch"}
+    # Two plain tasks' workers and rank 0 of the gang, each in a session of its own; not rank 1.
+    assert sorted(c[-1] for c in calls if c[0] == "launch") == [
+        "shoal._runtime.rank", "shoal._runtime.worker", "shoal._runtime.worker"], calls
+    assert len({c[1] for c in calls if c[0] == "launch"}) == 3, calls
+    assert launched["shoal._runtime.rank"][1] == "--trace=cuda,nvtx", calls
+    profiles = shoal_home / "runs" / run / "profiles"
+    by_call = {}
+    for path in sorted(profiles.rglob("*")):
+        if path.is_file():
+            call, _, window = path.parent.relative_to(profiles).parts
+            by_call.setdefault(call, (window, []))[1].append(path.name)
+    assert sorted(by_call.values()) == [
+        ("regions", ["rank0.evaluation.nsys-rep", "rank0.evaluation.nsys-stats.txt",
+                     "rank0.training.nsys-rep", "rank0.training.nsys-stats.txt"]),
+        ("task", ["rank0.nsys-rep", "rank0.nsys-stats.txt"]),  # the gang's rank 0
+        ("task", ["rank0.nsys-stats.txt"]),  # attach_report=False: the stats alone
+    ], by_call
+    flytes = ",".join(DEFAULT_REPORTS)  # `reports=` left out: flyte-sdk's five
+    assert sorted(c[c.index("--report") + 1] for c in calls if c[0] == "stats") == [
+        "cuda_api_sum", flytes, flytes, flytes], calls
+    assert "stand-in nsys stats of" in (
+        next(profiles.rglob("rank0.training.nsys-stats.txt")).read_text())
+    listed = subprocess.run([sys.executable, "-m", "shoal.cli.main", "profile", run],
+                            capture_output=True, text=True, timeout=60, env=os.environ.copy())
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count(", regions: ") == 1 and listed.stdout.count(", task: ") == 2
+    assert "rank0.evaluation.nsys-rep" in listed.stdout, listed.stdout

@@ -1,14 +1,14 @@
 """``tool=nsys``: the chosen ranks run under ``nsys profile``, their reports kept with the run.
 
 Nsight Systems is not installed on these machines (no NVIDIA driver either), so these tests put
-a STAND-IN ``nsys`` on PATH (see `STAND_IN`): it records its argv, runs the command it wraps
-and writes a fake report, which is what Shoal relies on nsys for.
+a STAND-IN ``nsys`` on PATH (tests/nsys_stand_in.py, the ``stand_in_nsys`` fixture): it
+records its argv, runs the command it wraps and writes a fake report, which is what Shoal
+relies on nsys for.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,37 +19,6 @@ from .programs import profiled
 
 pytestmark = pytest.mark.slow
 PROGRAM = str(Path(profiled.__file__))
-
-STAND_IN = '''#!{python}
-"""A stand-in for NVIDIA's `nsys` (not installed here), written by a test: it appends its argv
-to {log}, runs the command `nsys profile` wraps and writes a fake .nsys-rep; `nsys stats`
-prints a line."""
-import json, subprocess, sys
-args = sys.argv[1:]
-with open({log!r}, "a") as f:
-    f.write(json.dumps(args) + "\\n")
-if args[0] == "profile":
-    out = args[args.index("-o") + 1]
-    code = subprocess.call(args[args.index("-m") - 1:])
-    with open(out + ".nsys-rep", "wb") as f:
-        f.write(b"fake nsys report")
-    sys.exit(code)
-if args[0] == "stats":
-    print("stand-in nsys stats of", args[-1])
-'''
-
-
-@pytest.fixture
-def stand_in_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stand-in ``nsys`` first on PATH; returns the file its calls are logged to."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    log = tmp_path / "nsys-calls.jsonl"
-    exe = folder / "nsys"
-    exe.write_text(STAND_IN.format(python=sys.executable, log=str(log)))
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return log
 
 
 def test_the_chosen_rank_runs_under_nsys_and_its_report_and_stats_are_kept(

@@ -28,6 +28,7 @@ from shoal._api.task import TaskTemplate
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import link_names
 from shoal._spec.call import ReuseSpec, TaskSpec, frozen_map
+from shoal._spec.profile import ProfileSpec
 from shoal.errors import SpecError
 
 # Flyte 2 names override() accepts that have no meaning here, each with what to do instead.
@@ -105,6 +106,16 @@ def override_task(task: TaskTemplate[Any], **changes: Any) -> TaskTemplate[Any]:
     env_changes = dict(getattr(task, "_env_changes", {}))
     env_changes.update(_env_changes(task, given, env_changes))
     new._env_changes = env_changes
+    new._spec = None
+    return new
+
+
+def with_profile(task: TaskTemplate[Any], profile: ProfileSpec) -> TaskTemplate[Any]:
+    """A copy of ``task`` whose calls are profiled by ``profile`` (``shoal.plugins.nsight``'s
+    ``nsys_profile``): the profile travels in the call's spec, as an environment's own does,
+    and ``shoal run --profile ENV:...`` replaces it for a run as it replaces that one."""
+    new = _copy(task)
+    new._env_changes = {**getattr(task, "_env_changes", {}), "profile": profile}
     new._spec = None
     return new
 

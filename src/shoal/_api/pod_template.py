@@ -133,6 +133,47 @@ class PodTemplate:
         loaded: dict[str, Any] = json.loads(self._pod_spec)
         return loaded
 
+    def allow_nested_sandboxing(self) -> PodTemplate:
+        """A copy whose task container may do what Nsight Systems' OS-runtime tracing and GPU
+        counters (and sandboxes such as bubblewrap) need: ``CAP_SYS_ADMIN`` added, no
+        privilege escalation, and an unconfined AppArmor profile (the pod annotation, which
+        Kubernetes before 1.30 reads too). Flyte 2's method of the same name; nothing else
+        is granted. Applying it twice changes nothing; a template that already pins
+        ``privileged: true``, ``allowPrivilegeEscalation: true`` or another AppArmor profile
+        is refused, naming it. The local engine runs processes, not pods: there it is
+        kept for Kubernetes and changes nothing."""
+        primary = self.primary_container_name
+        spec = self.pod_spec or {}
+        containers = list(spec.get("containers") or [])
+        mine = next((c for c in containers if c.get("name") == primary), None)
+        if mine is None:
+            mine = {"name": primary}
+            containers.append(mine)
+        where = f"pod_spec.containers[{primary!r}].securityContext"
+        security = dict(mine.get("securityContext") or {})
+        for key, bad in (("privileged", True), ("allowPrivilegeEscalation", True)):
+            if security.get(key) is bad:
+                raise SpecError(f"{where}.{key}", bad, "conflicts with allow_nested_sandboxing"
+                                "(), which grants CAP_SYS_ADMIN without escalation",
+                                f"remove {key} from the template")
+        capabilities = dict(security.get("capabilities") or {})
+        added = list(capabilities.get("add") or [])
+        if "SYS_ADMIN" not in added:
+            added.append("SYS_ADMIN")
+        security.update(capabilities={**capabilities, "add": added},
+                        allowPrivilegeEscalation=False)
+        mine["securityContext"] = security
+        annotation = f"container.apparmor.security.beta.kubernetes.io/{primary}"
+        annotations = self.annotations
+        if annotations.get(annotation, "unconfined") != "unconfined":
+            raise SpecError(f"annotations[{annotation!r}]", annotations[annotation],
+                            "conflicts with allow_nested_sandboxing(), which needs the "
+                            "unconfined AppArmor profile", "remove that annotation")
+        annotations[annotation] = "unconfined"
+        return PodTemplate(labels=self.labels, annotations=annotations,
+                           pod_spec={**spec, "containers": containers},
+                           primary_container_name=primary)
+
     @property
     def queue_name(self) -> str | None:
         """The Kueue LocalQueue (label ``kueue.x-k8s.io/queue-name``), or None."""

@@ -120,6 +120,8 @@ class Runner:
         self.engine_kind = engine
         self.bridges = metric_bridges(self.options)
         check_profiles(self.envs, local=engine == "local")
+        # The root call's own: a task's profile (`nsys_profile`) rides in its call's spec.
+        check_profiles([self.call.task.env], local=engine == "local", task=self.call.task.name)
         check_system_metrics_interval()
         self.reporter = reporter
         self.engine = make_engine(engine, run=self.name, home=self.home, store=self.store_uri,

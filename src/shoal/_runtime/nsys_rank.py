@@ -10,7 +10,9 @@ ones not chosen become the plain rank at once through ``exec``). It runs the ran
 
 and exits as the rank did. Window: ``seconds=(a, b)`` is nsys's ``--delay a --duration b-a``;
 ``steps=(A, B)`` with CUDA is a ``cudaProfilerApi`` capture range the rank opens and closes
-at its step reports (`profiling.NsysSteps`); without CUDA nsys records the whole rank.
+at its step reports (`profiling.NsysSteps`); without CUDA nsys records the whole rank. A
+``capture`` window is collected by the rank itself: it becomes the rank under ``nsys
+launch`` (`nsys_session`), which writes each report from inside.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ from pathlib import Path
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
+from shoal._runtime.nsys_session import exec_in_session, missing, write_stats
 from shoal._runtime.profiling import copy_to_store, profile_folder, setting, store_folder
 from shoal._spec.profile import ProfileSpec
 
 RANK_ARGV = (sys.executable, "-m", "shoal._runtime.rank")
-TRACE = "cuda,nvtx,osrt"
 
 
 def profile_argv(nsys: str, spec: ProfileSpec, out: Path, *, capture_steps: bool) -> list[str]:
     """``nsys profile`` around the rank, writing ``<out>.nsys-rep``."""
-    argv = [nsys, "profile", "-o", str(out), f"--trace={TRACE}", "--force-overwrite=true"]
+    argv = [nsys, "profile", "-o", str(out), f"--trace={','.join(spec.trace)}",
+            "--force-overwrite=true"]
+    if spec.sample is not None:
+        argv.append(f"--sample={spec.sample}")
     if spec.seconds is not None:
         start, end = spec.seconds
         argv += [f"--delay={start:g}", f"--duration={end - start:g}"]
@@ -58,11 +63,11 @@ def main() -> None:
     node = NodeEnv.from_env()
     if node.rank_log_dir:  # nsys's own lines go with the rank's
         redirect_output(os.path.join(node.rank_log_dir, f"rank{rank}.log"))
+    if spec.capture is not None:  # the rank collects what its code brackets, in a session
+        exec_in_session(spec, RANK_ARGV, f"rank {rank}")
     nsys = shutil.which("nsys")
     if nsys is None:
-        print(f"shoal: rank {rank} is to run under Nsight Systems (tool=nsys) but `nsys` is "
-              "not on PATH in this image; install Nsight Systems in it or profile with "
-              "tool=torch", file=sys.stderr, flush=True)
+        print(missing(f"rank {rank}"), file=sys.stderr, flush=True)
         sys.exit(1)
     folder = profile_folder(node.home, node.run, node.action, node.attempt,
                             node.restart_attempt, spec.window)
@@ -76,12 +81,13 @@ def main() -> None:
     report = out.with_suffix(".nsys-rep")
     kept = []
     if report.exists():
-        stats = folder / f"rank{rank}.nsys-stats.txt"
-        with open(stats, "wb") as text:
-            subprocess.call([nsys, "stats", "--force-export=true", str(report)], stdout=text,
-                            stderr=subprocess.STDOUT)
-        kept = [report, stats]
-        print(f"shoal: rank {rank} Nsight Systems report written to {report}", file=sys.stderr,
+        kept = [write_stats(nsys, report, spec.stats)]
+        if spec.keep_report:
+            kept.insert(0, report)
+        else:
+            report.unlink()
+        print(f"shoal: rank {rank} Nsight Systems " + ("report" if spec.keep_report else
+              "stats (the report is not kept)") + f" written to {kept[0]}", file=sys.stderr,
               flush=True)
     copy_to_store(kept, node.store, store_folder(node.store, node.run, node.action,
                                                   node.attempt, node.restart_attempt,

@@ -19,7 +19,9 @@ the same path under ``<store>/runs/`` when the store is not this machine's disk 
 gone with the pod). A window still open when the task ends is closed and written then.
 
 With ``tool="nsys"`` the rank runs under Nsight Systems (`nsys_rank`), and a ``steps`` window
-is nsys's capture range, opened and closed at the same step reports (`NsysSteps`).
+is nsys's capture range, opened and closed at the same step reports (`NsysSteps`). A
+``capture`` window (the task body, or its ``nsys.range`` blocks) is collected from inside the
+process, which runs in an nsys session (`nsys_session`), a plain task's worker too.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal import _contract as contract
+from shoal._runtime.nsys_session import capture_scope
 from shoal._spec.profile import ProfileSpec
 
 # Real-time signals are not used by Python, torch or the usual libraries' handlers.
@@ -301,18 +304,24 @@ def profiling_scope(*, home: str, store: str, run: str, action: str, attempt: in
     if spec is None or not spec.profiles_rank(rank):
         yield
         return
+    folder = profile_folder(home, run, action, attempt, restart, spec.window)
+    uri = store_folder(store, run, action, attempt, restart, spec.window)
+    if spec.tool == "nsys" and spec.capture is not None:
+        with capture_scope(spec, folder=folder, rank=rank,
+                           keep=lambda paths: copy_to_store(paths, store, uri)):
+            yield
+        return
     if spec.tool == "nsys":
         with nsys_steps(spec) if spec.steps is not None else contextlib.nullcontext():
             yield
         return
-    folder = profile_folder(home, run, action, attempt, restart, spec.window)
-    uri = store_folder(store, run, action, attempt, restart, spec.window)
     with RankProfiler(spec, folder, rank, store=store, store_uri=uri):
         yield
 
 
-def check_profiles(envs: Any, *, local: bool) -> None:
-    """Before a run starts: each profile's ranks exist, and its tool can run here."""
+def check_profiles(envs: Any, *, local: bool, task: str | None = None) -> None:
+    """Before a run starts: each profile's ranks exist, and its tool can run here. ``task``:
+    these are the environments of that task's calls (a profile of its own, `nsys_profile`)."""
     import shutil
 
     from shoal.errors import SpecError
@@ -321,7 +330,8 @@ def check_profiles(envs: Any, *, local: bool) -> None:
         spec: ProfileSpec | None = env.profile
         if spec is None:
             continue
-        where = f"profile of environment {env.name!r}"
+        where = (f"profile of task {task!r}" if task is not None
+                 else f"profile of environment {env.name!r}")
         world = env.cluster.world_size if env.cluster is not None else 1
         outside = [r for r in spec.ranks or () if r >= world]
         if outside:
@@ -331,13 +341,21 @@ def check_profiles(envs: Any, *, local: bool) -> None:
             raise SpecError(f"{where}: tool", "torch", "torch.profiler records torch's ops, "
                             "and JaxRun ranks run JAX", "profile JAX ranks with tool=nsys, or "
                             "with jax.profiler inside the task")
-        if spec.tool == "nsys" and env.cluster is None:
+        if spec.tool == "nsys" and env.cluster is None and spec.capture is None:
             raise SpecError(f"{where}: tool", "nsys", "Nsight Systems wraps the ranks of a "
-                            "clustered task; a plain task runs in a warm worker process",
-                            "use tool=torch for a plain task, or make it a "
-                            "ClusteredTaskEnvironment(replicas=1)")
+                            "clustered task for a steps or seconds window; a plain task runs "
+                            "in a warm worker process, which can only capture what its code "
+                            "brackets", "capture its whole body (capture=task, or "
+                            "shoal.plugins.nsight.nsys_profile), use tool=torch, or make it "
+                            "a ClusteredTaskEnvironment(replicas=1)")
+        if spec.tool == "nsys" and env.cluster is not None and env.cluster.runtime == "ray":
+            raise SpecError(f"{where}: tool", "nsys", "a Ray gang's task body is the "
+                            "driver of its cluster, not a rank Nsight Systems can wrap",
+                            "profile the work inside the Ray tasks (e.g. nsys in their "
+                            "runtime_env), or profile with tool=torch")
         if spec.tool == "nsys" and local and shutil.which("nsys") is None:
             raise SpecError(f"{where}: tool", "nsys", "needs the `nsys` executable on PATH "
                             "(NVIDIA Nsight Systems), which this machine lacks",
                             "install Nsight Systems (e.g. apt-get install nsight-systems-cli) "
-                            "and put nsys on PATH, or profile with tool=torch")
+                            "and put nsys on PATH, profile with tool=torch, or turn the "
+                            "profile off (nsys_profile(enabled=False))")

@@ -20,7 +20,9 @@ from shoal._runtime.context import TaskContext, running
 from shoal._runtime.frameworks import join_ray_cluster
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
+from shoal._runtime.nsys_session import exec_in_session, wants_session
 from shoal._runtime.profiling import profiling_scope
+from shoal._runtime.profiling import setting as profiling_setting
 from shoal._runtime.report_scope import report_scope
 from shoal._runtime.task_scopes import task_scopes
 from shoal._runtime.tracebacks import through_call, user_traceback
@@ -150,6 +152,11 @@ class Worker:
 
 
 def main() -> None:
+    spec = profiling_setting()
+    if wants_session(spec, rank=0):  # capture=task|manual: this worker runs in an nsys session
+        assert spec is not None
+        exec_in_session(spec, (sys.executable, "-m", "shoal._runtime.worker"),
+                        "this task's worker")
     Worker(WorkerEnv.from_env()).serve()
 
 

@@ -10,6 +10,7 @@ given, or raises `SpecError` naming the field, the value, the rule and the fix.
     task       1-100 letters, digits, '-', '_'; starts with a letter or '_'
     environment  lower-case kebab- or snake-case, 1-63 characters (a DNS label's room)
     action id  as a run name, up to 200 characters (``a0.3.t1``: the driver's own grammar)
+    region     a profiled region's name (part of its report's file name): as a run name
     node       a host name: letters, digits, '-', '_', '.', 1-253 characters; no '..'
     group      free text shown to people: 1-200 printable characters
     object     a relative path under a folder (File/Dir names, store keys under a prefix):
@@ -34,6 +35,7 @@ __all__ = [
     "check_node_name",
     "check_object_name",
     "check_path_segment",
+    "check_region_name",
     "check_run_name",
     "check_task_name",
     "shown",
@@ -86,6 +88,12 @@ def check_run_name(field: str, value: object) -> str:
 def check_action_id(field: str, value: object) -> str:
     """An action's id (``a0``, ``a0.2``, ``a0.2.t1``): part of log file names and store keys."""
     return _dotted(field, value, "an action id", MAX_ACTION_ID, "a0")
+
+
+def check_region_name(field: str, value: object) -> str:
+    """A profiled region's name (``nsys.range("hot-loop")``): its report is ``rank<r>.<name>``
+    in the call's profile folder."""
+    return _dotted(field, value, "a region name", MAX_RUN_NAME, "hot-loop")
 
 
 def check_task_name(field: str, value: object) -> str:

@@ -5,10 +5,12 @@
                                                                  /<window>/rank<r>.nsys-stats.txt
                                                                  /<window>.summary.json
 
-``<window>`` is ``steps-10-12`` or ``seconds-30-40``. HTA (``TraceAnalysis(trace_dir=...)``)
-and Perfetto read a window folder as it is; the summary (`profile_summary.summarize` of the
-folder's traces, written once and reread after; the UI shows it) lies beside the folder, not
-in it, because HTA takes every ``.json`` file of the folder for a rank's trace.
+``<window>`` is ``steps-10-12`` or ``seconds-30-40``, or for an Nsight Systems capture ``task``
+(``rank<r>.nsys-rep``) or ``regions`` (``rank<r>.<region>.nsys-rep``, one per region).
+HTA (``TraceAnalysis(trace_dir=...)``) and Perfetto read a window folder as it is; the
+summary (`profile_summary.summarize` of the folder's traces, written once and reread after;
+the UI shows it) lies beside the folder, not in it, because HTA takes every ``.json`` file of
+the folder for a rank's trace.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ plugin's config type. Engines find them there by the config they are given; they
 ``shoal.plugins``, so a plugin is a capability of every engine, not a fork of one.
 
 The plugins: ``pytorch`` (``Elastic``, ``RunPolicy``: elastic torch gangs), ``ray``
-(``RayJobConfig``: a Ray cluster for each call, or one shared by an environment's calls) and
+(``RayJobConfig``: a Ray cluster for each call, or one shared by an environment's calls),
 ``wandb`` (``@wandb_init``: a W&B run around the body on every rank, by Flyte's table; its
-decorators add a scope config to the task, whose part is in ``shoal._plugins.wandb``).
+decorators add a scope config to the task, whose part is in ``shoal._plugins.wandb``) and
+``nsight`` (``nsys_profile``: a task's calls profiled by Nsight Systems, on Shoal's own nsys
+support).
 """

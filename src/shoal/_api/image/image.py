@@ -343,6 +343,17 @@ class Image:
         copies in the Shoal that runs here (its source tree when it runs from one)."""
         return dataclasses.replace(self, install_shoal=True)
 
+    def with_local_v2_plugins(self, plugins: str | Sequence[str] | None = None) -> Image:
+        """Flyte 2's "carry these local plugin builds" (``["flyteplugins-nsight"]``): Shoal's
+        plugins are part of Shoal, so this is ``with_local_v2()``. Each name is checked: one
+        that is not ``flyteplugins-<name>`` is refused."""
+        names = [plugins] if isinstance(plugins, str) else list(plugins or [])
+        for name in names:
+            if not isinstance(name, str) or not name.startswith("flyteplugins-"):
+                raise SpecError("with_local_v2_plugins", name, "a plugin is named "
+                                "flyteplugins-<name>", 'e.g. ["flyteplugins-nsight"]')
+        return self.with_local_v2() if names else self
+
     def _add(self, layer: Layer) -> Image:
         if not self.extendable:
             raise SpecError("extendable", False, "this image was sealed with "
