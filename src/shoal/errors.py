@@ -7,8 +7,7 @@
     │   │   └── InputError        a value does not match the declared type
     │   ├── MissingDependencyError  a task calls an environment not reachable via depends_on
     │   ├── NotFoundError         a run, action, task or file the user named does not exist
-    │   ├── UserCodeError         the user's file cannot be imported (syntax error, exception)
-    │   └── SyncTaskCallInAsyncContextError  a sync task called inside a running event loop
+    │   └── UserCodeError         the user's file cannot be imported (syntax error, exception)
     ├── TaskFailed                a task failed after its retries (Flyte: BaseRuntimeError);
     │   │                         `.code` and `.kind` say how, `.info` where
     │   ├── RuntimeUserError      ... the task's code raised (code: the exception's type name)
@@ -52,7 +51,6 @@ __all__ = [
     "ShoalSystemError",
     "SpecError",
     "StoreError",
-    "SyncTaskCallInAsyncContextError",
     "TaskFailed",
     "TaskTimeout",
     "TaskTimeoutError",
@@ -133,12 +131,6 @@ class UserCodeError(UserError):
     """The user's file (or a module it imports) failed while Shoal imported it: a syntax error,
     or an exception raised at import time. ``str(err)`` is ``file:line: Type: message``, then
     that line with a caret under the failing part, then a fix where one is known."""
-
-
-class SyncTaskCallInAsyncContextError(UserError):
-    """A sync task was called (``prep(n)``) inside a running event loop, i.e. from the body of
-    an async task. The call would block that loop, and ``await prep(n)`` would await its int;
-    the fix is ``await prep.aio(n)``. Flyte 2 raises an error of this name at the same call."""
 
 
 @dataclass(frozen=True)

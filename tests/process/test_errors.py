@@ -157,29 +157,11 @@ def test_a_bad_input_names_the_call_in_the_users_code_only() -> None:
                         "with base 10: 'x'). Fix: pass an int, e.g. --n 4\n")
 
 
-def test_awaiting_a_sync_task_in_an_async_one_names_aio() -> None:
-    p = shoal("run", "--quiet", PROG, "awaits_sync_task")
-    assert p.returncode == 1
-    line = ("task 'oops.takes_int' is sync and was called inside the running event loop of "
-            "async task 'oops.awaits_sync_task', which the call would block. "
-            "Fix: await takes_int.aio(...)")
-    assert screen(p.stderr) == (
-        "shoal: run RUN of oops.awaits_sync_task on the local engine (store STORE)\n"
-        "T ▶ oops.awaits_sync_task [a0]\n"
-        f"T ✗ oops.awaits_sync_task [a0] failed: SyncTaskCallInAsyncContextError: {line}\n"
-        "  task calls ok cached replayed failed retries task time\n"
-        "  oops.awaits_sync_task 1 0 0 0 1 0 Ns\n"
-        "shoal: run RUN failed: task 'oops.awaits_sync_task' (action a0, attempt 0) failed: "
-        f"SyncTaskCallInAsyncContextError: {line}\n"
-        "Traceback (most recent call last):\n"
-        '  File "PROG", line 52, in awaits_sync_task\n'
-        "    return await takes_int(n)  # type: ignore[no-any-return]\n"
-        "                 ^^^^^^^^^^^^\n"
-        f"shoal.errors.SyncTaskCallInAsyncContextError: {line}\n" + SEE)
-
-
-def test_sync_tasks_called_without_a_loop_on_the_thread_still_run() -> None:
-    """From a thread of an async task (`asyncio.to_thread`), and from a sync task's body."""
+def test_sync_tasks_run_wherever_they_are_called() -> None:
+    """From an async task's body (its loop waits), a thread of it (`asyncio.to_thread`), and
+    a sync task's body, as Flyte 2's calls do."""
+    p = shoal("run", "--quiet", PROG, "calls_sync_task")
+    assert (p.returncode, p.stdout) == (0, "4\n"), p.stderr
     p = shoal("run", "--quiet", PROG, "sync_task_from_a_thread")
     assert (p.returncode, p.stdout) == (0, "4\n"), p.stderr
     p = shoal("run", "--quiet", PROG, "sync_calls_sync")

@@ -43,7 +43,6 @@ ERRORS = {
     "RuntimeSystemError", "RuntimeUnknownError", "RuntimeUserError", "ShoalError",
     "ShoalSystemError", "SpecError", "StoreError", "TaskFailed", "TaskTimeout",
     "TaskTimeoutError", "UnsupportedTypeError", "UserError", "UserCodeError",
-    "SyncTaskCallInAsyncContextError",
 }
 ERROR_VALUES = {"FailureInfo"}  # in shoal.errors for annotations (TaskFailed.info), not raised
 

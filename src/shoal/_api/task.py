@@ -27,7 +27,7 @@ from shoal._runtime.task_registry import LoadableTask
 from shoal._spec.call import CallSpec, TaskSpec, frozen_map
 from shoal._spec.code import code_hash
 from shoal._spec.names import check_task_name
-from shoal.errors import MissingDependencyError, SpecError, SyncTaskCallInAsyncContextError
+from shoal.errors import MissingDependencyError, SpecError
 
 if TYPE_CHECKING:
     from shoal._api.environment import TaskEnvironment
@@ -236,33 +236,18 @@ class TaskTemplate(LoadableTask, Generic[F]):
                             "a clustered task cannot call other tasks (its ranks have no "
                             "controller)", "call both from a driver task and pass values between")
 
-    def _refuse_inside_loop(self, c: Any) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no loop runs on this thread: blocking here blocks nothing else
-        short = self.name.split(".")[-1]
-        raise SyncTaskCallInAsyncContextError(
-            f"task {self.name!r} is sync and was called inside the running event loop of "
-            f"async task {c.task!r}, which the call would block. Fix: await {short}.aio(...)")
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Outside a run, the plain function. In a run, a call of the task in its environment:
         an async task's call returns an awaitable; a sync task's call waits for its output.
 
-        A sync task called inside a running event loop on this thread (from an async task's
-        body, or a sync helper that body calls) raises `SyncTaskCallInAsyncContextError`
-        before anything is submitted, naming ``await task.aio(...)``. That is Flyte 2's rule
-        (its guard checks for a running loop in the calling thread, whether or not the result
-        is awaited): the blocking call would stall every other call that loop drives. A sync
-        task called from a thread with no loop of its own (``asyncio.to_thread``, an
-        executor, a sync task's body) blocks only that thread and works."""
+        A sync task's call waits wherever it is made, as Flyte 2's does: from an async task's
+        body it blocks that body's event loop until the output is back (the calls in flight
+        go on in the call client's own thread; their results are taken up once the loop runs
+        again). ``await task.aio(...)`` is the call that lets the loop run meanwhile."""
         c = ctx()
         self._refuse_from_gang(c)
         if c.client is None:
             return self.func(*args, **kwargs)
-        if not self.is_async:
-            self._refuse_inside_loop(c)
         self._check_reachable(c.env)
         call = self.make_call(args, kwargs, c.action)
         if self.is_async:

@@ -48,8 +48,8 @@ async def passes_bad_input() -> int:
 
 
 @env.task
-async def awaits_sync_task(n: int = 1) -> int:
-    return await takes_int(n)  # type: ignore[no-any-return]
+async def calls_sync_task(n: int = 1) -> int:
+    return takes_int(n) + await takes_int.aio(n)  # the sync call waits here, as in Flyte 2
 
 
 @env.task
