@@ -77,10 +77,11 @@ def test_zero_1_2_3_match_torchrun_and_a_dead_rank_resumes_from_its_checkpoint(
         replay = gang["replayed"][str(stage)]
         assert replay["tag"] == f"zero{stage}-step{ds.STEPS}"
         assert replay["restored"] == replay["trained"]  # a restored engine steps the same
-    # ZeRO-1: rank 1 died after step 3 of the first start; the restart resumed from the save
-    # of step 2 and went on exactly as the uninterrupted run.
+    # ZeRO-1: rank 1 died in the save of step 4 of the first start, with its files written
+    # but not uploaded; the restart resumed from step 2, the last committed save, and went on
+    # exactly as the uninterrupted run.
     first = json.loads((gang_out / "losses-r0.json").read_text())
-    assert first == {f"1:{s}": _losses(alone, 1)[s] for s in range(1, ds.DIE_AFTER + 1)}
+    assert first == {f"1:{s}": _losses(alone, 1)[s] for s in range(1, ds.DIE_AT + 1)}
     assert gang["resumed"] == {"tag": "zero1-step2", "step": 2, "global_steps": 2}
     assert _losses(gang, 1) == {s: v for s, v in _losses(alone, 1).items() if s > 2}
     events = [e for e in Records(shoal_home / "shoal.db").events(run.name)]

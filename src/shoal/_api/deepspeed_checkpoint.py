@@ -5,6 +5,7 @@
 
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg)
     ds_ckpt = DeepSpeedCheckpoint(engine)            # every rank; ds_ckpt.dir: its own folder
+    start = 0
     if ds_ckpt.restore_sync() is not None:           # every rank: the latest committed save
         _, client = engine.load_checkpoint(ds_ckpt.dir)
         start = client["step"] + 1
@@ -23,7 +24,10 @@ the latest committed version under this rank's ``dir/<tag>/`` and writes ``dir/l
 is what ``engine.load_checkpoint(dir)`` reads on each rank: DeepSpeed checks that every rank's
 files are there, and its ZeRO-1/2 loads read rank 0's model states on every rank. It returns
 the tag, or None when nothing was committed yet. A checkpoint belongs to the task call, so it is
-found again after a gang restart, a task retry, a preemption and ``shoal run --resume``.
+found again after a gang restart, a task retry, a preemption and ``shoal run --resume``. The
+restore copies the files out of the checkpoint's verified download cache rather than linking
+them, since DeepSpeed may later write a file of the same name in place; the cache stays beside
+them, so a restore takes twice the disk of a version.
 
 The tag defaults to DeepSpeed's own (``global_step<engine.global_steps>``) and the version's
 step to ``engine.global_steps``; both are the same on every rank, as DeepSpeed asks of tags.

@@ -7,12 +7,15 @@ seeded by both, so a run that resumes from a checkpoint takes the steps an unint
 took: with two ranks every reduction sums two numbers (exact in any order), so the losses of a
 resumed stage equal the uninterrupted ones bit for bit.
 
-Under Shoal (``shoal.ctx()`` is set) the first start's rank 1 ends itself after step
-``DIE_AFTER`` of ZeRO-1, so the gang restarts and ZeRO-1 resumes from its step-2 checkpoint,
-which only the store has on the other node's disk (each node has its own local folder). After
-ZeRO-2 and ZeRO-3, a second engine restores the last save and must compute the next step's
-loss as the trained one does. Under torchrun (``python -m torch.distributed.run ... THIS OUT``)
-nothing dies and the checkpoint is a `shoal.Checkpoint` under OUT, one local folder per rank.
+Under Shoal (``shoal.ctx()`` is set) the first start's rank 1 ends itself in the save of
+step ``DIE_AT`` of ZeRO-1, after DeepSpeed wrote its files and before its shard was uploaded:
+that version never commits, so the gang restarts and ZeRO-1 resumes from step 2, whose files
+only the store has on the other node's disk (each node has its own local folder). After ZeRO-2
+and ZeRO-3, a second engine restores the last save into an empty folder (as a retry on other
+nodes would) and must compute the next step's loss as the trained one does.
+
+Under torchrun (``python -m torch.distributed.run ... THIS OUT``) nothing dies and the
+checkpoint is a `shoal.Checkpoint` under OUT, one local folder per rank.
 
 Must not import torch or deepspeed at its top: a test process imports it to submit the task.
 """
@@ -30,7 +33,7 @@ from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, Deep
 
 STEPS = 6
 SAVE_EVERY = 2
-DIE_AFTER = 3  # the first start's rank 1 ends itself after this step of ZeRO-1 (Shoal only)
+DIE_AT = 4  # the first start's rank 1 ends itself in this step's save of ZeRO-1 (Shoal only)
 COLLECTIVE_TIMEOUT = 45
 
 env = ClusteredTaskEnvironment(
@@ -142,13 +145,17 @@ def body(cp: shoal.Checkpoint, out: Path, die: bool) -> dict[str, Any]:
             if step % SAVE_EVERY == 0:
                 tag = f"zero{stage}-step{step}"
                 engine.save_checkpoint(ds_ckpt.dir, tag=tag, client_state={"step": step})
+                if die and stage == 1 and step == DIE_AT and engine.global_rank == 1:
+                    os._exit(1)  # its files are on its disk, its shard never uploaded
                 ds_ckpt.save_sync(tag, step=100 * stage + step)
-            if die and stage == 1 and step == DIE_AFTER and engine.global_rank == 1:
-                os._exit(1)
         result["losses"][str(stage)] = losses
-        if stage > 1:  # a second engine, restored from the last save, takes the next step
+        if stage > 1:
+            # A second engine on an empty disk (as a retry or a resumed run on other nodes),
+            # restored from the last save, takes the next step as the trained one does.
             again = _engine(stage)
-            restored = DeepSpeedCheckpoint(again, checkpoint=cp)
+            elsewhere = shoal.Checkpoint(cp.uri, local_dir=out / f"elsewhere{stage}-{cp.rank}",
+                                         rank=cp.rank, world_size=cp.world_size)
+            restored = DeepSpeedCheckpoint(again, checkpoint=elsewhere)
             tag = restored.restore_sync()
             again.load_checkpoint(restored.dir)
             result["replayed"][str(stage)] = {"tag": tag, "restored": _step(again, STEPS + 1),
