@@ -77,7 +77,7 @@ def test_zero_1_2_3_match_torchrun_and_a_dead_rank_resumes_from_its_checkpoint(
         replay = gang["replayed"][str(stage)]
         assert replay["tag"] == f"zero{stage}-step{ds.STEPS}"
         assert replay["restored"] == replay["trained"]  # a restored engine steps the same
-    # ZeRO-1: rank 1 died in the save of step 4 of the first start, with its files written
+    # ZeRO-1: rank 1 was killed in the save of step 4 of the first start, with its files written
     # but not uploaded; the restart resumed from step 2, the last committed save, and went on
     # exactly as the uninterrupted run.
     first = json.loads((gang_out / "losses-r0.json").read_text())
@@ -87,6 +87,7 @@ def test_zero_1_2_3_match_torchrun_and_a_dead_rank_resumes_from_its_checkpoint(
     events = [e for e in Records(shoal_home / "shoal.db").events(run.name)]
     restarts = [e.data for e in events if e.kind == "gang_restart"]
     assert len(restarts) == 1 and restarts[0]["rank"] == 1, restarts
+    assert "the process was killed" in restarts[0]["message"], restarts
     # Rank 1 never wrote ZeRO-1's model states (rank 0 alone does) and its node's folder is
     # its own: it loaded them from the store.
     restored = list(shoal_home.glob(

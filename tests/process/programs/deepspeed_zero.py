@@ -7,7 +7,7 @@ seeded by both, so a run that resumes from a checkpoint takes the steps an unint
 took: with two ranks every reduction sums two numbers (exact in any order), so the losses of a
 resumed stage equal the uninterrupted ones bit for bit.
 
-Under Shoal (``shoal.ctx()`` is set) the first start's rank 1 ends itself in the save of
+Under Shoal (``shoal.ctx()`` is set) the first start's rank 1 is killed (SIGKILL) in the save of
 step ``DIE_AT`` of ZeRO-1, after DeepSpeed wrote its files and before its shard was uploaded:
 that version never commits, so the gang restarts and ZeRO-1 resumes from step 2, whose files
 only the store has on the other node's disk (each node has its own local folder). After ZeRO-2
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from shoal.clustered import ClusteredTaskEnvironment, ClusterFailurePolicy, Deep
 
 STEPS = 6
 SAVE_EVERY = 2
-DIE_AT = 4  # the first start's rank 1 ends itself in this step's save of ZeRO-1 (Shoal only)
+DIE_AT = 4  # the first start's rank 1 is killed in this step's save of ZeRO-1 (Shoal only)
 COLLECTIVE_TIMEOUT = 45
 
 env = ClusteredTaskEnvironment(
@@ -146,7 +147,7 @@ def body(cp: shoal.Checkpoint, out: Path, die: bool) -> dict[str, Any]:
                 tag = f"zero{stage}-step{step}"
                 engine.save_checkpoint(ds_ckpt.dir, tag=tag, client_state={"step": step})
                 if die and stage == 1 and step == DIE_AT and engine.global_rank == 1:
-                    os._exit(1)  # its files are on its disk, its shard never uploaded
+                    os.kill(os.getpid(), signal.SIGKILL)  # its files on its disk, not uploaded
                 ds_ckpt.save_sync(tag, step=100 * stage + step)
         result["losses"][str(stage)] = losses
         if stage > 1:
