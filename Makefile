@@ -5,6 +5,12 @@ BIN     := $(VENV)/bin
 # torch 2.13.0 is the CPU build that lies on the CI machines' disk; tests that need it skip
 # without it.
 TORCH   ?= torch==2.13.0
+# DeepSpeed (tests/process/test_deepspeed.py) builds from source against the torch above: no
+# build isolation (pip would build it against a torch of its own choosing), none of its C++
+# ops but the CPU shared-memory one, which its CPU path loads in every process. The line
+# after the install loads that op once, so a machine whose wheel lacks it (a cached build)
+# compiles it here, a minute or two once, and never in a test.
+DEEPSPEED ?= deepspeed==0.19.8
 
 .PHONY: demo test test-fast pythons lint bench clean
 
@@ -16,6 +22,10 @@ $(BIN)/shoal: pyproject.toml
 
 $(VENV)/.dev: pyproject.toml $(BIN)/shoal
 	$(BIN)/pip install -q -e '.[dev]' '$(TORCH)'
+	$(BIN)/pip install -q setuptools wheel
+	DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 DS_ACCELERATOR=cpu \
+		$(BIN)/pip install -q --no-build-isolation '$(DEEPSPEED)' '$(TORCH)'
+	DS_ACCELERATOR=cpu $(BIN)/python -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()'
 	@touch $@
 
 $(VENV)/.examples: pyproject.toml $(BIN)/shoal

@@ -172,8 +172,21 @@ TORCH_LOCAL_RANK = "LOCAL_RANK"
 TORCH_WORLD_SIZE = "WORLD_SIZE"
 TORCH_LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 TORCH_GROUP_RANK = "GROUP_RANK"
+TORCH_GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
 TORCH_MASTER_ADDR = "MASTER_ADDR"
 TORCH_MASTER_PORT = "MASTER_PORT"
+# --- what DeepSpeed's own launcher adds (`deepspeed.launcher.launch`): its CPU accelerator
+# counts LOCAL_SIZE devices and shares memory between ranks only when LOCAL_SIZE is the world,
+# its NVMe checkpoint writers read CROSS_RANK and CROSS_SIZE (the node and the node count).
+DS_LOCAL_SIZE = "LOCAL_SIZE"
+DS_CROSS_RANK = "CROSS_RANK"
+DS_CROSS_SIZE = "CROSS_SIZE"
+# The accelerator DeepSpeed uses ("cpu", "cuda", ...): "cpu" where GPUs are emulated, so it
+# says why instead of guessing from what torch sees.
+DS_ACCELERATOR = "DS_ACCELERATOR"
+# DeepSpeed's default process-group timeout, in whole minutes; set by the user, it wins over
+# the gang's collective_timeout (see `shoal._runtime.frameworks`).
+DEEPSPEED_TIMEOUT = "DEEPSPEED_TIMEOUT"
 
 
 def home() -> Path:
@@ -430,8 +443,9 @@ class NodeEnv:
 
 
 def torch_rank_env(node: NodeEnv, local_rank: int) -> dict[str, str]:
-    """What torchrun gives a worker process (static rendezvous), for one local rank, and the
-    gang's restart count as JobSet names it (``JOBSET_RESTART_ATTEMPT``, read by Flyte 2 code)."""
+    """What torchrun gives a worker process (static rendezvous), for one local rank, the
+    gang's restart count as JobSet names it (``JOBSET_RESTART_ATTEMPT``, read by Flyte 2 code)
+    and what DeepSpeed's launcher adds (LOCAL_SIZE, CROSS_RANK, CROSS_SIZE)."""
     rank = node.node_rank * node.nproc_per_node + local_rank
     world = node.nnodes * node.nproc_per_node
     return {
@@ -443,7 +457,7 @@ def torch_rank_env(node: NodeEnv, local_rank: int) -> dict[str, str]:
         "ROLE_RANK": str(rank),
         "ROLE_WORLD_SIZE": str(world),
         "ROLE_NAME": "default",
-        "GROUP_WORLD_SIZE": str(node.nnodes),
+        TORCH_GROUP_WORLD_SIZE: str(node.nnodes),
         TORCH_MASTER_ADDR: node.master_addr,
         TORCH_MASTER_PORT: str(node.master_port),
         "TORCHELASTIC_RESTART_COUNT": "0",
@@ -451,7 +465,20 @@ def torch_rank_env(node: NodeEnv, local_rank: int) -> dict[str, str]:
         "TORCHELASTIC_RUN_ID": rendezvous_id(node),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         JOBSET_RESTART_ATTEMPT: str(node.restart_attempt),
+        DS_LOCAL_SIZE: str(node.nproc_per_node),
+        DS_CROSS_RANK: str(node.node_rank),
+        DS_CROSS_SIZE: str(node.nnodes),
     }
+
+
+def deepspeed_rank_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """DeepSpeed's launcher's names for a rank that torchrun started (from torchrun's own, so a
+    c10d rendezvous's group rank is the node's): what `torch_rank_env` gives a rank Shoal
+    starts itself. Names already set are left as they are."""
+    pairs = ((DS_LOCAL_SIZE, TORCH_LOCAL_WORLD_SIZE), (DS_CROSS_RANK, TORCH_GROUP_RANK),
+             (DS_CROSS_SIZE, TORCH_GROUP_WORLD_SIZE))
+    return {ours: environ[theirs] for ours, theirs in pairs
+            if ours not in environ and theirs in environ}
 
 
 def rendezvous_id(node: NodeEnv) -> str:

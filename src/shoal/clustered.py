@@ -18,6 +18,8 @@ uses each sample of an epoch once across those resizes.
 Every rank runs the same task function with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set (so DDP, FSDP, Lightning, Accelerate and DeepSpeed work
 unchanged) and the topology in `shoal.ctx()`. Rank 0's return value is the task's output.
+`DeepSpeedCheckpoint` makes DeepSpeed's own checkpoint files durable and resumable through
+`shoal.ctx().checkpoint` (docs/deepspeed.md).
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from shoal._api.deepspeed_checkpoint import DeepSpeedCheckpoint
 from shoal._api.elastic_sampler import ElasticSampler
 from shoal._api.environment import TaskEnvironment
 from shoal._spec.call import ClusterSpec
 from shoal.errors import SpecError
 
-__all__ = ["ClusterFailurePolicy", "ClusteredTaskEnvironment", "ElasticSampler", "JaxRun",
-           "TorchRun"]
+__all__ = ["ClusterFailurePolicy", "ClusteredTaskEnvironment", "DeepSpeedCheckpoint",
+           "ElasticSampler", "JaxRun", "TorchRun"]
 
-ElasticSampler.__module__ = __name__  # users import it from here; repr and docs say so
+# Users import these from here; repr and docs say so.
+DeepSpeedCheckpoint.__module__ = __name__
+ElasticSampler.__module__ = __name__
 
 _RDZV = ("static", "c10d")
 # Upper bounds of a gang, past any real cluster: a bigger number is a typo, refused before a

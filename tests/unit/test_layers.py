@@ -35,8 +35,8 @@ def test_public_names_do_not_drift() -> None:
         assert issubclass(getattr(shoal.errors, name), shoal.errors.ShoalError)
 
 
-CLUSTERED = {"ClusterFailurePolicy", "ClusteredTaskEnvironment", "ElasticSampler", "JaxRun",
-             "TorchRun"}
+CLUSTERED = {"ClusterFailurePolicy", "ClusteredTaskEnvironment", "DeepSpeedCheckpoint",
+             "ElasticSampler", "JaxRun", "TorchRun"}
 ERRORS = {
     "BaseRuntimeError", "EngineError", "InputError", "MissingDependencyError",
     "NonRecoverableError", "NotFoundError", "OOMError", "ObjectNotFound", "RunCancelled",

@@ -32,6 +32,9 @@ _RESERVED = frozenset(
         contract.TORCH_GROUP_RANK,
         contract.TORCH_MASTER_ADDR,
         contract.TORCH_MASTER_PORT,
+        contract.DS_LOCAL_SIZE,
+        contract.DS_CROSS_RANK,
+        contract.DS_CROSS_SIZE,
     }
 )
 

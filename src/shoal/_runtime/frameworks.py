@@ -2,9 +2,11 @@
 
 - torch: process groups get a bounded default timeout (gloo's default is 30 minutes, so a
   peer that stops answering would otherwise be a silent half-hour hang). A timeout the user
-  passes to ``init_process_group`` wins. Where the engine emulates the task's GPUs on CPU
-  (``contract.GPUS_EMULATED``), an NCCL backend (``"nccl"``, ``"cuda:nccl,cpu:gloo"``) becomes
-  gloo and a CUDA ``device_id`` is dropped, with one warning from rank 0: GPU code that guards
+  passes to ``init_process_group`` wins; DeepSpeed's own default (10 minutes, which
+  ``deepspeed.init_distributed`` passes on) gives way to it too. Where the engine emulates
+  the task's GPUs on CPU (``contract.GPUS_EMULATED``), an NCCL backend (``"nccl"``,
+  ``"cuda:nccl,cpu:gloo"``) becomes gloo and a CUDA ``device_id`` is dropped, with one
+  warning from rank 0 (DeepSpeed is told ``DS_ACCELERATOR=cpu``): GPU code that guards
   device placement with ``torch.cuda.is_available()`` then runs unchanged on a laptop. There
   ``torch.cuda.set_device(i)`` (which GPU code calls unguarded, before ``init_process_group``)
   is a no-op, since the process sees no CUDA device to pick; and FSDP, which refuses a CPU
@@ -159,7 +161,7 @@ def _bound_torch_collectives(seconds: float, *, emulated: bool = False) -> None:
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        if "timeout" not in kwargs and len(args) < 3:
+        if ("timeout" not in kwargs and len(args) < 3) or _deepspeed_default(kwargs):
             kwargs["timeout"] = _dt.timedelta(seconds=seconds)
         if emulated:
             args, kwargs = _on_cpu(args, kwargs)
@@ -173,6 +175,18 @@ def _bound_torch_collectives(seconds: float, *, emulated: bool = False) -> None:
     wrap_collectives(dist, c10d)  # hang diagnosis: which collective each rank is in
     if emulated:
         _emulate_cuda_devices()
+
+
+def _deepspeed_default(kwargs: dict[str, Any]) -> bool:
+    """Whether DeepSpeed passes its own default timeout (``deepspeed.init_distributed``, which
+    ``deepspeed.initialize`` calls, always passes one: 10 minutes unless ``DEEPSPEED_TIMEOUT``
+    says otherwise): then the gang's collective timeout is the default instead, as it is for a
+    plain ``init_process_group``. A timeout the user passes, or sets in ``DEEPSPEED_TIMEOUT``,
+    wins. Known by identity, so deepspeed is never imported here."""
+    constants = sys.modules.get("deepspeed.constants")
+    return (constants is not None and "timeout" in kwargs
+            and kwargs["timeout"] is getattr(constants, "default_pg_timeout", None)
+            and contract.DEEPSPEED_TIMEOUT not in os.environ)
 
 
 # Process groups that `destroy_process_group` took out of torch's registry, kept alive until

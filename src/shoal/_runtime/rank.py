@@ -122,6 +122,8 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
 
 def main() -> None:
     node = NodeEnv.from_env()
+    # A rank torchrun started has torchrun's variables only: DeepSpeed's launcher's too.
+    os.environ.update(contract.deepspeed_rank_env(os.environ))
     rank = int(os.environ[contract.TORCH_RANK])
     local_rank = int(os.environ.get(contract.TORCH_LOCAL_RANK, "0"))
     if node.rank_log_dir:

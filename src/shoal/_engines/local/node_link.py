@@ -42,15 +42,20 @@ class NodeLink:
         return self.proc.returncode is None and not self.writer.is_closing()
 
     async def _line(self) -> bytes:
-        """The launcher's next message; b"" once its socket is closed or was reset: a node
-        that is going away (killed, its host lost) resets its end, and that is the node
-        ending, never an error of the engine."""
+        """The launcher's next message; b"" once its socket is closed or was reset: that is
+        the node ending, never an error of the engine (`ended` then reads its exit code).
+
+        A reset is what a launcher that ends with a message of the engine still unread (a
+        ``stop`` sent as it was killed, or as it exited) leaves: closing a Unix stream
+        socket with unread data makes the kernel reset the peer's end, whose read then
+        raises ECONNRESET instead of seeing EOF. A line cut short by the launcher's end (no
+        newline) is its end too, not a message."""
         try:
             line = await self.reader.readline()
         except (ConnectionError, OSError):
             return b""
         self.heard = time.monotonic()
-        return line
+        return line if line.endswith(b"\n") else b""
 
     async def ready(self) -> None:
         """Once the launcher is ready to start ranks (or gone: `ended` then says so)."""

@@ -64,6 +64,7 @@ def worker_environ(env: EnvSpec, wenv: WorkerEnv | None, base: Mapping[str, str]
     if gpus_emulated:
         out["CUDA_VISIBLE_DEVICES"] = ""
         out[contract.GPUS_EMULATED] = "1"
+        out[contract.DS_ACCELERATOR] = "cpu"  # DeepSpeed's CPU path (gloo), said, not guessed
     return out
 
 
