@@ -257,17 +257,23 @@ def names_used(source: str) -> list[str]:
 
 def missing_in_shoal(names: list[str]) -> list[str]:
     """Those of ``names`` Shoal does not have (attribute or submodule), each cut at the first
-    part missing."""
+    part missing; a name Shoal refuses when it is looked up (``flyte.storage.S3``: a module
+    ``__getattr__`` raising `SpecError`) counts as missing."""
     import importlib
     import types
 
     import shoal
+    from shoal.errors import SpecError
 
     missing = set()
     for dotted in names:
         obj: object = shoal
         for i, part in enumerate(dotted.split(".")):
-            if hasattr(obj, part):
+            try:
+                found = hasattr(obj, part)
+            except SpecError:
+                found = False
+            if found:
                 obj = getattr(obj, part)
                 continue
             if isinstance(obj, types.ModuleType):
@@ -319,7 +325,9 @@ def categorize(error: str, stderr: str) -> str:
     text = error + "\n" + stderr[-6000:]
     if m := re.search(r"No module named '(shoal\.[\w.]+)'", error):
         private = m[1].split(".")[1].startswith("_")
-        name = m[1].replace("shoal", "flyte", 1)
+        # the name the example imports: shoal.plugins.X was flyteplugins.X, shoal.x flyte.x
+        name = (m[1].replace("shoal.plugins", "flyteplugins", 1)
+                if m[1].startswith("shoal.plugins.") else m[1].replace("shoal", "flyte", 1))
         return f"Flyte-private module {name}" if private else f"missing module {name}"
     if m := re.search(r"No module named '([\w.]+)'", error):
         return f"needs package {m[1].split('.')[0]}"
