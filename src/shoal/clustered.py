@@ -172,6 +172,12 @@ class ClusteredTaskEnvironment(TaskEnvironment):
                             self.plugin_config, "makes a gang, and so does this environment",
                             "use one: ClusteredTaskEnvironment(replicas=, min_replicas=, ...) "
                             "or TaskEnvironment(plugin_config=Elastic(...))")
+        if self._plugin is not None and self._plugin.processless:
+            raise SpecError(f"ClusteredTaskEnvironment({name!r}).plugin_config",
+                            self.plugin_config, "has the driver answer each call without a "
+                            "process, but this environment runs each call as a gang of ranks",
+                            f"give it to a plain environment: TaskEnvironment({name!r}, "
+                            f"plugin_config={type(self.plugin_config).__name__}())")
         self._given.update(replicas=replicas, nproc_per_node=nproc_per_node, runtime=runtime,
                            failure_policy=failure_policy, min_replicas=min_replicas)
         if self.reusable is not None:

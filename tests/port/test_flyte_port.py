@@ -210,6 +210,32 @@ def test_run_outputs_is_a_tuple_as_in_flyte(tmp_path: Path, shoal_home: Path) ->
     assert ran.result("first") == "PORT!", ran.tails()
 
 
+def test_echo_and_sleep_calls_are_answered_by_the_driver_without_a_process(
+        tmp_path: Path, shoal_home: Path) -> None:
+    """An Echo root, then a driver calling a Sleep of 0.3 s and an Echo: outputs, records and
+    logs as any call's; neither body ran and no worker of their environments started."""
+    from shoal._storage.records import Records
+
+    ran = run_program("echo_sleep.py", tmp_path, shoal_home)
+    assert ran.result("echo") == "hello", ran.tails()
+    echoed, slept = ran.result("main").split(" slept=")
+    assert echoed == "hi" and 0.28 <= float(slept) < 3.0, ran.tails()
+    assert not list(tmp_path.glob("*-body-ran")), ran.tails()
+    alone, both = ran.result("runs").split()
+    records = Records(shoal_home / "shoal.db")
+    assert [(a.action_id, a.task, a.state, a.outputs) for a in records.list_actions(alone)] \
+        == [("a0", "port-echo.echo_identity", "succeeded", "hello")]
+    assert [(a.action_id, a.task, a.state, a.outputs) for a in records.list_actions(both)] == [
+        ("a0", "port-echo-sleep.main", "succeeded", f"hi slept={slept}"),
+        ("a0.1", "port-sleep.sleep_for", "succeeded", None),
+        ("a0.2", "port-echo.echo_identity", "succeeded", "hi")]
+    sleep_log = (shoal_home / "runs" / both / "logs" / "a0.1.0.log").read_text()
+    assert "port-sleep.sleep_for: slept 0.3s" in sleep_log, sleep_log
+    workers = sorted(p.name for p in (shoal_home / "runs" / both / "workers").iterdir())
+    assert workers and all(w.startswith("port-echo-sleep-") for w in workers), workers
+    assert not (shoal_home / "runs" / alone / "workers").exists()
+
+
 def test_ddp_written_for_gpus_runs_on_emulated_gpus(tmp_path: Path, shoal_home: Path) -> None:
     pytest.importorskip("torch")
     ran = run_program("ddp_gpu.py", tmp_path, shoal_home, timeout=240)

@@ -132,9 +132,11 @@ def test_another_plugin_config_is_refused_naming_shoals_plugins(config: object,
                                                                 fix: str) -> None:
     e = _refused(lambda: shoal.TaskEnvironment("el-plugin", plugin_config=config))
     assert e.field == "TaskEnvironment('el-plugin').plugin_config" and e.value is config
-    assert PROVIDED == ("shoal.plugins.pytorch.Elastic", "shoal.plugins.ray.RayJobConfig")
+    assert PROVIDED == ("shoal.plugins.pytorch.Elastic", "shoal.plugins.ray.RayJobConfig",
+                        "shoal.plugins.echo.Echo", "shoal.extras.Sleep")
     assert ("must be one of Shoal's plugin configs (shoal.plugins.pytorch.Elastic, "
-            "shoal.plugins.ray.RayJobConfig)") in e.rule
+            "shoal.plugins.ray.RayJobConfig, shoal.plugins.echo.Echo, shoal.extras.Sleep)"
+            ) in e.rule
     assert fix in str(e.fix)
 
 

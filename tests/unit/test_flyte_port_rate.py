@@ -90,6 +90,8 @@ def test_the_error_is_the_exception_that_ended_the_script(port: ModuleType) -> N
     ("ModuleNotFoundError: No module named 'lightning'", "needs package lightning"),
     ("ModuleNotFoundError: No module named 'shoal._image'", "Flyte-private module flyte._image"),
     ("ModuleNotFoundError: No module named 'shoal.report'", "missing module flyte.report"),
+    ("ModuleNotFoundError: No module named 'shoal.plugins.spark'",
+     "missing module flyteplugins.spark"),
     ("ImportError: cannot import name 'DataFrame' from 'shoal.io' (x.py)",
      "missing API flyte.io.DataFrame"),
     ("AttributeError: type object 'Image' has no attribute 'from_uv_script'",
@@ -135,3 +137,5 @@ def test_the_static_scan_reads_code_not_docs(port: ModuleType) -> None:
         "Resources", "TaskEnvironment", "io.Dir", "io.File", "map.aio"]
     assert port.missing_in_shoal(["TaskEnvironment", "Resources.nothing_here", "no_such_name"]) \
         == ["Resources.nothing_here", "no_such_name"]
+    # a name Shoal refuses when looked up (flyte.storage's backend classes) is missing too
+    assert port.missing_in_shoal(["storage.S3", "storage.get", "extras.Sleep"]) == ["storage.S3"]

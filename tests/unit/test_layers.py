@@ -58,6 +58,23 @@ def test_clustered_public_names_do_not_drift() -> None:
     assert defined <= CLUSTERED, defined - CLUSTERED  # a new public class must be listed
 
 
+def test_extras_and_echo_public_names_do_not_drift() -> None:
+    """`shoal.extras` (Flyte's `flyte.extras`) and `shoal.plugins.echo` (`flyteplugins.echo`):
+    each name listed, defined where it is exported, and no public class left out."""
+    import shoal.extras
+    import shoal.plugins.echo
+    import shoal.plugins.echo.task
+
+    for module, names, home in ((shoal.extras, {"Sleep"}, "shoal.extras"),
+                                (shoal.plugins.echo, {"Echo"}, "shoal.plugins.echo.task")):
+        assert set(module.__all__) == names, module.__name__
+        for name in names:
+            assert getattr(module, name).__module__ == home, name
+    defined = {n for n, v in vars(shoal.extras).items() if isinstance(v, type)
+               and v.__module__ == "shoal.extras" and not n.startswith("_")}
+    assert defined <= {"Sleep"}, defined
+
+
 def test_errors_public_names_do_not_drift() -> None:
     assert set(shoal.errors.__all__) == ERRORS | ERROR_VALUES
     for name in ERRORS:
@@ -82,9 +99,10 @@ def test_types_users_annotate_with_are_exported() -> None:
 
 
 def test_everything_else_is_private() -> None:
-    # remote.py, storage.py: where Flyte code's `flyte.remote` and `flyte.storage` land
+    # remote.py, storage.py, extras.py: where Flyte code's `flyte.remote`, `flyte.storage`
+    # and `flyte.extras` land
     public_modules = {"__init__.py", "errors.py", "clustered.py", "io.py", "report.py",
-                      "remote.py", "storage.py"}
+                      "remote.py", "storage.py", "extras.py"}
     for path in SRC.iterdir():
         if (path.suffix == ".py" and path.name not in public_modules
                 and not path.name.startswith("_")):  # _image.py: Flyte's private path
@@ -135,7 +153,8 @@ def _imports_of(source: str, where: Path | str) -> set[str]:
 #   _runtime     what runs in a task process: the task context, worker, ranks, launcher
 #   _api | _engines    what users write | the engines: side by side
 #   _driver      one run on any engine; shoal.run / init / Run / with_runcontext
-#   public | _ui       shoal/__init__.py, io.py, report.py, clustered.py, _image.py, plugins/ |
+#   public | _ui       shoal/__init__.py, io.py, report.py, clustered.py, extras.py, _image.py,
+#                      plugins/ |
 #                the web UI, which asks a run to stop as the CLI does (_driver/stop_requests.py)
 #   _plugins     _plugins/<name>/: a plugin's engine-side parts, loaded only by the registry
 #   cli          the commands
@@ -153,7 +172,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 RANK = {layer: rank for rank, names in enumerate(LAYERS) for layer in names}
 FOUNDATION = {"errors", "_contract", "_spec"}
 PUBLIC_FILES = {"__init__", "io", "report", "clustered", "_image", "plugins", "remote",
-                "storage"}
+                "storage", "extras"}
 
 
 def _layer(top: str) -> str:

@@ -90,7 +90,9 @@ class TaskEnvironment:
     `shoal.ReusePolicy` bounding the local engine's warm workers. ``queue``: the Kueue queue
     label of the pod template. ``plugin_config``: one of Shoal's plugin configs
     (`shoal._api.plugin_config.PROVIDED`: ``shoal.plugins.pytorch.Elastic`` makes the
-    environment's tasks elastic gangs); any other (Flyte's Spark, Dask, ...) is refused.
+    environment's tasks elastic gangs, ``shoal.plugins.echo.Echo`` and ``shoal.extras.Sleep``
+    have the driver answer their calls without a process); any other (Flyte's Spark, Dask,
+    ...) is refused.
     """
 
     def __init__(
@@ -176,7 +178,8 @@ class TaskEnvironment:
         if self._plugin is not None:
             # The plugin's variables (NCCL knobs, ...) under the user's own, which win.
             self.env_vars = frozen_map({**self._plugin.env_vars, **self.env_vars})
-            if self._plugin.cluster is not None and reusable is not None:
+            if (self._plugin.cluster is not None or self._plugin.processless) \
+                    and reusable is not None:
                 plugin_config.check_reuse(f"{kind}({name!r})", reusable)
         from shoal._spec.profile import Profile
 
@@ -263,6 +266,7 @@ class TaskEnvironment:
             reuse=self.reusable.spec() if self.reusable is not None else None,
             profile=self.profile.spec() if self.profile is not None else None,
             cluster=self._cluster_spec(),
+            processless=self._plugin.processless if self._plugin is not None else "",
             image_tag=(self.image if isinstance(self.image, str)
                        else self.image.uri() if self.image is not None else ""),
             image_packages=(tuple(self.image.declared_pip_requirements())

@@ -13,14 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shoal._spec.call import ClusterSpec
 
-__all__ = ["PROVIDED", "PluginConfig", "PluginSettings", "check_int", "ray_join_vars"]
+if TYPE_CHECKING:
+    from shoal._api.task import TaskTemplate
+
+__all__ = ["PROVIDED", "PluginConfig", "PluginSettings", "ProcesslessConfig", "check_int",
+           "ray_join_vars"]
 
 # The configs ``plugin_config=`` takes, as a user imports them (named in the refusal of others).
-PROVIDED = ("shoal.plugins.pytorch.Elastic", "shoal.plugins.ray.RayJobConfig")
+PROVIDED = ("shoal.plugins.pytorch.Elastic", "shoal.plugins.ray.RayJobConfig",
+            "shoal.plugins.echo.Echo", "shoal.extras.Sleep")
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class PluginSettings:
     env_vars: Mapping[str, str] = field(default_factory=dict)
     task_timeout: float | None = None  # a task's max_runtime when it sets none
     task_retries: int | None = None  # a task's retries when it sets none
+    # The driver answers the environment's calls without a process (`EnvSpec.processless`).
+    processless: str = ""
 
 
 class PluginConfig:
@@ -41,6 +48,11 @@ class PluginConfig:
         """What this config makes of the environment ``where`` names (for errors); raises
         `SpecError` for what it cannot honour."""
         raise NotImplementedError
+
+    def check_task(self, task: TaskTemplate[Any]) -> None:
+        """Raise `SpecError` for a task of this config's environment it cannot run (its
+        signature, its settings), when ``@env.task`` makes it; any task by default."""
+        return None
 
     def check_reuse(self, where: str, reusable: Any) -> None:
         """Raise `SpecError` unless this config's environment may keep its gang between calls
@@ -58,6 +70,39 @@ class PluginConfig:
 
         raise SpecError("--override", field, f"{type(self).__name__} makes no gang whose size "
                         "can be overridden", "leave --override out for this environment")
+
+
+class ProcesslessConfig(PluginConfig):
+    """The base of a config whose environment's calls the driver answers itself, with no
+    process on any engine (``Echo``, ``Sleep``: Flyte runs them in its backend, no pod).
+
+    A subclass names its ``KIND`` (what `shoal._driver.processless` does with a call) and
+    checks its tasks' signatures in `check_signature`."""
+
+    KIND = ""
+
+    def environment_settings(self, where: str) -> PluginSettings:
+        return PluginSettings(processless=self.KIND)
+
+    def check_reuse(self, where: str, reusable: Any) -> None:
+        from shoal.errors import SpecError
+
+        raise SpecError(f"{where}.reusable", reusable, f"plugin_config={type(self).__name__}()"
+                        " starts no process (the driver answers each call), so there is no "
+                        "worker to reuse", "leave reusable out")
+
+    def check_task(self, task: TaskTemplate[Any]) -> None:
+        from shoal.errors import SpecError
+
+        if task.report:
+            raise SpecError(f"task {task.name!r}: report", True, "its body never runs "
+                            f"(plugin_config={type(self).__name__}()), so it writes no report",
+                            "leave report out")
+        self.check_signature(task)
+
+    def check_signature(self, task: TaskTemplate[Any]) -> None:
+        """Raise `SpecError` unless ``task``'s parameters and return type fit this config."""
+        raise NotImplementedError
 
 
 def check_int(field_name: str, value: object, minimum: int, example: str,
@@ -102,7 +147,7 @@ def _fix_for(config: Any) -> str:
     module, name = type(config).__module__, type(config).__qualname__
     if module.startswith("flyteplugins."):
         plugin = module.split(".")[1]
-        if plugin in ("pytorch", "ray"):
+        if plugin in ("pytorch", "ray", "echo"):
             return (f"import it from shoal.plugins instead of flyteplugins: "
                     f"`from shoal.plugins.{plugin} import {name}` (rename `flyteplugins.` to "
                     "`shoal.plugins.` in the imports)")
@@ -110,6 +155,8 @@ def _fix_for(config: Any) -> str:
                 "shoal.clustered.ClusteredTaskEnvironment for multi-node torch/JAX, "
                 "shoal.plugins.ray.RayJobConfig for a Ray cluster, or start the framework "
                 "(Spark, Dask, ...) inside a task")
+    if module.startswith("flyte.extras") and name == "Sleep":
+        return "import it from shoal instead of flyte: `from shoal.extras import Sleep`"
     if module.startswith("shoal.plugins.pytorch") and name == "RunPolicy":
         return "a RunPolicy goes inside the Elastic config: plugin_config=Elastic(..., " \
                "run_policy=RunPolicy(...))"

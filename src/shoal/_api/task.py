@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from shoal._api.cache import Cache
 from shoal._api.custom_context import current_custom_context
 from shoal._api.group import current_group
+from shoal._api.plugin_config import PluginConfig
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import TaskSettings
 from shoal._runtime import task_registry
@@ -83,6 +84,8 @@ class TaskTemplate(LoadableTask, Generic[F]):
         self.signature = inspect.signature(func)
         self.hints, self.return_type = self._read_hints(codecs)
         self._spec: TaskSpec | None = None
+        if isinstance(env.plugin_config, PluginConfig):
+            env.plugin_config.check_task(self)  # e.g. an Echo task's output is its input
 
     def _read_hints(self, codecs: Any) -> tuple[dict[str, Any], Any]:
         try:

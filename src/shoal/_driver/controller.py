@@ -7,7 +7,8 @@ For every call (the run's root or a call made by a running task) it
 3. when the run resumes an earlier one (``shoal run --resume``), replays the call's outputs from
    the earlier run's records if that call (same action, task and inputs) completed there;
    otherwise looks the call up in the cache, and returns stored outputs on a hit;
-4. runs attempts on the engine, with retries and exponential backoff;
+4. runs attempts on the engine, with retries and exponential backoff (or answers them itself,
+   for an environment that starts no process: `processless.py`);
 5. records every step in the run records and tells the reporter.
 Calls of `@shoal.trace` functions inside tasks are recorded and replayed by `traces.py`.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal import _contract as contract
+from shoal._driver import processless
 from shoal._driver.deadline import Deadline, PastDeadline
 from shoal._driver.run_options import RunOptions
 from shoal._driver.traces import TraceKeeper
@@ -329,9 +331,12 @@ class Controller:
         """One attempt on the engine, bounded by the deadline. A cancelled run and an engine
         fault are recorded on the action before they propagate, so nothing stays running."""
         task, rec = call.task, self.records
+        bounded, ref = budget.attempt_call(call), AttemptRef(self.run, action, attempt, log)
         try:
-            outcome = await budget.bound(self.engine.run_attempt(
-                budget.attempt_call(call), AttemptRef(self.run, action, attempt, log)))
+            # An Echo or Sleep call is answered here, on every engine; the engine never sees it.
+            outcome = await budget.bound(processless.answer(bounded, ref)
+                                         if task.env.processless
+                                         else self.engine.run_attempt(bounded, ref))
             if budget.spent() and outcome.failure is not None:
                 outcome = AttemptOutcome(failure=budget.failure(task.name, action, attempt))
             return outcome

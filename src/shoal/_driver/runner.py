@@ -103,6 +103,9 @@ class Runner:
         self.options = options or RunOptions()
         self.call = self.options.seed_root(self.options.apply(call))
         self.envs = [self.options.apply_env(e) for e in envs or [call.task.env]]
+        # What the engine starts, plans and checks: not the environments whose calls the
+        # controller answers itself (Echo, Sleep), which must never hold a worker or a slot.
+        self.engine_envs = [e for e in self.envs if not e.processless]
         self.home = contract.home()
         self.store_uri = store or contract.store_uri()
         self._registered = False
@@ -129,10 +132,20 @@ class Runner:
                                   **dict(engine_options or {}))
         # an engine's settings may name the store its nodes share (Slurm's)
         self.store_uri = self.engine.shared_store() or self.store_uri
-        self.engine.check_envs(self.envs)  # before the run is recorded, or --dry-run prints
+        self.engine.check_envs(self.engine_envs)  # before the run is recorded, or --dry-run
 
     def dry_run(self) -> str:
+        task = self.call.task
+        if task.env.processless:
+            return (f"task {task.name!r} (retries={task.retries}, timeout={task.timeout}, "
+                    f"cache={task.cache.behavior}): {task.env.processless}, answered by the "
+                    f"driver; no process starts on the {self.engine.name} engine")
         return self.engine.dry_run(self.call)
+
+    def dry_run_plans(self, out: str | None) -> str:
+        """What the engine would start for each environment the root may call (`dry_run`
+        says the root's own); with ``out``, written there (the engine says where)."""
+        return self.engine.dry_run_plans(self.call, self.engine_envs, out)
 
     def register(self) -> None:
         """Record the run (state ``queued``) now: a taken name fails here, in the caller."""
@@ -199,11 +212,13 @@ class Runner:
         return RunOutcome(name, "succeeded", output=output)
 
     async def _drive(self, controller: Controller) -> Any:
-        await self.engine.start(controller.handle, self.envs, notify=controller.engine_event)
+        await self.engine.start(controller.handle, self.engine_envs,
+                                notify=controller.engine_event)
         prewarm = getattr(self.engine, "prewarm", None)
         if prewarm is not None:  # start the workers the root's children will need
             self._prewarming = [asyncio.ensure_future(prewarm(env, self.call.task.code_file))
-                                for env in self.envs if env.name != self.call.task.env.name]
+                                for env in self.engine_envs
+                                if env.name != self.call.task.env.name]
         return await controller.run_root(self.call)
 
     async def _heartbeat(self) -> None:

@@ -125,6 +125,11 @@ class EnvSpec:
     image_packages: tuple[str, ...] = ()  # pip requirements the image declares (PEP 508)
     reuse: ReuseSpec | None = None
     profile: ProfileSpec | None = None  # `shoal.Profile` / `shoal run --profile`
+    # Calls the driver answers itself, with no process on any engine: "echo" (the output is
+    # the input, `shoal.plugins.echo.Echo`) or "sleep" (`shoal.extras.Sleep`); "": calls run
+    # in the engine's processes. Engines never see such an environment (the runner keeps it
+    # from them).
+    processless: str = ""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import difflib
 import enum
 import inspect
 import json
+import re
 import sys
 import types
 import typing
@@ -46,6 +48,8 @@ def convert(text: str, tp: Any, field: str) -> Any:
             return _literal_choice(text, typing.get_args(tp), field)
         if isinstance(tp, type) and tp.__module__ == "shoal._api.io":
             return _file_or_dir(text, tp)
+        if tp is datetime.timedelta:
+            return _duration(text)
         value = json.loads(text)
         if _is_record(tp):
             return _record(value, tp, field, text)
@@ -54,7 +58,7 @@ def convert(text: str, tp: Any, field: str) -> Any:
         raise
     except (ValueError, TypeError, KeyError) as e:
         name = getattr(tp, "__name__", str(tp))
-        examples = {int: "4", float: "0.5", bool: "true"}
+        examples = {int: "4", float: "0.5", bool: "true", datetime.timedelta: "90s"}
         if tp in examples:
             fix = f"pass {'an' if name[0] in 'aeiou' else 'a'} {name}, e.g. {field} {examples[tp]}"
         elif _is_record(tp):
@@ -62,6 +66,19 @@ def convert(text: str, tp: Any, field: str) -> Any:
         else:
             fix = f"pass JSON for lists, dicts and dataclasses, e.g. {field} '[1, 2]'"
         raise SpecError(field, text, f"is not a valid {name} ({e})", fix) from e
+
+
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> datetime.timedelta:
+    """A ``timedelta`` from ``90``, ``90s``, ``1.5m``, ``250ms``, ``2h`` or ``1d`` (seconds
+    when no unit is given)."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise ValueError("expected a number of seconds, or a number and one of ms, s, m, h, d")
+    return datetime.timedelta(seconds=float(m["n"]) * _UNIT_SECONDS[m["unit"] or "s"])
 
 
 def _enum_member(text: str, tp: type[enum.Enum], field: str) -> enum.Enum:

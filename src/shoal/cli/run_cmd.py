@@ -104,7 +104,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     runner = Runner(call, envs=envs, name=args.name, engine=engine,
                     reporter=progress, resume=args.resume, options=options)
     if args.dry_run:  # the engine's own plans (process plans, sbatch scripts) after its summary
-        plans = runner.engine.dry_run_plans(call, envs, args.out)
+        plans = runner.dry_run_plans(args.out)
         print(runner.dry_run())
         print(plans, end="")
         return 0

@@ -17,5 +17,7 @@ The plugins: ``pytorch`` (``Elastic``, ``RunPolicy``: elastic torch gangs), ``ra
 ``wandb`` (``@wandb_init``: a W&B run around the body on every rank, by Flyte's table; its
 decorators add a scope config to the task, whose part is in ``shoal._plugins.wandb``) and
 ``nsight`` (``nsys_profile``: a task's calls profiled by Nsight Systems, on Shoal's own nsys
-support).
+support) and ``echo`` (``Echo``: each call returns its input, answered by the driver without a
+process; like ``shoal.extras.Sleep``, it has no engine-side part: see
+``shoal._driver.processless``).
 """
