@@ -152,3 +152,20 @@ def test_a_rank_imports_torch_only_when_its_code_does_and_then_gets_it_bounded()
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_a_failure_in_cuda_code_gets_the_emulation_hint_by_message_or_traceback() -> None:
+    from shoal._engines.local.gang import mentions_cuda
+    from shoal._runtime.reports import FirstFailure
+
+    def failure(message: str, traceback: str = "") -> FirstFailure:
+        return FirstFailure(rank=1, node=0, message=message, raised=True, traceback=traceback)
+
+    assert mentions_cuda(failure("AssertionError: no CUDA device visible"))
+    # Flyte's cuda_oom_hang.py: `rank % torch.cuda.device_count()` with no device
+    assert mentions_cuda(failure("ZeroDivisionError: integer modulo by zero",
+                                 'Traceback (most recent call last):\n  File "t.py", line 9\n'
+                                 "    device = rank % torch.cuda.device_count()\n"
+                                 "ZeroDivisionError: integer modulo by zero\n"))
+    assert not mentions_cuda(failure("ValueError: bad shard",
+                                     '  File "t.py", line 3\n    raise ValueError("bad shard")\n'))

@@ -103,6 +103,15 @@ class Gang:
 
 # A rank that needs CUDA where the engine emulates its GPUs on CPU can never pass here.
 _CUDA_WORDS = re.compile(r"\bcuda\b|\bgpus?\b|\bnccl\b", re.IGNORECASE)
+
+
+def mentions_cuda(first: FirstFailure) -> bool:
+    """Whether a rank's failure has to do with its GPUs: its message, or the last frames of
+    its traceback (``rank % torch.cuda.device_count()`` fails as a ZeroDivisionError)."""
+    return bool(_CUDA_WORDS.search(first.message)
+                or _CUDA_WORDS.search("\n".join(first.traceback.splitlines()[-8:])))
+
+
 EMULATED_GPU_HINT = (" (this task's GPUs were emulated on CPU: this machine has fewer than it "
                      "asks for, so torch.cuda.is_available() is False in its ranks; run it "
                      "where it gets real GPUs, e.g. --engine kubernetes, or guard its CUDA "
@@ -534,7 +543,7 @@ class GangRunner(RayGang):
         rank = first.rank
         tail = log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
         message = f"rank {rank} failed first (restart {restart}): {first.message}"
-        if self.engine.gpus_emulated(self.call.task.env) and _CUDA_WORDS.search(first.message):
+        if self.engine.gpus_emulated(self.call.task.env) and mentions_cuda(first):
             message += EMULATED_GPU_HINT
         if hung is not None:
             message = (f"hang: {hung.verdict.summary()} (stacks: {hung.report_path}). "
