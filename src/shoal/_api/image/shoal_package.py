@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import shlex
 from pathlib import Path
+from typing import Any
 
 from shoal._api.image.layers import PIP_INSTALL
 from shoal._api.image.script import toml_module
@@ -69,9 +70,15 @@ def runtime_requirements(package: Path = _PACKAGE) -> list[str]:
     that holds ``package`` (``src/shoal`` -> ``pyproject.toml``), else from the installed
     metadata."""
     pyproject = package.parent.parent / "pyproject.toml"
+    project: dict[str, Any] = {}
     if pyproject.is_file():
-        with open(pyproject, "rb") as f:
-            project = toml_module(str(pyproject)).load(f).get("project", {})
+        try:
+            toml = toml_module(str(pyproject))
+        except SpecError:  # Python 3.10 without tomli: the installed metadata, if any
+            toml = None
+        if toml is not None:
+            with open(pyproject, "rb") as f:
+                project = toml.load(f).get("project", {})
         if project.get("name") == "shoal":
             extras = project.get("optional-dependencies", {})
             return _one_each([*project.get("dependencies", []),

@@ -39,6 +39,7 @@ PIP_SECRET = "shoal-pip.conf"
 CA_SECRET = "shoal-ca.crt"
 SECRETS_DIR = "/run/secrets"
 DEBIAN_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+SYSTEM_PIP_CONF = Path("/etc/pip.conf")  # pip's site-wide file beside the XDG ones
 
 # pip settings that say where packages come from, kept when they name a URL a build reaches.
 _URL_KEYS = ("index-url", "extra-index-url", "find-links")
@@ -160,7 +161,7 @@ def _pip_config_files(env: Mapping[str, str]) -> list[Path]:
     dirs = [d for d in env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep) if d]
     home = Path(env.get("HOME") or Path.home())
     config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
-    files = [Path(d) / "pip" / "pip.conf" for d in reversed(dirs)] + [Path("/etc/pip.conf")]
+    files = [Path(d) / "pip" / "pip.conf" for d in reversed(dirs)] + [SYSTEM_PIP_CONF]
     files += [home / ".pip" / "pip.conf", config_home / "pip" / "pip.conf",
               Path(sys.prefix) / "pip.conf"]
     if named:
