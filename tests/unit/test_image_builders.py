@@ -190,4 +190,6 @@ def test_known_container_stack_failures_say_what_to_change() -> None:
         runtime_hint(rlimit)
     crun = "Error: OCI runtime error: crun: create `/sys/fs/cgroup/...`: Read-only file system"
     assert 'runtime = "runc"' in runtime_hint(crun)
+    missing = 'Error: default OCI runtime "crun" not found: invalid argument'  # podman 4.3's
+    assert "apt-get install crun" in runtime_hint(missing)
     assert runtime_hint("Error: no space left on device") == ""
