@@ -293,7 +293,7 @@ def check_arguments(model: str, steps: int, checkpoint_every: int,
     if kill_rank_at_step >= steps or kill_rank_at_step == 0 or kill_rank_at_step < -1:
         raise ValueError(f"kill_rank_at_step={kill_rank_at_step}: must be between 1 and "
                          f"steps - 1 ({steps - 1}), or -1 for no fault; e.g. "
-                         f"--kill-rank-at-step {steps // 2}")
+                         f"--kill-rank-at-step {max(1, steps * 2 // 5)}")
     if kill_rank_at_step > 0 and not 0 < checkpoint_every < kill_rank_at_step:
         raise ValueError(f"kill_rank_at_step={kill_rank_at_step} with checkpoint_every="
                          f"{checkpoint_every}: a restart resumes from a checkpoint only if one "

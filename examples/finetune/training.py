@@ -95,7 +95,7 @@ def pretrain_lm(cfg: VLMConfig, text: np.ndarray, *, steps: int, batch_size: int
 @dataclass(frozen=True)
 class FinetuneConfig:
     model: VLMConfig
-    steps: int = 200
+    steps: int = 300
     batch_size: int = 16  # pictures per rank per step
     lr: float = 5e-3
     warmup: int = 20
