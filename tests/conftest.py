@@ -36,7 +36,8 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # records nothing, so a test's init(engine="kubernetes") would leak into later tests,
     # module-scoped fixtures first).
     for name in (contract.ENGINE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
-                 contract.LOG_LEVEL, contract.UI_URL, contract.IMAGE_REGISTRY):
+                 contract.LOG_LEVEL, contract.UI_URL, contract.IMAGE_REGISTRY,
+                 contract.CONTAINERS):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     return home
