@@ -65,6 +65,7 @@ def probe() -> dict[str, str]:
         "cpu_quota": _cgroup("cpu/cpu.cfs_quota_us", "cpu.max"),
         "shm": str(os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize),
         "pids_max": _cgroup("pids/pids.max", "pids.max"),
+        "home_secrets": str(sorted(os.listdir(Path(os.environ["SHOAL_HOME"], "secrets")))),
     }
 
 

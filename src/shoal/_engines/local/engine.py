@@ -102,11 +102,15 @@ class LocalEngine(Engine):
             if (contract.containers() if containers is None else containers) else None
 
     # -- planning ------------------------------------------------------------------------
+    def controller_path(self) -> str:
+        """The Unix socket the workers report to (a placeholder in a plan printed before the
+        engine started)."""
+        return os.path.join(self._socket_dir or "<engine-socket-dir>", "ctl.sock")
+
     def _wenv(self, env: str, worker_id: str, code_file: str) -> WorkerEnv:
-        socket = os.path.join(self._socket_dir or "<engine-socket-dir>", "ctl.sock")
         return WorkerEnv(home=str(self.home), store=self.store, env_name=env,
-                         code_file=code_file, worker_id=worker_id, controller=socket,
-                         run=self.run)
+                         code_file=code_file, worker_id=worker_id,
+                         controller=self.controller_path(), run=self.run)
 
     def plan(self, env: EnvSpec, code_file: str, worker_id: str = "<worker-id>",
              gpus: tuple[int, ...] = ()) -> ProcessPlan:
@@ -119,7 +123,7 @@ class LocalEngine(Engine):
         # (no note on what this interpreter lacks).
         boxed = self.containers.plan(env, name=container_name(self.run, worker_id),
                                      command=WORKER_COMMAND, code_file=code_file, gpus=gpus,
-                                     init=True)
+                                     controller=self.controller_path(), init=True)
         return dataclasses.replace(plan, argv=boxed.argv(), notes=())
 
     def _check_envs(self, envs: list[EnvSpec]) -> None:
@@ -172,7 +176,7 @@ class LocalEngine(Engine):
                                self.containers.plan(
                                    call.task.env, name=container_name(self.run, f"n{node}"),
                                    command=LAUNCHER_COMMAND, code_file=call.task.code_file,
-                                   preserve_fds=2).argv())
+                                   controller=self.controller_path(), preserve_fds=2).argv())
             lines.append(f"  node {node}: {command}  (address {net.address}, "
                          f"master {nets[0].address}:<free port>)")
         return "\n".join(shown(line) for line in lines)
@@ -184,7 +188,7 @@ class LocalEngine(Engine):
         os.chmod(self._socket_dir, 0o700)
         # Gang nodes hold the read end; when this process dies, however, they see EOF.
         self.lifeline = os.pipe()
-        self._workers = WorkerSet(os.path.join(self._socket_dir, "ctl.sock"), self._on_submit)
+        self._workers = WorkerSet(self.controller_path(), self._on_submit)
         await self._workers.start()
         if self.containers is not None:
             await self.containers.start(self._socket_dir)
@@ -228,7 +232,8 @@ class LocalEngine(Engine):
                                              plan.argv, environ, log)
         box = await self.containers.open(env, self.containers.plan(
             env, name=container_name(self.run, worker_id), command=WORKER_COMMAND,
-            code_file=code_file, gpus=gpus, init=True), environ)
+            code_file=code_file, gpus=gpus, controller=self.controller_path(), init=True),
+            environ)
         # The client (podman) runs with this process's environment; the task's variables
         # are in the container's env file.
         return await self._workers.spawn(self._worker_key(env, gpus), worker_id, box.argv(),

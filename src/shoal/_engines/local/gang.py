@@ -453,7 +453,8 @@ class GangRunner(RayGang):
         if box is not None:  # the client runs here; the launcher's variables are in its file
             command, environ = box.argv(fds), self.engine.client_environ()
         try:
-            proc = await procs.spawn(command, environ, log, pass_fds=fds)
+            proc = await procs.spawn(command, environ, log, pass_fds=fds,
+                                     cwd=None if box is None else str(box.folder))
         except BaseException:
             ours.close()
             raise
@@ -479,6 +480,7 @@ class GangRunner(RayGang):
         plan = containers.plan(
             env, name=containers.unique_name(ref.action, str(ref.attempt), f"n{slot}"),
             command=LAUNCHER_COMMAND, code_file=self.call.task.code_file, gpus=gpus,
+            controller=self.engine.controller_path(),
             preserve_fds=2 if self.engine.lifeline is not None else 1)
         return await containers.open(env, plan, environ)
 

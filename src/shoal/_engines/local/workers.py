@@ -145,7 +145,8 @@ class WorkerSet:
         starts it in."""
         hello = asyncio.get_running_loop().create_future()
         self._hello[worker_id] = hello
-        proc = await procs.spawn(argv, environ, log_path)
+        proc = await procs.spawn(argv, environ, log_path,
+                                 cwd=None if box is None else str(box.folder))
         if box is not None:
             box.attach(proc)
         worker = Worker(worker_id, env, proc, log_path, box=box)

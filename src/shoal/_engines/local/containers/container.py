@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ class Container:
         self.plan = plan
         self.name = plan.name
         self.env_file = env_file
+        # The client's working folder, the env file's: conmon writes its `oom` marker into
+        # its working folder on some machines (podman 4.3 here), never the user's.
+        self.folder = env_file.parent
         self.proc: asyncio.subprocess.Process | None = None
         self._exit: asyncio.Future[ContainerExit] | None = None
         self._stopping = False
@@ -100,10 +104,14 @@ class Container:
                 oom = await self.oom_killed()
         with contextlib.suppress(EngineError):
             await self.podman.remove(self.name)
+        shutil.rmtree(self.folder, ignore_errors=True)
         return ContainerExit(code, oom)
 
     async def oom_killed(self) -> bool:
-        """Whether the kernel OOM-killed a process inside (podman's flag, else its log)."""
+        """Whether the kernel OOM-killed a process inside: podman's flag, conmon's marker in
+        the client's folder, else the kernel's log."""
+        if (self.folder / "oom").exists():
+            return True
         record = await self.podman.inspect(self.name)
         if record is not None:
             self._id = self._id or str(record.get("Id", ""))

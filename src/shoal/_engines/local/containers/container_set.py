@@ -93,17 +93,24 @@ class ContainerSet:
 
     # -- planning (pure but for the image's tag) ----------------------------------------------
     def plan(self, env: EnvSpec, *, name: str, command: tuple[str, ...], code_file: str,
-             gpus: Sequence[int] = (), init: bool = False,
+             controller: str, gpus: Sequence[int] = (), init: bool = False,
              preserve_fds: int = 0) -> ContainerPlan:
+        """``command`` of ``env`` in its image, named ``name``; ``controller``: the engine's
+        socket its tasks call other tasks through."""
         socket_dir = self.socket_dir or PLANNED_SOCKET_DIR
         devices = self.podman.gpu_devices(gpus) if gpus else ()
+        # `secret_environ` writes an environment's mounted secrets here before it starts.
+        secrets = os.path.join(socket_dir, "secrets", env.name) \
+            if any(s.mount is not None for s in env.secrets) else None
         return ContainerPlan(
             name=name, image=image_ref(env), command=command,
-            env_file=os.path.join(socket_dir, "env", f"{name}.env"),
+            env_file=os.path.join(socket_dir, "containers", name, "env"),
             labels=((RUN_LABEL, self.run), (DRIVER_LABEL, self.driver)),
             limits=limits_for(env, cores=self.cores, memory=self.memory, devices=devices),
-            mounts=mounts_for(home=str(self.home), store=self.store, socket_dir=socket_dir,
-                              code_file=code_file),
+            mounts=mounts_for(home=str(self.home), store=self.store,
+                              controller=controller,
+                              code_file=code_file, secrets_dir=secrets,
+                              mask_home_secrets=(self.home / "secrets").is_dir()),
             init=init, preserve_fds=preserve_fds)
 
     def unique_name(self, *parts: str) -> str:
@@ -114,7 +121,6 @@ class ContainerSet:
     # -- running ---------------------------------------------------------------------------
     async def start(self, socket_dir: str) -> None:
         self.socket_dir = socket_dir
-        private_dir(Path(socket_dir) / "env")
         for path in (self.home, *self._store_dir()):
             private_dir(path)
         await self.sweep()
@@ -134,6 +140,7 @@ class ContainerSet:
         await self.images.ensure(env)
         path = Path(plan.env_file)
         text = env_file_text(environ)
+        private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)

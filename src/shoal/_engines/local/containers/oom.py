@@ -42,9 +42,9 @@ def kernel_logged_oom(container_id: str, *, kmsg: str = KMSG) -> bool:
                 break
             if not record:
                 break
-            match = _OOM_MEMCG.search(record)
             # The cgroup's last segment: libpod-<id> (cgroupfs), libpod-<id>.scope (systemd).
-            if match is not None and want in match.group(1).rstrip(b"/").rsplit(b"/", 1)[-1]:
+            if any(want in m.group(1).rstrip(b"/").rsplit(b"/", 1)[-1]
+                   for m in _OOM_MEMCG.finditer(record)):
                 found = True
     finally:
         with contextlib.suppress(OSError):

@@ -14,8 +14,10 @@ What a container is given, and why:
   ``env_vars`` and secrets, the contract's ``SHOAL_*`` variables and the object store's
   credentials (``AWS_*``), nothing else.
 - **The same paths inside as outside.** ``$SHOAL_HOME``, a ``file://`` store and the engine's
-  socket folder are mounted at their own paths, so every URI, log path and socket path in the
-  contract is valid on both sides; the user's code folder is mounted read-only.
+  controller socket are mounted at their own paths, so every URI, log path and socket path in
+  the contract is valid on both sides; the user's code folder and the environment's own
+  mounted secrets read-only. Other environments' secrets stay out: the home's ``secrets/`` is
+  covered by an empty tmpfs, the engine's other files are not mounted.
 - **The host's network.** Each simulated node keeps its own loopback address (127.0.0.<i+1>),
   the master port the engine picked stays free for node 0, and nothing is published or NATed:
   a per-run podman network would name nodes by DNS as a cluster does, but it needs the
@@ -56,13 +58,17 @@ PASSED_PREFIXES = (contract.PREFIX, "AWS_")
 
 @dataclass(frozen=True)
 class Mount:
-    """A host folder at the same path inside the container."""
+    """A host path at the same path inside the container, or (``masked``) an empty tmpfs that
+    hides what a mount above it holds there."""
 
     path: str
     read_only: bool = False
+    masked: bool = False
 
-    def option(self) -> str:
-        return f"{self.path}:{self.path}" + (":ro" if self.read_only else "")
+    def options(self) -> tuple[str, ...]:
+        if self.masked:  # empty and read-only: podman's default copies what it hides in
+            return ("--tmpfs", f"{self.path}:notmpcopyup,ro")
+        return ("--volume", f"{self.path}:{self.path}" + (":ro" if self.read_only else ""))
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,7 @@ class ContainerPlan:
         for device in lim.devices:
             out += ["--device", device]
         for mount in self.mounts:
-            out += ["--volume", mount.option()]
+            out += mount.options()
         return (*out, self.image, *self.command)
 
 
@@ -147,15 +153,22 @@ def limits_for(env: EnvSpec, *, cores: float, memory: int,
                   shm=None if shm is None else int(shm), devices=devices)
 
 
-def mounts_for(*, home: str, store: str, socket_dir: str, code_file: str) -> tuple[Mount, ...]:
-    """The run's folders at their own paths: home, a file:// store and the engine's socket
-    folder read-write, the folder of the user's code read-only (one mount per path, the
-    read-write one where both ask for it)."""
-    wanted = [Mount(home), Mount(socket_dir)]
+def mounts_for(*, home: str, store: str, controller: str, code_file: str,
+               secrets_dir: str | None = None, mask_home_secrets: bool = False,
+               ) -> tuple[Mount, ...]:
+    """The run's paths at their own paths: home, a file:// store and the controller's socket
+    read-write; the folder of the user's code and the environment's mounted secrets
+    (``secrets_dir``) read-only; the home's secret files hidden (one mount per path, the
+    read-write one where two ask for it)."""
+    wanted = [Mount(home), Mount(controller)]
     scheme, rest = split_scheme(store)
     if scheme == "file":
         wanted.append(Mount(unquote(rest)))
     wanted.append(Mount(code_file.rsplit("/", 1)[0] or "/", read_only=True))
+    if secrets_dir is not None:
+        wanted.append(Mount(secrets_dir, read_only=True))
+    if mask_home_secrets:
+        wanted.append(Mount(f"{home.rstrip('/')}/secrets", masked=True))
     out: dict[str, Mount] = {}
     for mount in wanted:
         if ":" in mount.path or "," in mount.path:
