@@ -484,33 +484,35 @@ class LocalEngine(Engine):
         Meanwhile the tree's CPU and memory are written as the call's system metrics."""
         resources = call.task.env.resources
         limit = resources.memory_limit_bytes if resources is not None else None
-        pid = worker.pid
         if worker.box is not None:  # the kernel holds a container to its limit
             limit = None
         answer = worker.order(order)
         system = self._system_sampler(order)
         if limit is None and system is None:
             return await answer
-        if worker.box is not None:  # its processes are outside this one's tree
-            pid = await worker.box.host_pid() or pid
         tick = MEMORY_SAMPLE_SECONDS if limit is not None or system is None \
             else system.interval
+        primed: int | None = None
         try:
-            if system is not None:
-                await asyncio.to_thread(system.prime, pid)
             while True:
+                # A container's processes are outside this process's tree: its PID 1's tree,
+                # sampled once podman said which pid that is.
+                pid = worker.pid if worker.box is None else worker.box.known_pid()
+                if system is not None and pid is not None and pid != primed:
+                    await asyncio.to_thread(system.prime, pid)
+                    primed = pid
                 done, _ = await asyncio.wait({answer}, timeout=tick)
                 if done:
                     return answer.result()
                 if limit is not None:
-                    used = await asyncio.to_thread(procs.tree_memory, pid)
+                    used = await asyncio.to_thread(procs.tree_memory, worker.pid)
                     if used > limit:
                         raise OutOfMemory(
                             f"its processes held {used / 2**20:.0f} MiB, over its memory limit "
                             f"of {limit / 2**20:.0f} MiB; they were killed "
                             "(raise Resources(memory=...) or use less)")
-                if system is not None and system.due():
-                    await asyncio.to_thread(system.sample, pid)
+                if system is not None and primed is not None and system.due():
+                    await asyncio.to_thread(system.sample, primed)
         finally:
             if system is not None:
                 system.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class Container:
         self._stopping = False
         self._id = ""
         self._pid: int | None = None
+        self._learning: asyncio.Future[None] | None = None
 
     @property
     def ended(self) -> bool:
@@ -91,13 +93,32 @@ class Container:
         self._exit = asyncio.ensure_future(self._reap(proc))
 
     def started(self) -> None:
-        """The process inside answered: the runtime has long read the env file; remove it."""
+        """The process inside answered: the runtime has long read the env file; remove it,
+        and learn the container's id and host pid meanwhile (`known_pid`)."""
         with contextlib.suppress(OSError):
             self.env_file.unlink()
+        if self._learning is None and self.proc is not None:
+            self._learning = asyncio.ensure_future(self._learn())
+
+    async def _learn(self) -> None:
+        with contextlib.suppress(EngineError):
+            record = await self.podman.inspect(self.name)
+            if record is not None:
+                self._id = str(record.get("Id", ""))
+                pid = (record.get("State") or {}).get("Pid")
+                self._pid = int(pid) if pid else None
+
+    def known_pid(self) -> int | None:
+        """The host's pid of the container's PID 1 (its processes are that pid's tree), once
+        learnt: None until then."""
+        return self._pid
 
     async def _reap(self, proc: asyncio.subprocess.Process) -> ContainerExit:
         code = await proc.wait()
-        self.started()
+        with contextlib.suppress(OSError):
+            self.env_file.unlink()
+        if self._learning is not None:
+            await self._learning
         oom = False
         with contextlib.suppress(EngineError):
             if code == KILLED and not self._stopping and self.plan.limits.memory is not None:
@@ -119,21 +140,6 @@ class Container:
                 return True
         return await asyncio.to_thread(kernel_logged_oom, self._id)
 
-    async def learn_id(self) -> None:
-        """Keep the container's id (for `oom_killed` once it is gone)."""
-        record = await self.podman.inspect(self.name)
-        if record is not None:
-            self._id = str(record.get("Id", ""))
-
-    async def host_pid(self) -> int | None:
-        """The host's pid of the container's PID 1 (its processes are that pid's tree)."""
-        if self._pid is None:
-            record = await self.podman.inspect(self.name)
-            pid = (record or {}).get("State", {}).get("Pid") if record else None
-            self._pid = int(pid) if pid else None
-            self._id = self._id or str((record or {}).get("Id", ""))
-        return self._pid
-
     async def exit(self) -> ContainerExit:
         """How it ended, once it has (and was removed)."""
         if self._exit is None:
@@ -149,8 +155,10 @@ class Container:
             await self.podman.remove(self.name)
             return
         if grace > 0 and not ended.done():
-            with contextlib.suppress(EngineError):
-                await self.podman.signal(self.name, "TERM")
+            # The client passes it to the container's PID 1 (podman's signal proxy): no
+            # command to start.
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(ended), grace)
         if not ended.done():

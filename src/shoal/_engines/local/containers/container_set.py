@@ -55,6 +55,7 @@ class ContainerSet:
         self._images: ImageBuilds | None = None
         self.live: dict[str, Container] = {}
         self._seq = itertools.count()
+        self._sweeping: asyncio.Future[None] | None = None
 
     @property
     def podman(self) -> Podman:
@@ -123,7 +124,8 @@ class ContainerSet:
         self.socket_dir = socket_dir
         for path in (self.home, *self._store_dir()):
             private_dir(path)
-        await self.sweep()
+        # Alongside the run: nothing of it waits for the leftovers of others to go.
+        self._sweeping = asyncio.ensure_future(self.sweep())
 
     def _store_dir(self) -> list[Path]:
         scheme, _, rest = self.store.partition("://")
@@ -167,6 +169,9 @@ class ContainerSet:
         """End every container of this run still there, and reap them all."""
         boxes, self.live = list(self.live.values()), {}
         await asyncio.gather(*(box.stop(0.0) for box in boxes), return_exceptions=True)
+        if self._sweeping is not None:
+            with contextlib.suppress(EngineError):
+                await self._sweeping
         with contextlib.suppress(EngineError):
             left = await self.podman.listed(f"label={RUN_LABEL}={self.run}")
             await self.podman.remove(*(str(r.get("Id")) for r in left))

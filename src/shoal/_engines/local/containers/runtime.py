@@ -89,10 +89,6 @@ class Podman:
         records = json.loads(out or "[]")
         return records[0] if records else None
 
-    async def signal(self, name: str, signal: str) -> None:
-        """Send ``signal`` to the container's PID 1 (nothing when it has ended)."""
-        await self.command("kill", "--signal", signal, name)
-
     async def remove(self, *names: str) -> None:
         """End (SIGKILL) and remove the containers ``names``; those already gone are fine."""
         if names:
