@@ -43,6 +43,9 @@ UI_URL = "SHOAL_UI_URL"
 DEFAULT_UI_PORT = 8484
 # Registry of built `shoal.Image`s that name none themselves (config key image.registry).
 IMAGE_REGISTRY = "SHOAL_IMAGE_REGISTRY"
+# The OCI builder of images: "docker", "podman" or "buildah" (config key image.builder;
+# `shoal image build --builder`); unset: the first present (shoal._engines.images).
+IMAGE_BUILDER = "SHOAL_IMAGE_BUILDER"
 # Where a run's metrics are forwarded while it runs: "tensorboard:DIR,wandb[:rank0]" (the
 # syntax of `shoal run --metrics`; parsed in `shoal._driver.bridges.spec`).
 METRICS_BRIDGES = "SHOAL_METRICS_BRIDGES"

@@ -12,6 +12,7 @@ import pytest
 
 import shoal
 import shoal.errors
+from shoal import _contract as contract
 
 SRC = Path(shoal.__file__).parent
 
@@ -222,14 +223,50 @@ def test_only_the_cli_imports_the_ui() -> None:
     assert not bad, "\n".join(bad)
 
 
+# Packages under `_engines/` that are no engine: what every engine and the CLI share (images:
+# the OCI builders and the Debian base). Each imports no engine, and is used from outside
+# only through its `__init__`.
+SHARED_ENGINE_PACKAGES = {"images"}
+
+
+def _engine_packages() -> list[Path]:
+    return [p for p in (SRC / "_engines").iterdir() if p.is_dir() and p.name != "__pycache__"
+            and p.name not in SHARED_ENGINE_PACKAGES]
+
+
 def test_engines_do_not_import_each_other() -> None:
-    engines = [p for p in (SRC / "_engines").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    engines = _engine_packages()
+    assert {p.name for p in engines} <= set(contract.ENGINES)
     for engine in engines:
         for path in engine.rglob("*.py"):
             for name in _imports(path):
                 for other in engines:
                     if other != engine:
                         assert not name.startswith(f"shoal._engines.{other.name}"), (path, name)
+
+
+def test_shared_engine_packages_import_no_engine_and_have_one_door() -> None:
+    engines = {p.name for p in _engine_packages()}
+    bad = []
+    for package in SHARED_ENGINE_PACKAGES:
+        assert (SRC / "_engines" / package / "__init__.py").is_file(), package
+        for path in (SRC / "_engines" / package).rglob("*.py"):
+            bad += [f"{path.relative_to(SRC)} imports {name}" for name in _imports(path)
+                    if name.split(".")[:2] == ["shoal", "_engines"] and len(name.split(".")) > 2
+                    and name.split(".")[2] in engines]
+    used = 0
+    for path in _sources():
+        rel = path.relative_to(SRC).parts
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[:2] == ["shoal", "_engines"] and len(parts) > 2 \
+                    and parts[2] in SHARED_ENGINE_PACKAGES and rel[:2] != ("_engines", parts[2]):
+                used += 1
+                if len(parts) > 3:
+                    bad.append(f"{path.relative_to(SRC)} imports {name} (use shoal._engines."
+                               f"{parts[2]})")
+    assert not bad, "\n".join(bad)
+    assert used >= 2  # the CLI and the config file use it: the rule looked at real uses
 
 
 # `shoal queue` shows this machine's pool of the local engine: the one engine package a
@@ -244,8 +281,7 @@ def test_the_cli_names_no_engine() -> None:
     (a comparison, a choice, an argv item)."""
     from shoal import _contract as contract
 
-    engines = {p.name for p in (SRC / "_engines").iterdir()
-               if p.is_dir() and p.name != "__pycache__"}
+    engines = {p.name for p in _engine_packages()}
     assert {"slurm", "kubernetes"} <= engines <= set(contract.ENGINES)
     files = sorted((SRC / "cli").glob("*.py"))
     assert len(files) > 10 and any(f.name == "run_cmd.py" for f in files)  # not vacuous

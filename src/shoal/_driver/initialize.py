@@ -155,9 +155,16 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
                   "leave log_format out")
     refuse_unless(call, "batch_size", batch_size, 1000, "it sizes a Flyte control plane's "
                   "listings; Shoal reads its records locally", "leave batch_size out")
-    refuse_unless(call, "image_builder", image_builder if image_builder != "local" else None,
-                  None, "Shoal builds images on this machine only (`shoal image build`)",
-                  "use image_builder='local' or leave it out")
+    if image_builder is not None and image_builder != config.FLYTE_LOCAL_BUILDER:
+        from shoal._engines.images import BUILDERS, check_builder
+
+        try:
+            check_builder(f"{call}(image_builder=...)", image_builder)
+        except SpecError as e:
+            raise SpecError(e.field, image_builder, "Shoal builds images on this machine "
+                            "(`shoal image build`): 'local' (the first builder present) or "
+                            f"one of {', '.join(b.name for b in BUILDERS)}",
+                            e.fix) from e
     refuse_unless(call, "images", images or None, None, "Shoal has no named image "
                   "references", "give the image to the environment: "
                   "TaskEnvironment(image='ghcr.io/org/img:tag')")
@@ -179,6 +186,10 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
         os.environ[contract.UI_URL] = settings.ui_url
     if settings.image_registry:
         os.environ[contract.IMAGE_REGISTRY] = settings.image_registry
+    builder = image_builder if image_builder not in (None, config.FLYTE_LOCAL_BUILDER) \
+        else settings.image_builder
+    if builder:
+        os.environ[contract.IMAGE_BUILDER] = builder
     labels = dict(settings.labels)
     for key, value in (("org", org), ("project", project), ("domain", domain)):
         if value is not None:
