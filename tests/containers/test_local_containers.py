@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,21 +31,18 @@ from tests.helpers import wait_until
 pytestmark = [pytest.mark.containers, pytest.mark.slow]
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "in_images.py"
-BASE = "docker.io/library/python:3.11-slim-bookworm"
+
+
+@pytest.fixture(autouse=True)
+def _base(debian_base: str) -> str:
+    """The tier's session storage with the Debian base in it (conftest.py): the test image
+    builds FROM it on the first run that needs it, as a user's would."""
+    return debian_base
 
 
 def _podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120,
                           check=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def podman_with_a_base() -> None:
-    if shutil.which("podman") is None or _podman("info").returncode != 0:
-        pytest.skip("podman cannot run containers here: the container tier's set-up (.ci/run) "
-                    "installs and configures it")
-    if _podman("image", "exists", BASE).returncode != 0:
-        pytest.skip(f"no {BASE} here: make it with `shoal image base`")
 
 
 def _containers_of(run: str) -> list[dict[str, object]]:

@@ -20,7 +20,12 @@ from pathlib import Path
 
 from shoal import _contract as contract
 from shoal._engines.local.containers.container import Container
-from shoal._engines.local.containers.images import ImageBuilds, image_ref, no_image
+from shoal._engines.local.containers.images import (
+    ImageBuilds,
+    container_builder,
+    image_ref,
+    no_image,
+)
 from shoal._engines.local.containers.plan import (
     DRIVER_LABEL,
     RUN_LABEL,
@@ -66,15 +71,17 @@ class ContainerSet:
     @property
     def images(self) -> ImageBuilds:
         if self._images is None:
-            self._images = ImageBuilds(self.podman, self.home / "runs" / self.run / "images")
+            self._images = ImageBuilds(container_builder(),
+                                       self.home / "runs" / self.run / "logs" / "images")
         return self._images
 
     # -- before the run ------------------------------------------------------------------
     def check(self, envs: Sequence[EnvSpec], *, real_gpus: int) -> None:
-        """Refuse now what could only fail later: no runtime, an environment without an image,
-        a variable an env file cannot carry, GPUs podman cannot give, nodes in network
-        namespaces (a container has the host's network)."""
+        """Refuse now what could only fail later: no runtime or builder, an environment
+        without an image, a variable an env file cannot carry, GPUs podman cannot give, nodes
+        in network namespaces (a container has the host's network)."""
         self.podman  # noqa: B018  (found and probed: a SpecError saying what to install)
+        self.images  # noqa: B018  (its builder found: an error saying what to install)
         if os.environ.get(contract.LOCAL_NODE_NETNS, "").strip():
             raise SpecError(contract.LOCAL_NODE_NETNS, os.environ[contract.LOCAL_NODE_NETNS],
                             "puts nodes in network namespaces, which containers on the "

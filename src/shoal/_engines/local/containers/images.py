@@ -1,25 +1,27 @@
 """The image each environment's containers run: its ref (pure), built on demand, once per tag.
 
-An environment's ``image`` is a `shoal.Image` recipe (built here the first time a process of
-the environment starts, by the machine's builder, unless the runtime already has its content
-tag) or a ref used as it is. The engine never imports the API layer: a recipe is used through
-its shape (``uri()``, ``needs_build``, ``write_build_context``).
+An environment's ``image`` is a `shoal.Image` recipe, built the first time a process of the
+environment starts by the machine's builder (`shoal._engines.images`: it skips a content tag
+it already has), or a ref used as it is. The builder must put images where podman runs them
+from: podman or buildah (one containers storage), not Docker's own. Build logs go with the
+run's logs (``runs/<run>/logs/images/<env>.build.log``). The engine never imports the API
+layer: a recipe is used through its shape (``uri()``, ``needs_build``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import Callable
+import os
 from pathlib import Path
-from typing import Any
 
-from shoal._engines.local.containers.runtime import Podman
+from shoal import _contract as contract
+from shoal._engines.images import Builder, find_builder
 from shoal._spec.call import EnvSpec
 from shoal.errors import EngineError, SpecError
 
-# Builds one image recipe and returns its ref; appends what it printed to the log.
-Build = Callable[[Any, Path], str]
+# What builds `--containers`' images when SHOAL_IMAGE_BUILDER names none: podman is there,
+# since it runs them.
+DEFAULT_BUILDER = "podman"
 
 
 def image_ref(env: EnvSpec) -> str:
@@ -41,50 +43,39 @@ def no_image(env: EnvSpec) -> SpecError:
                      "tasks import), or an image ref that holds Shoal")
 
 
+def container_builder() -> Builder:
+    """The builder of the containers' images: ``$SHOAL_IMAGE_BUILDER`` (the config file's
+    ``image.builder`` sets it), else podman; refused when it is Docker, whose images podman
+    does not see. Missing: an error saying what to install."""
+    name = os.environ.get(contract.IMAGE_BUILDER) or DEFAULT_BUILDER
+    if name == "docker":
+        raise SpecError(contract.IMAGE_BUILDER, name, "builds into Docker's own storage, "
+                        "which podman (what --containers runs images with) does not see",
+                        "set it to podman or buildah, or unset it")
+    return find_builder(name, field=contract.IMAGE_BUILDER)
+
+
 class ImageBuilds:
     """The images of one engine's run: each built at most once, whatever asks for it when."""
 
-    def __init__(self, podman: Podman, log_dir: Path, build: Build | None = None) -> None:
-        self.podman = podman
+    def __init__(self, builder: Builder, log_dir: Path) -> None:
+        self.builder = builder
         self.log_dir = log_dir
-        self._build = build or self._podman_build
         self._ready: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def ensure(self, env: EnvSpec) -> str:
-        """``env``'s image ref, built first if the runtime does not have it."""
+        """``env``'s image ref, built first if the builder does not have it."""
         ref = image_ref(env)
-        if isinstance(env.image, str) or not env.image.needs_build or ref in self._ready:
+        image = env.image
+        if isinstance(image, str) or not image.needs_build or ref in self._ready:
             return ref
         async with self._locks.setdefault(ref, asyncio.Lock()):
             if ref not in self._ready:
-                if not await self.podman.image_exists(ref):
-                    log = self.log_dir / f"image-{env.name}.log"
-                    built = await asyncio.to_thread(self._build, env.image, log)
-                    if built != ref:
-                        raise EngineError(f"the image of {env.name!r} was built as {built}, "
-                                          f"not {ref}")
+                log = self.log_dir / f"{env.name}.build.log"
+                built = await asyncio.to_thread(self.builder.build, image, log=log)
+                if built != ref:
+                    raise EngineError(f"the image of {env.name!r} was built as {built}, "
+                                      f"not {ref}")
                 self._ready.add(ref)
-        return ref
-
-    def _podman_build(self, image: Any, log: Path) -> str:
-        """``podman build`` of the recipe's own context, output appended to ``log``."""
-        import subprocess
-
-        ref: str = image.uri()
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="shoal-build-") as tmp, open(log, "ab") as out:
-            context = image.write_build_context(Path(tmp) / "context")
-            argv = [self.podman.exe, "build", "--tag", ref, str(context)]
-            ca = Path("/etc/ssl/certs/ca-certificates.crt")
-            if ca.is_file():
-                argv[2:2] = ["--volume", f"{ca}:{ca}:ro"]
-            try:
-                done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, check=False)
-            except OSError as e:
-                raise EngineError(f"could not start `{argv[0]}`: {e}") from e
-        if done.returncode != 0:
-            raise EngineError(f"podman build of {ref} failed (exit {done.returncode}); its "
-                              f"log: {log}")
         return ref
