@@ -13,7 +13,9 @@ own ``SHOAL_HOME`` and lease table, timing inside it:
   one worker (a process, or a container: ``podman run`` of the image, its Python and imports),
   the call, the run's end (a container is removed);
 - fan-out: ``shoal.run(fan_out, N).outputs()``: the driver's worker, its N calls on the leaf's
-  warm workers (two at a time: each asks for a core of this machine's), the run's end.
+  warm workers (two at a time: each asks for a core of this machine's), the run's end; and the
+  same with one call, so that (t(N) - t(1)) / (N - 1) is what one more call costs once the
+  workers are warm (their starts cancel out).
 
 Rows alternate (plain, containers; reversed every other round), ``--rounds`` of each; figures
 are medians (min–max). A warm-up run of each mode comes first, unmeasured: the containers' one
@@ -62,9 +64,12 @@ def child(mode: str, n: int) -> None:
         assert shoal.run(prog.noop, 1).outputs()[0] == 1
         one = time.perf_counter() - t0
         t0 = time.perf_counter()
+        assert shoal.run(prog.fan_out, 1).outputs()[0] == 0
+        fan1 = time.perf_counter() - t0
+        t0 = time.perf_counter()
         assert shoal.run(prog.fan_out, n).outputs()[0] == n * (n - 1) // 2
         fan = time.perf_counter() - t0
-        print(MARK + json.dumps({"one": one, "fan": fan}), flush=True)
+        print(MARK + json.dumps({"one": one, "fan1": fan1, "fan": fan}), flush=True)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -124,22 +129,25 @@ def report(res: dict[str, list[dict[str, float]]], failed: dict[str, list[str]],
            warm: dict[str, Any], base: dict[str, float], args: argparse.Namespace,
            frame: Frame) -> None:
     n = args.n
-    med = {m: {k: statistics.median(r[k] for r in res[m]) for k in ("one", "fan")}
+    med = {m: {k: statistics.median(r[k] for r in res[m]) for k in ("one", "fan1", "fan")}
            for m in MODES if res.get(m)}
+    for m in med:  # what one more call costs on warm workers
+        med[m]["more"] = (med[m]["fan"] - med[m]["fan1"]) / (n - 1)
     ref = med.get("plain processes", {})
     lines = table(["mode", "runs ok", "one call s", "vs plain", f"fan-out of {n} s",
-                   "vs plain", "per call ms (fan-out / N)"])
+                   "vs plain", f"one more call ms, (t({n}) - t(1)) / {n - 1}", "vs plain"])
     for mode in MODES:
         if mode not in med:
             lines.append(f"| {mode} | 0/{args.rounds} | failed: "
-                         f"{(failed.get(mode) or ['?'])[0]} | | | | |")
+                         f"{(failed.get(mode) or ['?'])[0]} | | | | | |")
             continue
         one = [r["one"] for r in res[mode]]
         fan = [r["fan"] for r in res[mode]]
         lines.append(f"| {mode} | {len(one)}/{len(one) + len(failed.get(mode, []))} | "
                      f"{spread(one)} | {ratio(med[mode]['one'], ref.get('one'))} | "
                      f"{spread(fan)} | {ratio(med[mode]['fan'], ref.get('fan'))} | "
-                     f"{med[mode]['fan'] / n * 1e3:.1f} |")
+                     f"{med[mode]['more'] * 1e3:.1f} | "
+                     f"{ratio(med[mode]['more'], ref.get('more'))} |")
     notes = [
         f"Floor of a worker's start (median of {args.floor_runs}): `python -c \"import "
         f"shoal\"` {base['host']:.2f} s here; `podman run --rm IMAGE python -c \"import "
@@ -149,11 +157,13 @@ def report(res: dict[str, list[dict[str, float]]], failed: dict[str, list[str]],
         f"Whole benchmark {frame.elapsed:.0f} s; {frame.load_note()}",
     ]
     if "containers" in med and ref:
-        for key, what in (("one", "one call"), ("fan", f"fan-out of {n}")):
+        for key, what in (("one", "one call"), ("fan", f"fan-out of {n}"),
+                          ("more", "one more call on warm workers")):
             headline("containers", f"containers / plain processes, {what}",
                      f"{med['containers'][key] / ref[key]:.2f}x")
     print("\n".join(["", *lines, "", *notes]))
-    each = [f"- {m}: " + "; ".join(f"one {r['one']:.2f} s, fan-out {r['fan']:.2f} s"
+    each = [f"- {m}: " + "; ".join(f"one {r['one']:.2f} s, fan-out of 1 {r['fan1']:.2f} s, "
+                                   f"of {n} {r['fan']:.2f} s"
                                    for r in res.get(m, [])) for m in MODES]
     write_results(
         "containers", "Tasks in their images vs plain processes",
@@ -165,7 +175,9 @@ def report(res: dict[str, list[dict[str, float]]], failed: dict[str, list[str]],
               *[f"- {x}" for x in notes], "",
               "One call: a whole `shoal.run` of one plain task (engine start, one worker, the "
               "call, the run's end). Fan-out: a driver task calling the leaf N times with "
-              "asyncio.gather (two leaf workers, each a core). In containers every worker is "
+              "asyncio.gather (two leaf workers, each a core); one more call: the fan-out of N "
+              "less the fan-out of 1, over N - 1 (the workers' starts cancel out). In "
+              "containers every worker is "
               "a `podman run` of the image (`--init`, host network, limits, mounts), ended and "
               "removed with the run.", "", "## Every run", "", *each,
               *(["", "## Failed runs", "", *[f"- {m}: {x}" for m, xs in failed.items()

@@ -40,6 +40,16 @@ def _base(debian_base: str) -> str:
     return debian_base
 
 
+def _host_tag() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("in_images_on_the_host", PROGRAM)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.IMAGE.tag)
+
+
 def _podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120,
                           check=False)
@@ -77,6 +87,9 @@ def test_a_pipeline_and_a_gang_run_inside_their_images(tmp_path: Path,
     # The image's Python, its package and its file: none of them is this interpreter's.
     assert probe["executable"] == "/usr/bin/python" != sys.executable
     assert (probe["inflection"], probe["image_only"]) == ("InImage", "only in the image")
+    # Shoal inside the image renders the image's tag as the driver did: the calls it makes
+    # run in the images, and cache keys, the driver computes.
+    assert probe["tag"] == _host_tag()
     # Its variables and secret, and nothing else of the driver's environment.
     assert (probe["greeting"], probe["token"], probe["host_only"]) == ("hello", "tok-123", "")
     assert probe["home_secrets"] == "[]"  # the home's secret files are not the task's

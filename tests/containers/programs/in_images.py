@@ -66,6 +66,7 @@ def probe() -> dict[str, str]:
         "shm": str(os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize),
         "pids_max": _cgroup("pids/pids.max", "pids.max"),
         "home_secrets": str(sorted(os.listdir(Path(os.environ["SHOAL_HOME"], "secrets")))),
+        "tag": IMAGE.tag,  # computed inside the image: the same as outside
     }
 
 
