@@ -100,8 +100,10 @@ def test_a_pipeline_and_a_gang_run_inside_their_images(tmp_path: Path,
     # Two node containers met at the master address; the restart in place found the save.
     assert (pair["restart"], pair["loaded"]) == ("1", "saved-at-restart-0")
     assert "shoal._runtime.launcher" in pair["me"] and "shoal._runtime.launcher" in pair["peer"]
-    assert out["hog"]["error"].startswith("OOMError: ")
-    assert "memory limit of 128 MiB" in out["hog"]["error"]
+    # A memory-limit kill is OOMError, of a plain call's worker and of a gang's rank.
+    hog = out["hog"]
+    assert hog["call"].startswith("OOMError: ") and "memory limit of 128 MiB" in hog["call"]
+    assert hog["rank"].startswith("OOMError: ") and "memory limit of 160 MiB" in hog["rank"]
     # Logs and metrics as without containers; no container, env file or marker left.
     assert "probe: running inside its image" in _shoal("logs", "boxed").stdout
     metrics = _shoal("metrics", "boxed", "--name", "probe_metric", "--csv").stdout

@@ -32,8 +32,11 @@ pair_env = ClusteredTaskEnvironment(
     name="pair", image=IMAGE, replicas=2, nproc_per_node=1,
     resources=flyte.Resources(cpu=(0.5, 1), memory="512Mi"),
     failure_policy=ClusterFailurePolicy(max_restarts=1, grace_period=2, collective_timeout=30))
-driver_env = flyte.TaskEnvironment(name="driver", image=IMAGE, depends_on=[probe_env, oom_env,
-                                                                           pair_env])
+hog_node_env = ClusteredTaskEnvironment(
+    name="hog-node", image=IMAGE, replicas=1, nproc_per_node=1,
+    resources=flyte.Resources(cpu=1, memory="160Mi"))
+driver_env = flyte.TaskEnvironment(name="driver", image=IMAGE,
+                                   depends_on=[probe_env, oom_env, pair_env, hog_node_env])
 waiter_env = flyte.TaskEnvironment(name="waiter", image=IMAGE)
 
 
@@ -78,6 +81,12 @@ def hog() -> int:
     return len(block)
 
 
+@hog_node_env.task
+def hog_rank() -> int:
+    """A rank past its node's limit: the kernel kills the rank, the launcher (PID 1) lives."""
+    return hog.func()
+
+
 @pair_env.task
 def pair() -> dict[str, str]:
     """Rank 0 listens at the master address, rank 1 connects: each learns the other's
@@ -118,12 +127,14 @@ def pair() -> dict[str, str]:
 def main() -> dict[str, dict[str, str]]:
     facts = probe()
     gang = pair()
-    try:
-        hog()
-        oom = "no error"
-    except flyte.errors.OOMError as e:
-        oom = f"OOMError: {e}"
-    return {"probe": facts, "pair": gang, "hog": {"error": oom}}
+    errors = {}
+    for name, task in (("call", hog), ("rank", hog_rank)):
+        try:
+            task()
+            errors[name] = "no error"
+        except flyte.errors.OOMError as e:
+            errors[name] = f"OOMError: {e}"
+    return {"probe": facts, "pair": gang, "hog": errors}
 
 
 @waiter_env.task

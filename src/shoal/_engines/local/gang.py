@@ -133,6 +133,7 @@ class GangRunner(RayGang):
         self.port = 0  # the master port of the last start (a kept cluster's GCS port)
         # A Ray driver's id as a caller of other tasks (`LocalEngine.caller_settings`).
         self.caller_id = f"{ref.action}.{ref.attempt}-ray-driver"
+        self.boxes: dict[int, Container] = {}  # `--containers`: each slot's latest container
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -192,7 +193,8 @@ class GangRunner(RayGang):
                                         "uses_restart": False})
                     restart, cause = restart + 1, "preempted"
                     continue
-                failure = self._failure(restart, preempted=outcome == "preempted")
+                failure = await self._as_oom(self._failure(restart,
+                                                           preempted=outcome == "preempted"))
                 if restarts_used < self.cluster.max_restarts:
                     restarts_used += 1
                     self.engine.notify("gang_restart", self.ref.action, {
@@ -482,7 +484,21 @@ class GangRunner(RayGang):
             command=LAUNCHER_COMMAND, code_file=self.call.task.code_file, gpus=gpus,
             controller=self.engine.controller_path(),
             preserve_fds=2 if self.engine.lifeline is not None else 1)
-        return await containers.open(env, plan, environ)
+        box = self.boxes[slot] = await containers.open(env, plan, environ)
+        return box
+
+    async def _as_oom(self, failure: FailureInfo) -> FailureInfo:
+        """``failure`` as an OOM kill when its rank was SIGKILLed by the kernel at its node's
+        container memory limit (``--containers``; a fixed gang, whose node is its slot), as a
+        plain call's is."""
+        box = self.boxes.get(failure.node) if failure.node is not None else None
+        if box is None or self.cluster.elastic or failure.signal != "SIGKILL" \
+                or not await box.oom_killed():
+            return failure
+        limit = box.plan.limits.memory or 0
+        return dataclasses.replace(failure, kind="oom", message=(
+            f"{failure.message}: the kernel killed it at its node's memory limit of "
+            f"{limit / 2**20:.0f} MiB (raise Resources(memory=...) or use less)"))
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
         """Stop the ranks of every node still running some: ``keep``, through the control
