@@ -10,6 +10,7 @@ import os
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -144,8 +145,9 @@ def test_podman_builds_a_users_image_once_and_keeps_the_hosts_pip_settings_out_o
 
 def test_buildah_builds_pushes_to_the_registry_named_and_says_where_the_push_failed(
         debian_base: str, container_storage: Storage, tmp_path: Path) -> None:
-    """buildah through the Python API: built, then cached; with a registry the image is
-    pushed, and a registry that does not answer is an EngineError naming the ref and log."""
+    """buildah through the Python API: built once for two callers at once, then cached;
+    with a registry the image is pushed, and a registry that does not answer is an
+    EngineError naming the ref and log."""
     import shoal
     from shoal._engines.images import find_builder
 
@@ -154,8 +156,14 @@ def test_buildah_builds_pushes_to_the_registry_named_and_says_where_the_push_fai
              .with_source_file(tmp_path / "marker.txt", "/app"))
     builder = find_builder("buildah")
     log = tmp_path / "build.log"
-    first = builder.ensure(image, log=log)
-    assert first.built and not first.pushed and first.ref == image.uri()
+    # Two environments asking at once: one builds, the other waits and finds it built.
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: builder.ensure(image, log=log), range(2)))
+    assert sorted(b.built for b in both) == [False, True], both
+    first = next(b for b in both if b.built)
+    assert not first.pushed and first.ref == image.uri()
+    assert len(re.findall(r"^== shoal: buildah build of \S+: exit 0", log.read_text(),
+                          re.M)) == 1
     again = builder.ensure(image, log=log)
     assert not again.built and again.seconds == 0.0
     run = container_storage.podman("run", "--rm", first.ref, "python", "-c",

@@ -24,6 +24,7 @@ from shoal._engines.images import (
     host_build_config,
     names_registry,
     resolved_ref,
+    runtime_hint,
 )
 from shoal._engines.images import host_config as host
 from shoal._engines.images.debian_base import mmdebstrap_argv
@@ -177,3 +178,18 @@ def test_a_copied_shoal_installs_what_its_pyproject_lists(tmp_path: Path) -> Non
     assert not any("extra" in r for r in installed)
     if shoal_source() is not None:  # this Shoal is copied in: its dependencies are installed
         assert "'packaging>=22'" in "\n".join(shoal_install_lines())
+
+
+def test_known_container_stack_failures_say_what_to_change() -> None:
+    """Output this kind of machine gives (runc's, from `podman run` without the ulimits;
+    crun's cgroup failure), and a failure nobody knows, which gets no made-up fix."""
+    rlimit = ("Error: runc: runc create failed: unable to start container process: error "
+              "during container init: error setting rlimits for ready process: error setting "
+              "rlimit type 7: operation not permitted: OCI permission denied")
+    assert "default_ulimits" in runtime_hint(rlimit) and "CONTAINERS_CONF" in \
+        runtime_hint(rlimit)
+    crun = "Error: OCI runtime error: crun: create `/sys/fs/cgroup/...`: Read-only file system"
+    assert 'runtime = "runc"' in runtime_hint(crun)
+    missing = 'Error: default OCI runtime "crun" not found: invalid argument'  # podman 4.3's
+    assert "apt-get install crun" in runtime_hint(missing)
+    assert runtime_hint("Error: no space left on device") == ""

@@ -24,12 +24,15 @@ __all__ = ["capture", "run_logged", "runtime_hint"]
 # fixes name files a user writes; Shoal itself needs none of them.
 _HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("crun:",), "the OCI runtime crun cannot run containers here (its cgroup set-up fails "
-     "on this machine): use runc, with `[engine]\\nruntime = \"runc\"` in a containers.conf "
-     "named by CONTAINERS_CONF (or /etc/containers/containers.conf)"),
+     "on this machine): use runc, with `runtime = \"runc\"` under `[engine]` in a "
+     "containers.conf named by CONTAINERS_CONF (or /etc/containers/containers.conf)"),
+    (('OCI runtime "crun" not found',),
+     "the configured OCI runtime crun is not installed: install it (apt-get install crun), or "
+     "use runc with `runtime = \"runc\"` under `[engine]` in the containers.conf"),
     (("error setting rlimit", "setrlimit", "RLIMIT_"),
-     "the container's default ulimits exceed this machine's hard limits: set `[containers]\\n"
-     "default_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]` in a containers.conf "
-     "named by CONTAINERS_CONF"),
+     "the container's default ulimits exceed this machine's hard limits: set "
+     "`default_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]` under "
+     "`[containers]` in a containers.conf named by CONTAINERS_CONF"),
     (("Cannot connect to the Docker daemon",),
      "no Docker engine answers: start it (systemctl start docker), or build with podman or "
      "buildah (--builder podman)"),
