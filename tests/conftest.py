@@ -37,7 +37,7 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # module-scoped fixtures first).
     for name in (contract.ENGINE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
                  contract.LOG_LEVEL, contract.UI_URL, contract.IMAGE_REGISTRY,
-                 contract.IMAGE_BUILDER):
+                 contract.IMAGE_BUILDER, contract.CONTAINERS):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     return home

@@ -464,6 +464,52 @@ def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
     assert inside == []  # a package's own modules import each other directly
 
 
+# `_engines/local/containers/` (`--containers`) is a package of the local engine with one door:
+# the local engine's other modules import the names of its `__init__`'s `__all__`, never one
+# of its modules (STYLE: a folder past ~15 modules gets sub-packages, each with one door).
+CONTAINERS = "shoal._engines.local.containers"
+
+
+def _containers_door_breaches(where: str, source: str) -> tuple[list[str], int]:
+    """Imports in ``source`` (the file ``where``) around the containers package's door, and
+    how many imports of the package were checked."""
+    if where.startswith("_engines/local/containers/"):
+        return [], 0
+    init = SRC / "_engines" / "local" / "containers" / "__init__.py"
+    exported = next({e.value for e in n.value.elts}  # type: ignore[attr-defined]
+                    for n in ast.parse(init.read_text()).body if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets))
+    bad: list[str] = []
+    checked = 0
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        for name in names:
+            if name == CONTAINERS or name.startswith(CONTAINERS + "."):
+                checked += 1
+                if name != CONTAINERS or isinstance(node, ast.Import):
+                    bad.append(f"{where}: imports {name} (use from {CONTAINERS} import NAME)")
+                elif isinstance(node, ast.ImportFrom):
+                    bad += [f"{where}: {a.name} is not in its __all__" for a in node.names
+                            if a.name not in exported]
+    return bad, checked
+
+
+def test_the_containers_package_is_used_only_through_its_init() -> None:
+    bad: list[str] = []
+    checked = 0
+    for path in _sources():
+        breaches, seen = _containers_door_breaches(path.relative_to(SRC).as_posix(),
+                                                   path.read_text())
+        bad += breaches
+        checked += seen
+    assert not bad, "\n".join(bad)
+    assert checked >= 4  # the engine, workers, gangs and node links use it: not vacuous
+    probe = (f"from {CONTAINERS}.plan import RUNTIME\nimport {CONTAINERS}.oom\n"
+             f"from {CONTAINERS} import _secret\nfrom {CONTAINERS} import ContainerSet\n")
+    assert len(_containers_door_breaches("_engines/local/engine.py", probe)[0]) == 3
+
+
 # Plugins: `shoal/plugins/<name>/` is a plugin's public, Flyte-shaped surface (configs,
 # decorators) over Shoal's public API, `_api` and `_spec`; `_plugins/<name>/` its engine-side
 # parts, registered in `shoal._plugins` by config type. The two meet only in that registry:

@@ -20,6 +20,7 @@ What a file holds (YAML; every key optional; relative paths are relative to the 
     store: s3://bucket/prefix      # the object-store root (default file://<home>/store)
     home: ~/.shoal                 # run records and logs
     ui_url: http://127.0.0.1:8484  # the base of Run.url (`shoal ui`)
+    containers: true               # local tasks run inside their images (`shoal run --containers`)
     image:
       registry: ghcr.io/my-org     # Flyte's key too: images that name no registry
       builder: podman              # Flyte's key: local (the first present) or docker, podman,
@@ -53,7 +54,7 @@ FLYTE_LOCAL_BUILDER = "local"
 FLYTE_CONFIG_VARS = ("UCTL_CONFIG", "FLYTECTL_CONFIG")
 
 _TOP = ("engine", "store", "home", "kube_settings", "slurm_settings", "ui_url", "image", "task",
-        "admin", "console", "local", "logger")
+        "admin", "console", "local", "logger", "containers")
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "image": ("registry", "builder", "image_refs"),
     "task": ("org", "project", "domain"),
@@ -74,6 +75,7 @@ class Settings:
     slurm_settings: str | None = None
     ui_url: str | None = None
     image_registry: str | None = None
+    containers: bool | None = None  # None: as SHOAL_CONTAINERS says
     image_builder: str | None = None  # None: the first builder present (Flyte's "local")
     labels: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # one-line warnings for keys Shoal reads but cannot honour
@@ -193,6 +195,11 @@ class _Reader:
                 raise self.error("ui_url", url, "must be an http:// or https:// URL",
                                  f"use http://127.0.0.1:{contract.DEFAULT_UI_PORT}")
             out["ui_url"] = url.rstrip("/")
+        if "containers" in data:
+            if not isinstance(data["containers"], bool):
+                raise self.error("containers", data["containers"], "must be true or false",
+                                 "containers: true runs each local task inside its image")
+            out["containers"] = data["containers"]
         out["image_registry"], out["image_builder"] = self.image(data.get("image") or {})
         for key, value in (data.get("task") or {}).items():
             if value is not None:

@@ -11,14 +11,15 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._driver import handle
-from shoal._driver.engine_choice import check_engine, is_remote
+from shoal._driver.engine_choice import check_containers, check_engine, is_remote
 from shoal._driver.syncaio import SyncAio
 from shoal.errors import SpecError
 
 
 def init(*, engine: str = "local", store: str | None = None, home: str | None = None,
          kube_settings: str | os.PathLike[str] | None = None,
-         slurm_settings: str | os.PathLike[str] | None = None) -> None:
+         slurm_settings: str | os.PathLike[str] | None = None,
+         containers: bool | None = None) -> None:
     """Choose the engine and the object store for runs started from this process.
 
     ``engine`` is one of ``contract.ENGINES`` ("local", "kubernetes", "slurm"), as for ``shoal run
@@ -27,15 +28,23 @@ def init(*, engine: str = "local", store: str | None = None, home: str | None = 
     Kubernetes engine's settings file (``shoal run --kube-settings``). With
     ``engine="kubernetes"`` the settings and the store are checked here; `shoal.run` then
     submits the run's driver Job. ``slurm_settings`` is the Slurm engine's settings file
-    (``shoal run --slurm-settings``), checked here. Child processes inherit the choice.
+    (``shoal run --slurm-settings``), checked here. ``containers=True`` runs the local
+    engine's tasks inside their images (``shoal run --containers``; podman), False in this
+    interpreter; None leaves the choice as it is. Child processes inherit the choice.
     """
     check_engine("init(engine=...)", engine)
+    if containers is not None and not isinstance(containers, bool):
+        raise SpecError("init(containers=...)", containers, "must be True or False",
+                        "containers=True runs each local task inside its image")
+    check_containers(engine, containers)
     # A refused init chooses nothing: what it set before the refusal is put back.
     chosen = (contract.HOME, contract.STORE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
-              contract.ENGINE)
+              contract.ENGINE, contract.CONTAINERS)
     before = {name: os.environ.get(name) for name in chosen}
     try:
         _choose(engine, store, home, kube_settings, slurm_settings)
+        if containers is not None:
+            os.environ[contract.CONTAINERS] = "1" if containers else "0"
     except BaseException:
         for name, value in before.items():
             if value is None:
@@ -171,7 +180,8 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
     for note in settings.notes:
         print(f"shoal: warning: {note}", file=sys.stderr, flush=True)
     init(engine=settings.engine, store=storage or settings.store, home=settings.home,
-         kube_settings=settings.kube_settings, slurm_settings=settings.slurm_settings)
+         kube_settings=settings.kube_settings, slurm_settings=settings.slurm_settings,
+         containers=settings.containers)
     if settings.ui_url:
         os.environ[contract.UI_URL] = settings.ui_url
     if settings.image_registry:
