@@ -164,12 +164,20 @@ def training(args: argparse.Namespace, data: Path, work: Path, budget: Budget,
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             why = str(e).strip()
             print(f"  {row}: FAILED: {why[-2500:]}", flush=True)
-            return why.splitlines()[0][:300]
+            return failure(why)
         print(f"  {row}: {got['window_tokens_per_s']:,.0f} tokens/s steady state, backend "
               f"{got['backend']}, wall {got['wall_s']:.1f} s", flush=True)
         return got
 
     return interleaved_rounds(gpu_report.ROWS, args.rounds, measure)
+
+
+def failure(why: str) -> str:
+    """A failed run in one line: how it ended (``run_logged``'s first line, the command and
+    its exit) and the first line of its log's tail that says error, if one does."""
+    first, *rest = why.splitlines()
+    said = next((line.strip() for line in rest if "error" in line.lower()), "")
+    return (first.rstrip(":") + (f": {said}" if said else ""))[:400]
 
 
 def nsys_phase(args: argparse.Namespace, data: Path, work: Path, out: Path, name: str,
@@ -255,7 +263,8 @@ def main_phases(args: argparse.Namespace) -> int:
             runs, failed = training(args, data, work, budget, keep_nsys)
             summary["runs"], summary["failed"] = runs, failed
             ok = sum(map(len, runs.values()))
-            phases.record("training", "ok" if ok else "failed", time.perf_counter() - t,
+            phases.record("training", "ok" if ok == 2 * args.rounds else "partly failed"
+                          if ok else "failed", time.perf_counter() - t,
                           f"{ok} of {2 * args.rounds} runs ok")
             if nsys is None:
                 summary["nsys"] = {"status": "skipped", "why": "nsys is not on PATH (install "

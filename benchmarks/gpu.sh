@@ -21,7 +21,8 @@
 #   ROUNDS=3        runs of each row, 1-5 (dry run: 1)
 #   GPUS=all        ranks, one per GPU, 1-8 (default: every GPU, at most 8; dry run: 2 CPU ranks)
 #   TIME_LIMIT=600  seconds for everything, 120-600
-#   PYTHON=python3  a Python with torch (a CUDA build), numpy, tokenizers, psutil
+#   PYTHON=python3  a Python with torch (a CUDA build), numpy, tokenizers, and Shoal's
+#                   dependencies (psutil, packaging, pyyaml, crc32c)
 #   OUT=benchmarks/results   where the results go (dry run: a new temp folder)
 # Shoal is taken from this checkout (src/ on PYTHONPATH); nothing is downloaded.
 set -euo pipefail
@@ -74,8 +75,10 @@ fi
 # The Python and its packages; torch's build read from its version.py (no import: seconds).
 PROBE='
 import importlib.util, os, runpy
-need = ["torch", "numpy", "tokenizers", "psutil"]
-missing = ",".join(n for n in need if importlib.util.find_spec(n) is None) or "-"
+# module: its pip name; the example needs the first three, Shoal the rest (pyproject.toml)
+need = {"torch": "torch", "numpy": "numpy", "tokenizers": "tokenizers", "psutil": "psutil",
+        "packaging": "packaging", "yaml": "pyyaml", "crc32c": "crc32c"}
+missing = ",".join(p for m, p in need.items() if importlib.util.find_spec(m) is None) or "-"
 version = cuda = "-"
 spec = importlib.util.find_spec("torch")
 if spec is not None and spec.origin:
@@ -85,7 +88,7 @@ print(missing, version, cuda)
 '
 torch_version=- torch_cuda=-
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
-  problem "PYTHON=$PYTHON: not found; fix: PYTHON=/path/to/python (one with torch, numpy, tokenizers, psutil)"
+  problem "PYTHON=$PYTHON: not found; fix: PYTHON=/path/to/python (one with torch, numpy, tokenizers and Shoal's dependencies)"
 elif ! probed=$("$PYTHON" -c "$PROBE" 2>&1) || ! read -r missing torch_version torch_cuda <<<"$probed"; then
   problem "PYTHON=$PYTHON: could not run it: $(tail -1 <<<"$probed"); fix: PYTHON=/path/to/a/working/python"
 elif [[ "$missing" != "-" ]]; then

@@ -169,6 +169,8 @@ def gpu_sh(tmp_path: Path, *, smi: str | None = None, fake_torch_cuda: str | Non
 
 ONE_GPU = "echo 'GPU 0: NVIDIA H200 (UUID: GPU-0)'"
 DRY = "or check everything but the GPU on CPU: benchmarks/gpu.sh --dry-run"
+# The example's packages, then Shoal's own dependencies (pyproject.toml), as pip names them.
+PACKAGES = "torch numpy tokenizers psutil packaging pyyaml crc32c"
 
 
 def test_gpu_sh_names_every_bad_setting_at_once(tmp_path: Path) -> None:
@@ -218,9 +220,8 @@ def test_gpu_sh_says_what_the_machine_lacks(tmp_path: Path) -> None:
     p = gpu_sh(tmp_path / "1", PYTHON=str(bare), smi="echo 'NVIDIA-SMI has failed because it "
                "could not communicate with the NVIDIA driver.'; exit 9")
     assert p.returncode == 2 and p.stderr.splitlines() == [
-        f"gpu.sh: {bare} lacks: torch numpy tokenizers psutil; fix: {bare} -m pip install "
-        "torch numpy tokenizers psutil (torch a CUDA build), or PYTHON=/path/to/a/python that "
-        "has them",
+        f"gpu.sh: {bare} lacks: {PACKAGES}; fix: {bare} -m pip install {PACKAGES} (torch a "
+        "CUDA build), or PYTHON=/path/to/a/python that has them",
         "gpu.sh: no NVIDIA GPU here: nvidia-smi -L failed: NVIDIA-SMI has failed because it "
         f"could not communicate with the NVIDIA driver.; fix: check the driver, {DRY}",
         "gpu.sh: 2 problem(s); nothing was run",
@@ -228,7 +229,7 @@ def test_gpu_sh_says_what_the_machine_lacks(tmp_path: Path) -> None:
     p = gpu_sh(tmp_path / "2", PYTHON="no-such-python", smi="echo 'No devices were found'")
     assert p.returncode == 2 and p.stderr.splitlines() == [
         "gpu.sh: PYTHON=no-such-python: not found; fix: PYTHON=/path/to/python (one with "
-        "torch, numpy, tokenizers, psutil)",
+        "torch, numpy, tokenizers and Shoal's dependencies)",
         f"gpu.sh: no NVIDIA GPU here: nvidia-smi -L lists none; fix: check the driver, {DRY}",
         "gpu.sh: 2 problem(s); nothing was run",
     ]
