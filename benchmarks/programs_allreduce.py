@@ -64,8 +64,10 @@ def main() -> None:
         sizes.append({"mib": mib, "ms": seconds * 1e3, "algbw_gbs": algbw,
                       "busbw_gbs": algbw * 2 * (world - 1) / world})
         del x
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) \
-        if device.type == "cuda" and backend == "nccl" else None
+    nccl = None
+    if device.type == "cuda" and backend == "nccl":
+        v = torch.cuda.nccl.version()  # a tuple (2, 21, 5); an int in older torch
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     if dist.get_rank() == 0:
         print(MARK + json.dumps({"backend": str(dist.get_backend()), "world_size": world,
                                  "nccl_version": nccl, "sizes": sizes}), flush=True)
