@@ -53,6 +53,10 @@ KILL_GRACE = 2.0
 # How often a running task's memory is compared with its limit: a task that overshoots by a
 # lot within one interval is caught at the next sample, as a cgroup would have killed it.
 MEMORY_SAMPLE_SECONDS = 0.25
+# A call still running this long is watched (memory limit, system metrics); one that ends
+# sooner, as most calls of a fan-out do, costs no look at the machine's process table, which
+# takes milliseconds of CPU, more than the call itself.
+WATCH_AFTER_SECONDS = 0.05
 
 
 class OutOfMemory(Exception):
@@ -87,6 +91,7 @@ class LocalEngine(Engine):
         # action -> (its reservation, children in flight) while the action runs
         self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
         self._traces: set[asyncio.Future[Any]] = set()
+        self._system_every: float | None = None  # `_system_interval`
 
     # -- planning ------------------------------------------------------------------------
     def _wenv(self, env: str, worker_id: str, code_file: str) -> WorkerEnv:
@@ -421,10 +426,17 @@ class LocalEngine(Engine):
         Meanwhile the tree's CPU and memory are written as the call's system metrics."""
         resources = call.task.env.resources
         limit = resources.memory_limit_bytes if resources is not None else None
+        interval = self._system_interval()
         answer = worker.order(order)
-        system = self._system_sampler(order)
-        if limit is None and system is None:
+        if limit is None and not interval:
             return await answer
+        started = time.monotonic()
+        done, _ = await asyncio.wait({answer}, timeout=min(WATCH_AFTER_SECONDS, interval or 1.0))
+        if done:
+            return answer.result()
+        system = None if not interval else CallSampler(
+            open_writer(self.home, order.run, order.action, order.attempt, source="system"),
+            interval, started=started)
         tick = MEMORY_SAMPLE_SECONDS if limit is not None or system is None \
             else system.interval
         try:
@@ -447,17 +459,16 @@ class LocalEngine(Engine):
             if system is not None:
                 system.close()
 
-    def _system_sampler(self, order: m.Run) -> CallSampler | None:
-        """CPU and memory of a plain call, every ``SHOAL_SYSTEM_METRICS_INTERVAL`` seconds
-        (checked by the driver before the run starts; a bad value here means off)."""
-        try:
-            interval = contract.system_metrics_interval()
-        except ValueError:
-            return None
-        if interval == 0:
-            return None
-        return CallSampler(open_writer(self.home, order.run, order.action, order.attempt,
-                                       source="system"), interval)
+    def _system_interval(self) -> float:
+        """Seconds between system-metric samples of a plain call, 0 for none
+        (``SHOAL_SYSTEM_METRICS_INTERVAL``, checked by the driver before the run starts; a bad
+        value here means none); read once per engine."""
+        if self._system_every is None:
+            try:
+                self._system_every = contract.system_metrics_interval()
+            except ValueError:
+                self._system_every = 0.0
+        return self._system_every
 
     def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
                 exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:
