@@ -31,6 +31,9 @@ class ControllerClient:
         self._loop = asyncio.new_event_loop()
         self._ready = concurrent.futures.Future[None]()
         self._writer: asyncio.StreamWriter | None = None
+        # Frames leave in the order they are encoded: a spec is named before it is referred to.
+        self._specs = m.SpecSender()
+        self._sending = threading.Lock()
         self._thread = threading.Thread(
             target=self._serve, args=(socket_path, worker_id), name="shoal-io", daemon=True
         )
@@ -79,13 +82,14 @@ class ControllerClient:
             self.orders.put(None)
 
     def _send(self, message: object) -> None:
-        data = m.encode(message)
+        with self._sending:
+            data = (m.encode_submit(message, self._specs) if isinstance(message, m.Submit)
+                    else m.encode(message))
+            self._loop.call_soon_threadsafe(self._write, data)
 
-        def write() -> None:
-            assert self._writer is not None  # set before _ready resolves
-            self._writer.write(data)
-
-        self._loop.call_soon_threadsafe(write)
+    def _write(self, data: bytes) -> None:
+        assert self._writer is not None  # set before _ready resolves
+        self._writer.write(data)
 
     def submit(self, call: CallSpec) -> concurrent.futures.Future[Any]:
         """Ask the controller to run ``call``; the future holds the output literal."""
