@@ -16,7 +16,7 @@ import io
 import pickle
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from shoal._spec.call import CallSpec, TaskSpec
 from shoal._spec.trace import TraceCall, TraceOutcome
@@ -171,6 +171,16 @@ class SpecReceiver:
         if spec is None:
             raise pickle.UnpicklingError(f"task spec {pid[1]} was never sent")
         return spec
+
+
+def read_frame(frames: BinaryIO) -> object | None:
+    """The next message from a blocking binary file of frames; None at its end."""
+    header = frames.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    body = frames.read(size)
+    return pickle.loads(body) if len(body) == size else None
 
 
 async def read(reader: asyncio.StreamReader, specs: SpecReceiver | None = None) -> object:
