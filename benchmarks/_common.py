@@ -262,6 +262,35 @@ def _own_seconds() -> float:
 
 
 
+class StepClock:
+    """The ``log`` callback a training loop under measurement gets (in a rank, under Shoal or
+    bare torchrun): prints rank 0's lines, and notes the wall-clock time of each logged step,
+    a line starting ``step <done>/<steps>`` (the loops of examples/pretrain and
+    examples/finetune)."""
+
+    STEP = re.compile(r"^step\s+(\d+)/\d+")
+
+    def __init__(self, show: bool) -> None:
+        self.show = show
+        self.steps: list[tuple[int, float]] = []  # (steps done, perf_counter)
+
+    def __call__(self, msg: str) -> None:
+        now = time.perf_counter()
+        if m := self.STEP.match(msg):
+            self.steps.append((int(m.group(1)), now))
+        if self.show:
+            print(msg, flush=True)
+
+    def window(self, per_step: float) -> tuple[float, int]:
+        """``per_step`` units (tokens, samples) a second from the first logged step to the
+        last: a mean, so a stall inside the window counts in full; and the steps it spans."""
+        if len(self.steps) < 2:
+            raise RuntimeError(f"{len(self.steps)} step lines logged: give the loop at least "
+                               "two log intervals (steps >= 2 x log_every)")
+        (first, t_first), (last, t_last) = self.steps[0], self.steps[-1]
+        return (last - first) * per_step / (t_last - t_first), last - first
+
+
 def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
     """The pretrain example's data folder (``corpus.build``, its defaults but ``max_files``),
     written by a child process; its meta.json as a dict."""

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from _common import StepClock  # benchmarks/_common.py, next to this script
+
 # The example's modules, imported as its pipeline imports them (its folder on sys.path).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "pretrain"))
 
 MARK = "PRETRAIN-RESULT "
-_STEP = re.compile(r"^step\s+(\d+)/\d+")  # training.train's log line: "step    10/150  loss ..."
 
 
 def config(data: Path, steps: int, batch_size: int, log_every: int,
@@ -48,32 +48,17 @@ def config(data: Path, steps: int, batch_size: int, log_every: int,
         batch_size=batch_size, checkpoint_every=checkpoint_every, log_every=log_every)
 
 
-class Recorder:
+class Recorder(StepClock):
     """The ``log`` callback given to ``training.train``: prints rank 0's lines and notes the
     wall-clock time of each logged step."""
-
-    def __init__(self, show: bool) -> None:
-        self.show = show
-        self.steps: list[tuple[int, float]] = []  # (steps done, perf_counter)
-
-    def __call__(self, msg: str) -> None:
-        now = time.perf_counter()
-        if m := _STEP.match(msg):
-            self.steps.append((int(m.group(1)), now))
-        if self.show:
-            print(msg, flush=True)
 
     def result(self, stats: Any, started: float, cfg: Any) -> dict[str, float]:
         import torch.distributed as dist
 
-        if len(self.steps) < 2:
-            raise RuntimeError(f"{len(self.steps)} step lines logged: give the loop at least "
-                               "two log intervals (steps >= 2 x log_every)")
-        (first, t_first), (last, t_last) = self.steps[0], self.steps[-1]
         per_step = cfg.batch_size * cfg.model.block_size * dist.get_world_size()
-        return {"tokens_per_s": stats.tokens_per_s,
-                "window_tokens_per_s": (last - first) * per_step / (t_last - t_first),
-                "window_steps": last - first, "seconds": stats.seconds,
+        window, steps = self.window(per_step)
+        return {"tokens_per_s": stats.tokens_per_s, "window_tokens_per_s": window,
+                "window_steps": steps, "seconds": stats.seconds,
                 "start_step": stats.start_step, "steps": stats.steps,
                 "train_call_s": time.perf_counter() - started}
 

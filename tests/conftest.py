@@ -36,7 +36,8 @@ def shoal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # records nothing, so a test's init(engine="kubernetes") would leak into later tests,
     # module-scoped fixtures first).
     for name in (contract.ENGINE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
-                 contract.LOG_LEVEL, contract.UI_URL, contract.IMAGE_REGISTRY):
+                 contract.LOG_LEVEL, contract.UI_URL, contract.IMAGE_REGISTRY,
+                 contract.IMAGE_BUILDER, contract.CONTAINERS):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     return home
@@ -159,6 +160,9 @@ SERIAL_TIERS: dict[str, str] = {
     # whose Ray-chosen ports (the client server's 10001 and 23000+) are fixed per address.
     "slurm": "slurm-and-ray",
     "raycluster": "slurm-and-ray",
+    # One containers storage and one Debian base per session: a second worker would make
+    # both again, and two builders' layer caches would race on one machine's disk.
+    "containers": "containers",
 }
 
 
@@ -177,3 +181,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return SERIAL_TIERS.get(tier, nodeid)
 
     return TierScheduling(config, log)
+
+
+# Tiers whose wall time the run's summary states, each with why: CI says how long they took
+# (.ci/run). A serial tier's tests run one after another in one worker, so the sum of its
+# setup, call and teardown times is its wall time.
+TIMED_TIERS: dict[str, str] = {
+    "containers": "real image builds and a Debian base from the mirror: the costliest set-up",
+}
+_tier_seconds: dict[str, float] = {}
+_tier_tests: dict[str, set[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = report.nodeid.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    if tier in TIMED_TIERS:
+        _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+        _tier_tests.setdefault(tier, set()).add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for tier, seconds in sorted(_tier_seconds.items()):
+        terminalreporter.write_line(f"tier {tier}: {len(_tier_tests[tier])} tests took "
+                                    f"{seconds:.1f}s (set-up and tear-down included)")

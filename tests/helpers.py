@@ -1,4 +1,5 @@
-"""Helpers every test tier shares: waiting for a condition, and a free loopback port.
+"""Helpers every test tier shares: waiting for a condition, a free loopback port, and the
+check that skips (or, in CI, fails) a test that needs DeepSpeed where it is missing.
 
 A test that waits for something to happen waits for *that* (a file, an event, a state) with
 `wait_until`, never for a fixed time: a fixed sleep is too short on a loaded machine and too
@@ -8,10 +9,14 @@ long everywhere else. A sleep stays only where time itself is what a test exerci
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+
+import pytest
 
 from shoal._runtime.ports import free_port  # noqa: F401  (the tests import it from here)
 
@@ -64,3 +69,15 @@ async def wait_until_async(what: str, check: Callable[[], T], *, timeout: float 
         if time.monotonic() > deadline:
             raise AssertionError(_timed_out(what, timeout, last, detail))
         await asyncio.sleep(every)
+
+
+def require_deepspeed() -> None:
+    """Skip the calling test where deepspeed is not installed; fail it instead under
+    SHOAL_REQUIRE_DEEPSPEED=1, which .ci/run sets (make's dev set-up installs deepspeed)."""
+    if importlib.util.find_spec("deepspeed") is not None:
+        return
+    why = ("deepspeed is not installed (make's dev set-up installs it: DS_BUILD_OPS=0 pip "
+           "install --no-build-isolation deepspeed, after torch)")
+    if os.environ.get("SHOAL_REQUIRE_DEEPSPEED") == "1":
+        pytest.fail(f"{why}\n(SHOAL_REQUIRE_DEEPSPEED=1: the DeepSpeed tests must run here)")
+    pytest.skip(why)

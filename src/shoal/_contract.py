@@ -43,6 +43,9 @@ UI_URL = "SHOAL_UI_URL"
 DEFAULT_UI_PORT = 8484
 # Registry of built `shoal.Image`s that name none themselves (config key image.registry).
 IMAGE_REGISTRY = "SHOAL_IMAGE_REGISTRY"
+# The OCI builder of images: "docker", "podman" or "buildah" (config key image.builder;
+# `shoal image build --builder`); unset: the first present (shoal._engines.images).
+IMAGE_BUILDER = "SHOAL_IMAGE_BUILDER"
 # Where a run's metrics are forwarded while it runs: "tensorboard:DIR,wandb[:rank0]" (the
 # syntax of `shoal run --metrics`; parsed in `shoal._driver.bridges.spec`).
 METRICS_BRIDGES = "SHOAL_METRICS_BRIDGES"
@@ -56,6 +59,10 @@ MACHINE_DIR = "SHOAL_MACHINE_DIR"
 # What the local engine may use of this machine: "cpu=4,memory=16Gi,gpu=1" (each key optional;
 # an omitted one is detected). Runs sharing a machine must agree on it.
 MACHINE_CAPACITY = "SHOAL_MACHINE_CAPACITY"
+# "1": the local engine runs each task process (a plain call's worker, a gang's node launcher)
+# inside its environment's image, built on demand, held to its resources as the container's
+# limits (`shoal run --containers`, `shoal.init(containers=True)`, config `containers: true`).
+CONTAINERS = "SHOAL_CONTAINERS"
 # S3-compatible endpoint override (a MinIO or loopback server); credentials use the standard
 # AWS_* variables, which Shoal passes through untouched.
 S3_ENDPOINT = "SHOAL_S3_ENDPOINT"
@@ -312,6 +319,11 @@ def ranged_get_min(environ: Mapping[str, str] | None = None) -> int | None:
 def debug(environ: Mapping[str, str] | None = None) -> bool:
     """Whether tracebacks show Shoal's own frames too (`shoal --debug` sets it)."""
     return (os.environ if environ is None else environ).get(DEBUG, "") == "1"
+
+
+def containers(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the local engine runs tasks inside their images (``SHOAL_CONTAINERS=1``)."""
+    return (os.environ if environ is None else environ).get(CONTAINERS, "") == "1"
 
 
 def retry_backoff() -> float:

@@ -72,17 +72,24 @@ def test_deploy_validates_and_renders() -> None:
     assert "driver" in p.stdout and "data,compute" in p.stdout
 
 
-def test_image_build_without_docker_says_why(tmp_path: Path) -> None:
+def test_image_build_without_a_builder_says_what_to_install(tmp_path: Path) -> None:
+    """No docker, podman or buildah on PATH: the build context is still written, for a
+    machine that has one, and the failure says what to install."""
     prog = tmp_path / "img.py"
     prog.write_text(
         "import shoal\n"
         "env = shoal.TaskEnvironment('imgenv', image=shoal.Image.from_debian_base()"
         ".with_pip_packages('numpy'))\n"
         "@env.task\ndef f() -> int:\n    return 1\n")
-    p = shoal("image", "build", str(prog), "--out", str(tmp_path / "ctx"), check=False)
+    p = subprocess.run([sys.executable, "-m", "shoal.cli.main", "image", "build", str(prog),
+                        "--out", str(tmp_path / "ctx")], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PATH": str(tmp_path / "no-tools")})
+    assert p.returncode == 1, p.stderr
     assert (tmp_path / "ctx" / "imgenv" / "Dockerfile").exists()
-    if p.returncode != 0:  # no Docker engine on this machine: it must say so
-        assert "not built:" in p.stdout and "docker buildx build" in p.stdout
+    assert "imgenv: shoal:" in p.stdout and "not built; its build context:" in p.stdout
+    assert "no image builder can be used on this machine (docker: no `docker` command on " \
+           "PATH; podman: no `podman` command on PATH; buildah: no `buildah` command on " \
+           "PATH). Fix: install podman (apt-get install podman runc)" in p.stderr
 
 
 def _gone(pid: int) -> bool:

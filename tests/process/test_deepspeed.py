@@ -10,7 +10,6 @@ it, and the Makefile's dev set-up installs it).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ import pytest
 
 import shoal
 from shoal._storage.records import Records
-from tests.helpers import free_port
+from tests.helpers import free_port, require_deepspeed
 
 from .programs import deepspeed_zero as ds
 
@@ -33,13 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def _deepspeed_installed() -> None:
-    if importlib.util.find_spec("deepspeed") is not None:
-        return
-    why = ("deepspeed is not installed (make's dev set-up installs it: DS_BUILD_OPS=0 pip "
-           "install --no-build-isolation deepspeed, after torch)")
-    if os.environ.get("SHOAL_REQUIRE_DEEPSPEED") == "1":
-        pytest.fail(f"{why}\n(SHOAL_REQUIRE_DEEPSPEED=1: the DeepSpeed tests must run here)")
-    pytest.skip(why)
+    require_deepspeed()
 
 
 def _torchrun(out: Path) -> subprocess.Popen[str]:

@@ -22,7 +22,8 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(project)
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     for name in (contract.CONFIG, *config.FLYTE_CONFIG_VARS, contract.UI_URL,
-                 contract.IMAGE_REGISTRY, contract.ENGINE, contract.LOG_LEVEL):
+                 contract.IMAGE_REGISTRY, contract.IMAGE_BUILDER, contract.ENGINE,
+                 contract.LOG_LEVEL):
         monkeypatch.setenv(name, "")  # so that what init_from_config sets is undone
         monkeypatch.delenv(name)
     monkeypatch.setattr(handle, "DEFAULT_LABELS", {})
@@ -91,6 +92,7 @@ def test_shoal_settings(places: Path) -> None:
     assert s.home == str(places / ".shoal" / "state")
     assert s.ui_url == "http://h:9"
     assert s.image_registry == "ghcr.io/me"
+    assert s.image_builder is None  # Flyte's "local": the first builder present
     assert s.notes == ()
 
 
@@ -119,6 +121,7 @@ def test_flyte_settings(places: Path) -> None:
     ("ui_url: localhost:8484\n", "ui_url", "http://127.0.0.1:8484"),
     ("image: {registry: 'https://ghcr.io/x/'}\n", "image.registry", "ghcr.io/x"),
     ("image: {builder: remote}\n", "image.builder", "shoal image build"),
+    ("image: {builder: podmn}\n", "image.builder", "did you mean 'podman'"),
     ("image: {image_refs: {a: b}}\n", "image.image_refs", "TaskEnvironment(image="),
     ("task: [1, 2]\n", "task", "must be a mapping"),
     ("home: ''\n", "home", "non-empty string"),
@@ -178,3 +181,17 @@ def test_init_from_config_refuses_what_shoal_cannot_do(places: Path, kwargs: dic
     with pytest.raises(SpecError, match="Fix:") as err:
         shoal.init_from_config(**kwargs)  # type: ignore[arg-type]
     assert words in str(err.value)
+
+
+def test_the_image_builder_is_chosen_by_the_file_and_by_init_from_config(
+        places: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (contract.HOME, contract.STORE):
+        monkeypatch.setenv(name, os.environ[name])  # restored after the test
+    write(places / ".shoal" / "config.yaml", "image: {builder: buildah}\n")
+    assert config.configured_image_builder() == "buildah"  # what `shoal image build` reads
+    shoal.init_from_config()
+    assert os.environ[contract.IMAGE_BUILDER] == "buildah"
+    shoal.init_from_config(image_builder="podman")  # the argument wins over the file
+    assert os.environ[contract.IMAGE_BUILDER] == "podman"
+    with pytest.raises(SpecError, match="did you mean 'docker'"):
+        shoal.init_from_config(image_builder="dokcer")

@@ -16,12 +16,15 @@ from shoal._api.image.image import (
     CONTEXT_DIR,
     DEBIAN_BASE_IMAGE,
     DEFAULT_IMAGE_NAME,
-    SHOAL_SOURCE_CONTEXT,
     TAG_LENGTH,
     Image,
     missing_locally,
+)
+from shoal._api.image.shoal_package import (
+    SHOAL_SOURCE_CONTEXT,
     shoal_install_lines,
     shoal_requirement,
+    shoal_source,
 )
 from shoal.errors import SpecError
 
@@ -166,8 +169,6 @@ def test_relative_paths_are_fixed_when_the_image_is_made(
 def test_shoal_itself_goes_into_the_image() -> None:
     """A Shoal not installed from an index (a source tree, an editable install) is copied into
     the build context and put on PYTHONPATH; otherwise pip installs the same version."""
-    from shoal._api.image.image import shoal_source
-
     image = Image.from_debian_base("3.11")
     if shoal_source() is None:
         assert shoal_requirement() in image.dockerfile()

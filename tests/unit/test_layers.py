@@ -12,6 +12,7 @@ import pytest
 
 import shoal
 import shoal.errors
+from shoal import _contract as contract
 
 SRC = Path(shoal.__file__).parent
 
@@ -241,14 +242,50 @@ def test_only_the_cli_imports_the_ui() -> None:
     assert not bad, "\n".join(bad)
 
 
+# Packages under `_engines/` that are no engine: what every engine and the CLI share (images:
+# the OCI builders and the Debian base). Each imports no engine, and is used from outside
+# only through its `__init__`.
+SHARED_ENGINE_PACKAGES = {"images"}
+
+
+def _engine_packages() -> list[Path]:
+    return [p for p in (SRC / "_engines").iterdir() if p.is_dir() and p.name != "__pycache__"
+            and p.name not in SHARED_ENGINE_PACKAGES]
+
+
 def test_engines_do_not_import_each_other() -> None:
-    engines = [p for p in (SRC / "_engines").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    engines = _engine_packages()
+    assert {p.name for p in engines} <= set(contract.ENGINES)
     for engine in engines:
         for path in engine.rglob("*.py"):
             for name in _imports(path):
                 for other in engines:
                     if other != engine:
                         assert not name.startswith(f"shoal._engines.{other.name}"), (path, name)
+
+
+def test_shared_engine_packages_import_no_engine_and_have_one_door() -> None:
+    engines = {p.name for p in _engine_packages()}
+    bad = []
+    for package in SHARED_ENGINE_PACKAGES:
+        assert (SRC / "_engines" / package / "__init__.py").is_file(), package
+        for path in (SRC / "_engines" / package).rglob("*.py"):
+            bad += [f"{path.relative_to(SRC)} imports {name}" for name in _imports(path)
+                    if name.split(".")[:2] == ["shoal", "_engines"] and len(name.split(".")) > 2
+                    and name.split(".")[2] in engines]
+    used = 0
+    for path in _sources():
+        rel = path.relative_to(SRC).parts
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[:2] == ["shoal", "_engines"] and len(parts) > 2 \
+                    and parts[2] in SHARED_ENGINE_PACKAGES and rel[:2] != ("_engines", parts[2]):
+                used += 1
+                if len(parts) > 3:
+                    bad.append(f"{path.relative_to(SRC)} imports {name} (use shoal._engines."
+                               f"{parts[2]})")
+    assert not bad, "\n".join(bad)
+    assert used >= 2  # the CLI and the config file use it: the rule looked at real uses
 
 
 # `shoal queue` shows this machine's pool of the local engine: the one engine package a
@@ -263,8 +300,7 @@ def test_the_cli_names_no_engine() -> None:
     (a comparison, a choice, an argv item)."""
     from shoal import _contract as contract
 
-    engines = {p.name for p in (SRC / "_engines").iterdir()
-               if p.is_dir() and p.name != "__pycache__"}
+    engines = {p.name for p in _engine_packages()}
     assert {"slurm", "kubernetes"} <= engines <= set(contract.ENGINES)
     files = sorted((SRC / "cli").glob("*.py"))
     assert len(files) > 10 and any(f.name == "run_cmd.py" for f in files)  # not vacuous
@@ -426,6 +462,52 @@ def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
     assert len(bad) == 4 and checked == Counter(checkpoints=1, records=1, codecs=3), bad
     inside, _ = _storage_door_breaches("_storage/checkpoints/probe.py", probe.splitlines()[0])
     assert inside == []  # a package's own modules import each other directly
+
+
+# `_engines/local/containers/` (`--containers`) is a package of the local engine with one door:
+# the local engine's other modules import the names of its `__init__`'s `__all__`, never one
+# of its modules (STYLE: a folder past ~15 modules gets sub-packages, each with one door).
+CONTAINERS = "shoal._engines.local.containers"
+
+
+def _containers_door_breaches(where: str, source: str) -> tuple[list[str], int]:
+    """Imports in ``source`` (the file ``where``) around the containers package's door, and
+    how many imports of the package were checked."""
+    if where.startswith("_engines/local/containers/"):
+        return [], 0
+    init = SRC / "_engines" / "local" / "containers" / "__init__.py"
+    exported = next({e.value for e in n.value.elts}  # type: ignore[attr-defined]
+                    for n in ast.parse(init.read_text()).body if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets))
+    bad: list[str] = []
+    checked = 0
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        for name in names:
+            if name == CONTAINERS or name.startswith(CONTAINERS + "."):
+                checked += 1
+                if name != CONTAINERS or isinstance(node, ast.Import):
+                    bad.append(f"{where}: imports {name} (use from {CONTAINERS} import NAME)")
+                elif isinstance(node, ast.ImportFrom):
+                    bad += [f"{where}: {a.name} is not in its __all__" for a in node.names
+                            if a.name not in exported]
+    return bad, checked
+
+
+def test_the_containers_package_is_used_only_through_its_init() -> None:
+    bad: list[str] = []
+    checked = 0
+    for path in _sources():
+        breaches, seen = _containers_door_breaches(path.relative_to(SRC).as_posix(),
+                                                   path.read_text())
+        bad += breaches
+        checked += seen
+    assert not bad, "\n".join(bad)
+    assert checked >= 4  # the engine, workers, gangs and node links use it: not vacuous
+    probe = (f"from {CONTAINERS}.plan import RUNTIME\nimport {CONTAINERS}.oom\n"
+             f"from {CONTAINERS} import _secret\nfrom {CONTAINERS} import ContainerSet\n")
+    assert len(_containers_door_breaches("_engines/local/engine.py", probe)[0]) == 3
 
 
 # Plugins: `shoal/plugins/<name>/` is a plugin's public, Flyte-shaped surface (configs,

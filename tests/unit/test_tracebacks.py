@@ -204,8 +204,8 @@ def test_a_repeated_traceback_is_folded_into_its_last_line() -> None:
     (["lgos"], "shoal: error: argument VERB: invalid choice: 'lgos' (choose from 'run', 'runs', "
                "'logs', 'metrics', 'profile', 'report', 'cancel', 'preempt', 'queue', 'ui', "
                "'deploy', 'image'). Fix: `shoal --help` lists what it takes"),
-    (["image", "build"], "shoal image: error: the following arguments are required: FILE. "
-                         "Fix: `shoal image --help` lists what it takes"),
+    (["image", "build"], "shoal image build: error: the following arguments are required: "
+                         "FILE. Fix: `shoal image build --help` lists what it takes"),
 ])
 def test_a_bad_command_line_is_one_line_and_its_fix(argv: list[str], line: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

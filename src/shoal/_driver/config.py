@@ -20,9 +20,11 @@ What a file holds (YAML; every key optional; relative paths are relative to the 
     store: s3://bucket/prefix      # the object-store root (default file://<home>/store)
     home: ~/.shoal                 # run records and logs
     ui_url: http://127.0.0.1:8484  # the base of Run.url (`shoal ui`)
+    containers: true               # local tasks run inside their images (`shoal run --containers`)
     image:
       registry: ghcr.io/my-org     # Flyte's key too: images that name no registry
-      builder: local               # Flyte's key; Shoal builds images locally only
+      builder: podman              # Flyte's key: local (the first present) or docker, podman,
+                                   # buildah (SHOAL_IMAGE_BUILDER); images build on this machine
     task: {org: o, project: p, domain: d}   # Flyte's: recorded as labels of every run
     admin: {endpoint: dns:///x}    # Flyte's control plane: a warning, runs stay on Shoal
     console: {endpoint: https://x} # Flyte's console: a warning, pages are in `shoal ui`
@@ -46,11 +48,13 @@ from shoal._driver.engine_choice import check_engine
 from shoal.errors import SpecError
 
 FILE_NAME = "config.yaml"
+# Flyte's image.builder for "build on this machine": here, with the first builder present.
+FLYTE_LOCAL_BUILDER = "local"
 # Flyte's own variables naming a config file (read, never written).
 FLYTE_CONFIG_VARS = ("UCTL_CONFIG", "FLYTECTL_CONFIG")
 
 _TOP = ("engine", "store", "home", "kube_settings", "slurm_settings", "ui_url", "image", "task",
-        "admin", "console", "local", "logger")
+        "admin", "console", "local", "logger", "containers")
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "image": ("registry", "builder", "image_refs"),
     "task": ("org", "project", "domain"),
@@ -71,6 +75,8 @@ class Settings:
     slurm_settings: str | None = None
     ui_url: str | None = None
     image_registry: str | None = None
+    containers: bool | None = None  # None: as SHOAL_CONTAINERS says
+    image_builder: str | None = None  # None: the first builder present (Flyte's "local")
     labels: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # one-line warnings for keys Shoal reads but cannot honour
 
@@ -189,7 +195,12 @@ class _Reader:
                 raise self.error("ui_url", url, "must be an http:// or https:// URL",
                                  f"use http://127.0.0.1:{contract.DEFAULT_UI_PORT}")
             out["ui_url"] = url.rstrip("/")
-        out["image_registry"] = self.image(data.get("image") or {})
+        if "containers" in data:
+            if not isinstance(data["containers"], bool):
+                raise self.error("containers", data["containers"], "must be true or false",
+                                 "containers: true runs each local task inside its image")
+            out["containers"] = data["containers"]
+        out["image_registry"], out["image_builder"] = self.image(data.get("image") or {})
         for key, value in (data.get("task") or {}).items():
             if value is not None:
                 out["labels"][key] = self.string(f"task.{key}", value)
@@ -215,23 +226,31 @@ class _Reader:
             raise self.error("store", value, e.rule, e.fix or "") from e
         return uri
 
-    def image(self, section: Mapping[str, Any]) -> str | None:
+    def image(self, section: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """(registry, builder) of the ``image:`` section."""
         from shoal._api.image import check_registry
+        from shoal._engines.images import BUILDERS, check_builder
 
         builder = section.get("builder")
-        if builder not in (None, "local"):
-            raise self.error("image.builder", builder, "Shoal builds images on this machine "
-                             "only (`shoal image build`, docker buildx)",
-                             "use builder: local, or leave it out")
+        if builder == FLYTE_LOCAL_BUILDER:
+            builder = None
+        elif builder is not None:
+            try:
+                builder = check_builder("image.builder", builder)
+            except SpecError as e:
+                raise self.error("image.builder", builder, "Shoal builds images on this "
+                                 "machine (`shoal image build`): the builder is local, or one "
+                                 f"of {', '.join(b.name for b in BUILDERS)}",
+                                 e.fix or "") from e
         if section.get("image_refs"):
             raise self.error("image.image_refs", section["image_refs"], "Shoal has no named "
                              "image references", "give the image to the environment: "
                              "TaskEnvironment(image='ghcr.io/org/img:tag')")
         registry = section.get("registry")
         if registry is None:
-            return None
+            return None, builder
         try:
-            return check_registry("image.registry", registry)
+            return check_registry("image.registry", registry), builder
         except SpecError as e:
             raise self.error("image.registry", registry, e.rule, e.fix or "") from e
 
@@ -257,3 +276,9 @@ class _Reader:
         if data.get("logger"):
             self.note("logger", data["logger"], "flytectl's log settings are not used; pass "
                       "log_level= to init_from_config or with_runcontext")
+
+
+def configured_image_builder() -> str | None:
+    """The builder the config file found from here names (``image.builder``), or None."""
+    path = find(None)
+    return load(path).image_builder if path is not None else None

@@ -20,6 +20,9 @@ ENGINES = contract.ENGINES
 REMOTE = ("kubernetes",)
 SHARES_HOME = ("slurm",)
 DEPLOYABLE = ("local", "kubernetes")
+# Engines whose tasks run on the driver's machine, in its interpreter unless `--containers`
+# puts each inside its image (elsewhere every task runs in its image already).
+CONTAINABLE = ("local",)
 
 
 def check_engine(field: str, value: object) -> str:
@@ -36,6 +39,14 @@ def engine_from_env() -> str:
     """``$SHOAL_ENGINE`` (set by the user or by `shoal.init`), else ``local``; checked."""
     value = os.environ.get(contract.ENGINE)
     return check_engine(contract.ENGINE, value) if value else "local"
+
+
+def check_containers(engine: str, containers: bool | None) -> None:
+    """``containers=True`` (``shoal run --containers``) only where tasks run on this machine."""
+    if containers and engine not in CONTAINABLE:
+        raise SpecError("containers", engine, "runs the tasks of the "
+                        f"{' or '.join(CONTAINABLE)} engine inside their images; on {engine} "
+                        "every task runs in its image already", "leave --containers out")
 
 
 def is_remote(engine: str) -> bool:

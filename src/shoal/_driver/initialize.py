@@ -11,14 +11,15 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._driver import handle
-from shoal._driver.engine_choice import check_engine, is_remote
+from shoal._driver.engine_choice import check_containers, check_engine, is_remote
 from shoal._driver.syncaio import SyncAio
 from shoal.errors import SpecError
 
 
 def init(*, engine: str = "local", store: str | None = None, home: str | None = None,
          kube_settings: str | os.PathLike[str] | None = None,
-         slurm_settings: str | os.PathLike[str] | None = None) -> None:
+         slurm_settings: str | os.PathLike[str] | None = None,
+         containers: bool | None = None) -> None:
     """Choose the engine and the object store for runs started from this process.
 
     ``engine`` is one of ``contract.ENGINES`` ("local", "kubernetes", "slurm"), as for ``shoal run
@@ -27,15 +28,23 @@ def init(*, engine: str = "local", store: str | None = None, home: str | None = 
     Kubernetes engine's settings file (``shoal run --kube-settings``). With
     ``engine="kubernetes"`` the settings and the store are checked here; `shoal.run` then
     submits the run's driver Job. ``slurm_settings`` is the Slurm engine's settings file
-    (``shoal run --slurm-settings``), checked here. Child processes inherit the choice.
+    (``shoal run --slurm-settings``), checked here. ``containers=True`` runs the local
+    engine's tasks inside their images (``shoal run --containers``; podman), False in this
+    interpreter; None leaves the choice as it is. Child processes inherit the choice.
     """
     check_engine("init(engine=...)", engine)
+    if containers is not None and not isinstance(containers, bool):
+        raise SpecError("init(containers=...)", containers, "must be True or False",
+                        "containers=True runs each local task inside its image")
+    check_containers(engine, containers)
     # A refused init chooses nothing: what it set before the refusal is put back.
     chosen = (contract.HOME, contract.STORE, contract.KUBE_SETTINGS, contract.SLURM_SETTINGS,
-              contract.ENGINE)
+              contract.ENGINE, contract.CONTAINERS)
     before = {name: os.environ.get(name) for name in chosen}
     try:
         _choose(engine, store, home, kube_settings, slurm_settings)
+        if containers is not None:
+            os.environ[contract.CONTAINERS] = "1" if containers else "0"
     except BaseException:
         for name, value in before.items():
             if value is None:
@@ -146,9 +155,16 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
                   "leave log_format out")
     refuse_unless(call, "batch_size", batch_size, 1000, "it sizes a Flyte control plane's "
                   "listings; Shoal reads its records locally", "leave batch_size out")
-    refuse_unless(call, "image_builder", image_builder if image_builder != "local" else None,
-                  None, "Shoal builds images on this machine only (`shoal image build`)",
-                  "use image_builder='local' or leave it out")
+    if image_builder is not None and image_builder != config.FLYTE_LOCAL_BUILDER:
+        from shoal._engines.images import BUILDERS, check_builder
+
+        try:
+            check_builder(f"{call}(image_builder=...)", image_builder)
+        except SpecError as e:
+            raise SpecError(e.field, image_builder, "Shoal builds images on this machine "
+                            "(`shoal image build`): 'local' (the first builder present) or "
+                            f"one of {', '.join(b.name for b in BUILDERS)}",
+                            e.fix) from e
     refuse_unless(call, "images", images or None, None, "Shoal has no named image "
                   "references", "give the image to the environment: "
                   "TaskEnvironment(image='ghcr.io/org/img:tag')")
@@ -164,11 +180,16 @@ def _init_from_config(path_or_config: str | os.PathLike[str] | None = None,
     for note in settings.notes:
         print(f"shoal: warning: {note}", file=sys.stderr, flush=True)
     init(engine=settings.engine, store=storage or settings.store, home=settings.home,
-         kube_settings=settings.kube_settings, slurm_settings=settings.slurm_settings)
+         kube_settings=settings.kube_settings, slurm_settings=settings.slurm_settings,
+         containers=settings.containers)
     if settings.ui_url:
         os.environ[contract.UI_URL] = settings.ui_url
     if settings.image_registry:
         os.environ[contract.IMAGE_REGISTRY] = settings.image_registry
+    builder = image_builder if image_builder not in (None, config.FLYTE_LOCAL_BUILDER) \
+        else settings.image_builder
+    if builder:
+        os.environ[contract.IMAGE_BUILDER] = builder
     labels = dict(settings.labels)
     for key, value in (("org", org), ("project", project), ("domain", domain)):
         if value is not None:

@@ -28,7 +28,7 @@ VERBS = {
     "queue": "who holds this machine's CPUs, memory and GPUs, and who waits",
     "ui": "serve the web UI on loopback: shoal ui [--port P] [--host 127.0.0.1]",
     "deploy": "validate every environment of a file and render its images",
-    "image": "image commands: shoal image build FILE",
+    "image": "images: shoal image build FILE [--builder B], shoal image base [--python X.Y]",
 }
 
 # The arguments of each verb that name a run, by their attribute and how the user spells them:

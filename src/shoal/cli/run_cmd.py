@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
                    help="object-store root URI (default: $SHOAL_STORE or file://~/.shoal/store)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    p.add_argument("--containers", action="store_true", default=None,
+                   help="on the local engine, run each task inside its environment's image "
+                        "(built on demand with podman or buildah; run with podman), held to "
+                        "its resources as container limits (default: $SHOAL_CONTAINERS or "
+                        "the config file's containers:)")
     p.add_argument("--detach", action="store_true",
                    help="with --engine slurm: submit the run's driver as its own small job and "
                         "return (follow it with shoal runs / shoal logs RUN)")
@@ -82,7 +87,7 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
     # a bad file is named as the user gave it, before init's check
     check_settings(slurm_settings=args.slurm_settings, field="--slurm-settings")
     init(engine=engine, store=args.store, kube_settings=args.kube_settings,
-         slurm_settings=args.slurm_settings)
+         slurm_settings=args.slurm_settings, containers=args.containers)
     if args.resume is not None:
         task, call = _resumed_call(args, rest)
     else:

@@ -70,24 +70,19 @@ from shoal._api.image.layers import (
     context_name,
 )
 from shoal._api.image.script import check_requires_python, pick_python, read_script_block
+from shoal._api.image.shoal_package import SHOAL_SOURCE_CONTEXT, shoal_install_lines, shoal_source
 from shoal._runtime.packages import applies_here, parse_requirement, unmet
 from shoal.errors import SpecError
 
 __all__ = [
     "DEBIAN_BASE_IMAGE",
     "DEFAULT_IMAGE_NAME",
-    "SHOAL_INSTALL_TEMPLATE",
     "Image",
     "missing_locally",
-    "shoal_requirement",
 ]
 
 # The base image of ``from_debian_base``; {python_version} is "3.11" and the like.
 DEBIAN_BASE_IMAGE = "python:{python_version}-slim-bookworm"
-# How Shoal itself gets into every image it builds (the in-pod launcher lives in the package).
-# {requirement} is ``shoal_requirement()``. To install from a private index or a wheel instead,
-# change this one line; the tag follows, since it hashes the rendered text.
-SHOAL_INSTALL_TEMPLATE = "RUN python -m pip install --no-cache-dir {requirement}"
 TAG_LENGTH = 16
 
 
@@ -100,7 +95,7 @@ class Image:
     ``from_uv_script``; derive others with the ``with_*`` methods and ``clone``.
 
     ``name`` is the repository the image is pushed to (``registry/name:tag``); ``install_shoal``
-    adds the Shoal package (``SHOAL_INSTALL_TEMPLATE``) right after the base, which pods need
+    adds the Shoal package (``shoal_package.py``) right after the base, which pods need
     for the node launcher.
     """
 
@@ -532,46 +527,3 @@ def missing_locally(image: Image) -> list[str]:
     """Declared pip requirements the running interpreter does not meet (by metadata, no
     imports): see `shoal._runtime.packages.unmet`."""
     return unmet(image.declared_pip_requirements())
-
-
-# Where the Shoal package goes in a build context when it is copied in (see shoal_source).
-SHOAL_SOURCE_CONTEXT = "_shoal_context/shoal"
-# What the copied package needs at run time in a pod (obstore: s3:// and gs:// stores;
-# crc32c: checkpoint checksums).
-SHOAL_RUNTIME_DEPS = ("psutil>=5.9", "obstore>=0.4", "pyyaml>=6", "crc32c>=2.4")
-
-
-def shoal_source() -> Path | None:
-    """The Shoal package folder to copy into images, when this Shoal cannot be pip-installed
-    by version: it runs from a source tree, or was installed from a local path or a VCS
-    (PEP 610's direct_url.json). None when it came from a package index."""
-    import importlib.metadata
-
-    package = Path(__file__).parents[2]  # shoal/, this file being shoal/_api/image/image.py
-    try:
-        dist = importlib.metadata.distribution("shoal")
-    except importlib.metadata.PackageNotFoundError:
-        return package
-    if dist.read_text("direct_url.json"):
-        return package
-    return None
-
-
-def shoal_install_lines() -> list[str]:
-    """The Dockerfile lines that put this Shoal into an image."""
-    if shoal_source() is None:
-        return [SHOAL_INSTALL_TEMPLATE.format(requirement=shoal_requirement())]
-    deps = " ".join(f"'{d}'" for d in SHOAL_RUNTIME_DEPS)
-    return [f'COPY ["{SHOAL_SOURCE_CONTEXT}", "/opt/shoal/shoal/"]',
-            "ENV PYTHONPATH=/opt/shoal",
-            f"RUN python -m pip install --no-cache-dir {deps}"]
-
-
-def shoal_requirement() -> str:
-    """``shoal==<version running here>``, so pods run the Shoal that compiled their manifests."""
-    import importlib.metadata
-
-    try:
-        return f"shoal=={importlib.metadata.version('shoal')}"
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree
-        return "shoal"

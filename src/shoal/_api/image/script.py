@@ -23,7 +23,8 @@ from types import ModuleType
 from shoal._api.image.checks import MIN_PYTHON, check_requirement
 from shoal.errors import SpecError
 
-__all__ = ["ScriptBlock", "check_requires_python", "pick_python", "read_script_block"]
+__all__ = ["ScriptBlock", "check_requires_python", "pick_python", "read_script_block",
+           "toml_module"]
 
 _OPEN = re.compile(r"^# /// (?P<type>[a-zA-Z0-9-]+)\s*$")
 _CLOSE = "# ///"
@@ -48,7 +49,7 @@ def read_script_block(script: Path) -> ScriptBlock:
     lines = script.read_text(encoding="utf-8").splitlines()
     start, body = _find_block(lines, script)
     field = f"from_uv_script({script}:{start})"
-    toml = _toml(field)
+    toml = toml_module(field)
     try:
         data = toml.loads("\n".join(body))
     except toml.TOMLDecodeError as e:
@@ -83,7 +84,9 @@ def read_script_block(script: Path) -> ScriptBlock:
     return ScriptBlock(tuple(deps), requires, start)
 
 
-def _toml(field: str) -> ModuleType:
+def toml_module(field: str) -> ModuleType:
+    """tomllib (Python 3.11+), or its backport tomli on 3.10; a SpecError on ``field`` if
+    neither is there."""
     if sys.version_info >= (3, 11):
         import tomllib
 
@@ -91,7 +94,7 @@ def _toml(field: str) -> ModuleType:
     try:  # Python 3.10: tomllib's own backport, where installed
         import tomli
     except ImportError:
-        raise SpecError(field, "# /// script", "reading a TOML block needs Python 3.11's "
+        raise SpecError(field, "TOML", "reading TOML needs Python 3.11's "
                         "tomllib, or the tomli package on 3.10", "pip install tomli") from None
     return tomli
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shoal._engines.base import AttemptOutcome, latest_commit
-from shoal._engines.local import procs
 from shoal._engines.local.gang import FAILURE_GRACE, Gang, GangRunner
 from shoal._engines.local.gang_limits import fitting_nodes
 from shoal._engines.local.node_link import NodeLink
@@ -334,7 +333,7 @@ class ElasticGangRunner(GangRunner):
                     return Outcome("preempted")
                 if side["silent"] in done:
                     lost = self.members[int(side["silent"].result())]
-                    await procs.kill_tree(lost.link.proc.pid)
+                    await lost.link.kill()
                     return await self._lose(gang, lost, "its launcher said nothing for "
                                             f"{self.cluster.monitor_interval:g} s")
                 if side["asked"] in done:

@@ -25,6 +25,13 @@ from shoal._contract import WorkerEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
 from shoal._engines.host_secrets import SecretMissing, secret_environ
 from shoal._engines.local import procs
+from shoal._engines.local.containers import (
+    LAUNCHER_COMMAND,
+    WORKER_COMMAND,
+    ContainerSet,
+    container_name,
+    passed_environ,
+)
 from shoal._engines.local.elastic import ElasticGangRunner
 from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
 from shoal._engines.local.gang_limits import check_gang
@@ -69,7 +76,7 @@ class LocalEngine(Engine):
     def __init__(self, *, run: str = "dry-run", capacity: Request | None = None,
                  priorities: Mapping[str, int] | None = None, home: Path | None = None,
                  store: str | None = None, isolate_nodes: bool = True,
-                 lineage: str | None = None) -> None:
+                 lineage: str | None = None, containers: bool | None = None) -> None:
         super().__init__()
         self.run = run
         self.started_at = time.time()  # the run's start, as tasks see it (ctx().run_start_time)
@@ -92,22 +99,43 @@ class LocalEngine(Engine):
         self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
         self._traces: set[asyncio.Future[Any]] = set()
         self._system_every: float | None = None  # `_system_interval`
+        # `--containers`: each worker and node launcher runs inside its environment's image.
+        cap = self.pool.capacity
+        self.containers = ContainerSet(
+            run=run, home=self.home, store=self.store, memory=cap.memory,
+            cores=min(cap.cpu, float(os.cpu_count() or 1))) \
+            if (contract.containers() if containers is None else containers) else None
 
     # -- planning ------------------------------------------------------------------------
-    def _wenv(self, env: str, worker_id: str, code_file: str) -> WorkerEnv:
-        socket = os.path.join(self._socket_dir or "<engine-socket-dir>", "ctl.sock")
-        return WorkerEnv(home=str(self.home), store=self.store, env_name=env,
-                         code_file=code_file, worker_id=worker_id, controller=socket,
-                         run=self.run)
+    def controller_path(self) -> str:
+        """The Unix socket the workers report to (a placeholder in a plan printed before the
+        engine started)."""
+        return os.path.join(self._socket_dir or "<engine-socket-dir>", "ctl.sock")
 
-    def plan(self, env: EnvSpec, code_file: str, worker_id: str = "<worker-id>") -> ProcessPlan:
+    def _wenv(self, env: str, worker_id: str, code_file: str) -> WorkerEnv:
+        return WorkerEnv(home=str(self.home), store=self.store, env_name=env,
+                         code_file=code_file, worker_id=worker_id,
+                         controller=self.controller_path(), run=self.run)
+
+    def plan(self, env: EnvSpec, code_file: str, worker_id: str = "<worker-id>",
+             gpus: tuple[int, ...] = ()) -> ProcessPlan:
         wenv = self._wenv(env.name, worker_id, code_file)
-        return plan_process(env, capacity=self.pool.capacity, wenv=wenv, base=os.environ,
-                            priorities=self.priorities)
+        plan = plan_process(env, capacity=self.pool.capacity, wenv=wenv,
+                            base=self.base_environ(), priorities=self.priorities)
+        if self.containers is None:
+            return plan
+        # In its image: the command is the container's, and the image has what it declares
+        # (no note on what this interpreter lacks).
+        boxed = self.containers.plan(env, name=container_name(self.run, worker_id),
+                                     command=WORKER_COMMAND, code_file=code_file, gpus=gpus,
+                                     controller=self.controller_path(), init=True)
+        return dataclasses.replace(plan, argv=boxed.argv(), notes=())
 
     def _check_envs(self, envs: list[EnvSpec]) -> None:
         for env in envs:
             check_gang(env, self.pool.capacity)
+        if self.containers is not None:
+            self.containers.check(envs, real_gpus=self.pool.capacity.gpu)
 
     def dry_run_plans(self, call: CallSpec, envs: list[EnvSpec], out: str | None) -> str:
         """The process plan of every environment but the root's (``out`` is not used: a
@@ -145,9 +173,15 @@ class LocalEngine(Engine):
             + (f", hung after {c.progress_timeout:g}s without a step" if c.progress_timeout
                else ""),
         ]
-        nets = node_nets(c.replicas)
+        nets = node_nets(c.replicas) if self.containers is None else \
+            node_nets(c.replicas, {})
         for node, net in enumerate(nets):
-            command = " ".join((*net.prefix, *self.namespace_prefix(), *LAUNCHER))
+            command = " ".join((*net.prefix, *self.namespace_prefix(), *LAUNCHER)
+                               if self.containers is None else
+                               self.containers.plan(
+                                   call.task.env, name=container_name(self.run, f"n{node}"),
+                                   command=LAUNCHER_COMMAND, code_file=call.task.code_file,
+                                   controller=self.controller_path(), preserve_fds=2).argv())
             lines.append(f"  node {node}: {command}  (address {net.address}, "
                          f"master {nets[0].address}:<free port>)")
         return "\n".join(shown(line) for line in lines)
@@ -159,8 +193,10 @@ class LocalEngine(Engine):
         os.chmod(self._socket_dir, 0o700)
         # Gang nodes hold the read end; when this process dies, however, they see EOF.
         self.lifeline = os.pipe()
-        self._workers = WorkerSet(os.path.join(self._socket_dir, "ctl.sock"), self._on_submit)
+        self._workers = WorkerSet(self.controller_path(), self._on_submit)
         await self._workers.start()
+        if self.containers is not None:
+            await self.containers.start(self._socket_dir)
 
     async def prewarm(self, env: EnvSpec, code_file: str) -> None:
         """Start one worker of ``env`` ahead of need (hides its start-up time)."""
@@ -179,6 +215,8 @@ class LocalEngine(Engine):
         self.pool.close()
         if self._workers is not None:
             await self._workers.close()
+        if self.containers is not None:
+            await self.containers.close()
         if self._socket_dir:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
         if self.lifeline is not None and not self.ray_clusters.detached:
@@ -191,11 +229,20 @@ class LocalEngine(Engine):
     async def _spawn(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...] = ()) -> Worker:
         assert self._workers is not None  # started
         worker_id = self._workers.new_id(env.name)
-        plan = self.plan(env, code_file, worker_id)
+        plan = self.plan(env, code_file, worker_id, gpus)
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
         environ = {**plan.environ, **self.secret_env(env), **self.gpu_environ(env, gpus)}
-        return await self._workers.spawn(self._worker_key(env, gpus), worker_id, plan.argv,
-                                         environ, log)
+        if self.containers is None:
+            return await self._workers.spawn(self._worker_key(env, gpus), worker_id,
+                                             plan.argv, environ, log)
+        box = await self.containers.open(env, self.containers.plan(
+            env, name=container_name(self.run, worker_id), command=WORKER_COMMAND,
+            code_file=code_file, gpus=gpus, controller=self.controller_path(), init=True),
+            environ)
+        # The client (podman) runs with this process's environment; the task's variables
+        # are in the container's env file.
+        return await self._workers.spawn(self._worker_key(env, gpus), worker_id, box.argv(),
+                                         self.client_environ(), log, box=box)
 
     def _worker_key(self, env: EnvSpec, gpus: tuple[int, ...]) -> str:
         # A warm worker sees the GPUs it started with: it serves only calls given the same.
@@ -207,6 +254,8 @@ class LocalEngine(Engine):
         are emulated: `worker_environ` hides every GPU then)."""
         if not gpus or self.gpus_emulated(env):
             return {}
+        if self.containers is not None:  # a container sees only its own, from 0
+            return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(len(gpus))))}
         return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
 
     async def admit_within(self, call: CallSpec, request: Request, *, priority: int,
@@ -320,9 +369,20 @@ class LocalEngine(Engine):
         return request_for(env).gpu > self.pool.capacity.gpu
 
     def base_environ(self) -> dict[str, str]:
+        """What a task process inherits of this one's environment: all of it, or in a
+        container only the contract's and the store's credentials (`passed_environ`)."""
+        if self.containers is not None:
+            return passed_environ(os.environ)
+        return dict(os.environ)
+
+    @staticmethod
+    def client_environ() -> dict[str, str]:
+        """The environment of a container runtime's client (podman): this process's."""
         return dict(os.environ)
 
     def namespace_prefix(self) -> tuple[str, ...]:
+        if self.containers is not None:
+            return ()  # a container is its own PID namespace
         if self._namespace is None:
             self._namespace = pid_namespace_prefix() if self.isolate_nodes else ()
         return self._namespace
@@ -400,6 +460,9 @@ class LocalEngine(Engine):
                                     f"ran past its timeout of {call.task.timeout:g}s; its "
                                     "process tree was killed", worker)
             except WorkerDied as died:
+                if worker.box is not None and (await worker.box.exit()).oom:
+                    return self._failed(call, ref, "oom", self._oom_message(call), worker,
+                                        signal="SIGKILL")
                 code, sig = procs.describe_exit(died.returncode)
                 return self._failed(call, ref, "crash", "its process died", worker,
                                     exit_code=code, signal=sig)
@@ -426,6 +489,8 @@ class LocalEngine(Engine):
         Meanwhile the tree's CPU and memory are written as the call's system metrics."""
         resources = call.task.env.resources
         limit = resources.memory_limit_bytes if resources is not None else None
+        if worker.box is not None:  # the kernel holds a container to its limit
+            limit = None
         interval = self._system_interval()
         answer = worker.order(order)
         if limit is None and not interval:
@@ -439,10 +504,15 @@ class LocalEngine(Engine):
             interval, started=started)
         tick = MEMORY_SAMPLE_SECONDS if limit is not None or system is None \
             else system.interval
+        primed: int | None = None
         try:
-            if system is not None:
-                await asyncio.to_thread(system.prime, worker.pid)
             while True:
+                # A container's processes are outside this process's tree: its PID 1's tree,
+                # sampled once podman said which pid that is.
+                pid = worker.pid if worker.box is None else worker.box.known_pid()
+                if system is not None and pid is not None and pid != primed:
+                    await asyncio.to_thread(system.prime, pid)
+                    primed = pid
                 done, _ = await asyncio.wait({answer}, timeout=tick)
                 if done:
                     return answer.result()
@@ -453,8 +523,8 @@ class LocalEngine(Engine):
                             f"its processes held {used / 2**20:.0f} MiB, over its memory limit "
                             f"of {limit / 2**20:.0f} MiB; they were killed "
                             "(raise Resources(memory=...) or use less)")
-                if system is not None and system.due():
-                    await asyncio.to_thread(system.sample, worker.pid)
+                if system is not None and primed is not None and system.due():
+                    await asyncio.to_thread(system.sample, primed)
         finally:
             if system is not None:
                 system.close()
@@ -469,6 +539,14 @@ class LocalEngine(Engine):
             except ValueError:
                 self._system_every = 0.0
         return self._system_every
+
+    @staticmethod
+    def _oom_message(call: CallSpec) -> str:
+        resources = call.task.env.resources
+        limit = resources.memory_limit_bytes if resources is not None else None
+        size = f" of {limit / 2**20:.0f} MiB" if limit else ""
+        return (f"the kernel killed it at its container's memory limit{size} (raise "
+                "Resources(memory=...) or use less)")
 
     def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
                 exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:

@@ -42,6 +42,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import gang_hang, procs
+from shoal._engines.local.containers import LAUNCHER_COMMAND, Container
 from shoal._engines.local.gang_ray import RayGang, ray_shape
 from shoal._engines.local.node_link import NodeLink
 from shoal._engines.local.node_net import NodeNet, node_nets, partition
@@ -141,6 +142,7 @@ class GangRunner(RayGang):
         self.port = 0  # the master port of the last start (a kept cluster's GCS port)
         # A Ray driver's id as a caller of other tasks (`LocalEngine.caller_settings`).
         self.caller_id = f"{ref.action}.{ref.attempt}-ray-driver"
+        self.boxes: dict[int, Container] = {}  # `--containers`: each slot's latest container
 
     # -- the loop of starts ----------------------------------------------------------------
     async def run(self) -> AttemptOutcome:
@@ -200,7 +202,8 @@ class GangRunner(RayGang):
                                         "uses_restart": False})
                     restart, cause = restart + 1, "preempted"
                     continue
-                failure = self._failure(restart, preempted=outcome == "preempted")
+                failure = await self._as_oom(self._failure(restart,
+                                                           preempted=outcome == "preempted"))
                 if restarts_used < self.cluster.max_restarts:
                     restarts_used += 1
                     self.engine.notify("gang_restart", self.ref.action, {
@@ -410,7 +413,7 @@ class GangRunner(RayGang):
         except asyncio.CancelledError:
             # Cancelled (a deadline, Ctrl-C) while the zygotes import: no rank runs yet, and a
             # launcher reads its socket only once its zygote is done, so end them now.
-            await asyncio.gather(*(procs.kill_tree(link.proc.pid) for link in gang.links))
+            await asyncio.gather(*(link.kill() for link in gang.links))
             raise
         self._restart_in_place(gang, port)
 
@@ -449,24 +452,62 @@ class GangRunner(RayGang):
             from shoal._spec.ray import nodes_config
 
             environ[contract.RAY_NODES] = nodes_config(c.ray, env.resources)
+        box = await self._in_image(slot, environ, gpus) \
+            if self.engine.containers is not None else None
         ours, theirs = socket.socketpair()
         fds: tuple[int, ...] = (theirs.fileno(),)
-        environ[contract.CONTROL_FD] = str(theirs.fileno())
+        environ.setdefault(contract.CONTROL_FD, str(theirs.fileno()))
         if self.engine.lifeline is not None:
             fds += (self.engine.lifeline[0],)
-            environ[contract.LIFELINE_FD] = str(self.engine.lifeline[0])
+            environ.setdefault(contract.LIFELINE_FD, str(self.engine.lifeline[0]))
         command = (*nets[slot].prefix, *self.engine.namespace_prefix(), *LAUNCHER)
+        if box is not None:  # the client runs here; the launcher's variables are in its file
+            command, environ = box.argv(fds), self.engine.client_environ()
         try:
-            proc = await procs.spawn(command, environ, log, pass_fds=fds)
+            proc = await procs.spawn(command, environ, log, pass_fds=fds,
+                                     cwd=None if box is None else str(box.folder))
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
-        link = await NodeLink.open(proc, ours)
+        if box is not None:
+            box.attach(proc)
+        link = await NodeLink.open(proc, ours, box)
         if c.ray is not None and node_rank == 0:
             link.on_message = self._ray_cluster
         return link
+
+    async def _in_image(self, slot: int, environ: dict[str, str],
+                        gpus: tuple[int, ...]) -> Container:
+        """The container node ``slot``'s launcher runs in (``--containers``), its variables
+        ``environ`` written: its control socket and lifeline are passed in as 3 and 4."""
+        containers = self.engine.containers
+        assert containers is not None
+        environ[contract.CONTROL_FD] = "3"
+        if self.engine.lifeline is not None:
+            environ[contract.LIFELINE_FD] = "4"
+        env, ref = self.call.task.env, self.ref
+        plan = containers.plan(
+            env, name=containers.unique_name(ref.action, str(ref.attempt), f"n{slot}"),
+            command=LAUNCHER_COMMAND, code_file=self.call.task.code_file, gpus=gpus,
+            controller=self.engine.controller_path(),
+            preserve_fds=2 if self.engine.lifeline is not None else 1)
+        box = self.boxes[slot] = await containers.open(env, plan, environ)
+        return box
+
+    async def _as_oom(self, failure: FailureInfo) -> FailureInfo:
+        """``failure`` as an OOM kill when its rank was SIGKILLed by the kernel at its node's
+        container memory limit (``--containers``; a fixed gang, whose node is its slot), as a
+        plain call's is."""
+        box = self.boxes.get(failure.node) if failure.node is not None else None
+        if box is None or self.cluster.elastic or failure.signal != "SIGKILL" \
+                or not await box.oom_killed():
+            return failure
+        limit = box.plan.limits.memory or 0
+        return dataclasses.replace(failure, kind="oom", message=(
+            f"{failure.message}: the kernel killed it at its node's memory limit of "
+            f"{limit / 2**20:.0f} MiB (raise Resources(memory=...) or use less)"))
 
     async def _stop(self, gang: Gang, grace: float, *, keep: bool = False) -> None:
         """Stop the ranks of every node still running some: ``keep``, through the control
@@ -482,8 +523,8 @@ class GangRunner(RayGang):
                 return
             except asyncio.TimeoutError:
                 pass
-        await asyncio.gather(*(procs.kill_tree(p.pid, grace) for p in gang.procs
-                               if p.returncode is None))
+        await asyncio.gather(*(link.kill(grace) for link in gang.links
+                               if link.proc.returncode is None))
         for p in gang.procs:
             with contextlib.suppress(ProcessLookupError):
                 await asyncio.wait_for(p.wait(), 10)

@@ -64,13 +64,16 @@ class Diagnosis:
 
 
 def _launcher_pid(pid: int) -> int | None:
-    """The node launcher in a node process: ``pid`` itself, or the child ``unshare`` started
-    (whose own argv names the launcher too, as its arguments)."""
+    """The process to signal for a node's launcher: ``pid`` itself, the child ``unshare``
+    started (whose own argv names the launcher too, as its arguments), or the runtime's client
+    of the container whose PID 1 it is (``--containers``: podman passes the signal on)."""
     with contextlib.suppress(psutil.Error):
         top = psutil.Process(pid)
         for p in (top, *top.children()):
             if p.cmdline()[1:3] == ["-m", "shoal._runtime.launcher"]:
                 return int(p.pid)
+        if top.cmdline()[-2:] == ["-m", "shoal._runtime.launcher"]:
+            return int(top.pid)
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal._engines.local import procs
+from shoal._engines.local.containers import Container
 
 
 @dataclass(eq=False)
@@ -31,11 +32,13 @@ class NodeLink:
     heard: float = field(default_factory=time.monotonic)
     # Called with each message the engine does not wait for (a Ray head's cluster addresses).
     on_message: Callable[[dict[str, Any]], None] | None = None
+    box: Container | None = None  # the container it runs in (`--containers`), ended by name
 
     @classmethod
-    async def open(cls, proc: asyncio.subprocess.Process, sock: socket.socket) -> NodeLink:
+    async def open(cls, proc: asyncio.subprocess.Process, sock: socket.socket,
+                   box: Container | None = None) -> NodeLink:
         reader, writer = await asyncio.open_unix_connection(sock=sock)
-        return cls(proc, reader, writer)
+        return cls(proc, reader, writer, box=box)
 
     @property
     def alive(self) -> bool:
@@ -61,6 +64,8 @@ class NodeLink:
         """Once the launcher is ready to start ranks (or gone: `ended` then says so)."""
         while line := await self._line():
             if "ready" in json.loads(line):
+                if self.box is not None:
+                    self.box.started()
                 return
 
     async def ended(self) -> int:
@@ -88,6 +93,16 @@ class NodeLink:
         try:
             await asyncio.wait_for(self.proc.wait(), timeout)
         except asyncio.TimeoutError:
-            await procs.kill_tree(self.proc.pid)
+            await self.kill()
             with contextlib.suppress(ProcessLookupError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), 10)
+        if self.box is not None:
+            await self.box.exit()  # reaped: removed
+
+    async def kill(self, grace: float = 0.0) -> None:
+        """End the node: its process tree (SIGTERM, ``grace``, SIGKILL), or its container by
+        name (a container's processes are outside this process's tree)."""
+        if self.box is not None:
+            await self.box.stop(grace)
+        else:
+            await procs.kill_tree(self.proc.pid, grace)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._engines.local import procs
+from shoal._engines.local.containers import Container
 from shoal._runtime import messages as m
 from shoal._runtime.log_files import log_tail
 from shoal._spec.call import ReuseSpec
@@ -48,6 +49,7 @@ class Worker:
     healthy: bool = True
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     idle_timer: asyncio.TimerHandle | None = None  # ends it after its ReusePolicy.idle_ttl
+    box: Container | None = None  # the container it runs in (`--containers`), ended by name
 
     @property
     def pid(self) -> int:
@@ -65,6 +67,9 @@ class Worker:
 
     async def kill(self, grace: float = 0.0) -> None:
         self.healthy = False
+        if self.box is not None:
+            await self.box.stop(grace)
+            return
         await procs.kill_tree(self.proc.pid, grace)
         # Reap it while the loop runs: a child reaped after the loop closed makes asyncio log
         # "Loop ... that handles pid ... is closed" when a cancelled run ends.
@@ -134,11 +139,17 @@ class WorkerSet:
         return f"{env}-w{next(self._ids)}"
 
     async def spawn(self, env: str, worker_id: str, argv: tuple[str, ...],
-                    environ: dict[str, str], log_path: Path, timeout: float = 120.0) -> Worker:
+                    environ: dict[str, str], log_path: Path, timeout: float = 120.0,
+                    box: Container | None = None) -> Worker:
+        """Start a worker and wait for it to connect; ``box``: the container ``argv``
+        starts it in."""
         hello = asyncio.get_running_loop().create_future()
         self._hello[worker_id] = hello
-        proc = await procs.spawn(argv, environ, log_path)
-        worker = Worker(worker_id, env, proc, log_path)
+        proc = await procs.spawn(argv, environ, log_path,
+                                 cwd=None if box is None else str(box.folder))
+        if box is not None:
+            box.attach(proc)
+        worker = Worker(worker_id, env, proc, log_path, box=box)
         self._all[worker_id] = worker
         exited = asyncio.ensure_future(proc.wait())
         done, _ = await asyncio.wait({hello, exited}, timeout=timeout,
@@ -154,6 +165,8 @@ class WorkerSet:
                                     exited.result() if exited in done else None,
                                     log_tail(log_path))
         reader, worker.writer = hello.result()
+        if box is not None:
+            box.started()
         worker.tasks.append(asyncio.ensure_future(self._listen(worker, reader)))
         worker.tasks.append(asyncio.ensure_future(self._watch(worker, exited)))
         return worker
