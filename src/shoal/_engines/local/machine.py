@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -78,15 +79,15 @@ class Lease:
         return self.state == "held" and not self.suspended
 
 
-def _lease(row: tuple[object, ...]) -> Lease:
+def _lease(row: tuple[Any, ...]) -> Lease:
     (id_, pid, started, owner, run, label, cpu, memory, gpu, priority, preemptible, state, gpus,
      suspended, preempt, since) = row
-    return Lease(int(str(id_)), int(str(pid)), float(str(started)), str(owner), str(run),
-                 str(label),
-                 float(str(cpu)), int(str(memory)), int(str(gpu)), int(str(priority)),
-                 bool(preemptible), str(state),
-                 tuple(int(g) for g in str(gpus).split(",") if g), bool(suspended),
-                 bool(preempt), float(str(since)))
+    return Lease(id_, pid, started, owner, run, label, float(cpu), memory, gpu, priority,
+                 bool(preemptible), state, _gpus(gpus), bool(suspended), bool(preempt), since)
+
+
+def _gpus(text: str) -> tuple[int, ...]:
+    return tuple(int(g) for g in text.split(",")) if text else ()
 
 
 def holder_alive(pid: int, started: float) -> bool:
@@ -153,9 +154,11 @@ class LeaseTable:
 
     # -- a holder's own rows -------------------------------------------------------------
     def enter(self, *, run: str, label: str, cpu: float, memory: int, gpu: int,
-              priority: int, preemptible: bool, admit: Request | None = None) -> int:
+              priority: int, preemptible: bool, admit: Request | None = None,
+              admitted: dict[int, tuple[int, ...]] | None = None) -> int:
         """A new waiting row (its arrival order is its id); with ``admit``, an admission pass
-        for that capacity in the same transaction (as `remove` and `set_suspended`)."""
+        for that capacity in the same transaction, which adds this table's rows it made held
+        to ``admitted`` (as `remove` and `set_suspended`)."""
         with self._write() as c:
             cur = c.execute(
                 "INSERT INTO leases (pid, started, owner, run, label, cpu, memory, gpu, priority,"
@@ -164,25 +167,26 @@ class LeaseTable:
                  int(preemptible), time.time()))
             assert cur.lastrowid is not None
             if admit is not None:
-                self._admit(c, admit)
+                self._admit(c, admit, admitted)
             return int(cur.lastrowid)
 
-    def remove(self, lease_id: int, admit: Request | None = None) -> None:
+    def remove(self, lease_id: int, admit: Request | None = None,
+               admitted: dict[int, tuple[int, ...]] | None = None) -> None:
         with self._write() as c:
             c.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
             if admit is not None:
-                self._admit(c, admit)
+                self._admit(c, admit, admitted)
 
     def remove_mine(self) -> None:
         with self._write() as c:
             c.execute("DELETE FROM leases WHERE owner = ?", (self.owner,))
 
-    def set_suspended(self, lease_id: int, suspended: bool,
-                      admit: Request | None = None) -> None:
+    def set_suspended(self, lease_id: int, suspended: bool, admit: Request | None = None,
+                      admitted: dict[int, tuple[int, ...]] | None = None) -> None:
         with self._write() as c:
             c.execute("UPDATE leases SET suspended = ? WHERE id = ?", (int(suspended), lease_id))
             if admit is not None:
-                self._admit(c, admit)
+                self._admit(c, admit, admitted)
 
     def mine(self) -> dict[int, Lease]:
         """This table's (this pool's) held rows."""
@@ -211,7 +215,8 @@ class LeaseTable:
         with self._write() as c:
             self._admit(c, capacity)
 
-    def _admit(self, c: sqlite3.Connection, capacity: Request) -> None:
+    def _admit(self, c: sqlite3.Connection, capacity: Request,
+               admitted: dict[int, tuple[int, ...]] | None = None) -> None:
         self._reap(c)
         # Held rows are few (they fit the machine); waiting ones are read only up to the
         # first that does not fit, so a long queue costs a pass little.
@@ -234,6 +239,8 @@ class LeaseTable:
             gpus = sorted(free[:w.gpu])
             c.execute("UPDATE leases SET state = 'held', gpus = ?, since = ? WHERE id = ?",
                       (",".join(map(str, gpus)), time.time(), w.id))
+            if admitted is not None and w.owner == self.owner:
+                admitted[w.id] = tuple(gpus)
             cpu, memory = cpu - w.cpu, memory - w.memory
             taken.update(gpus)
 
