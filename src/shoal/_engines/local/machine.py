@@ -10,7 +10,8 @@ polls that column and stops the holder, which deletes the row.
 
 Every row names its holder process by pid and start time (as the run records do for crashed
 runs): a pass that finds the holder gone deletes its rows, so a crashed run's reservations
-are released by the next reader.
+are released by the next reader (an admission pass looks every ``REAP_EVERY_S``, a reader of
+the whole table every time).
 
 The folder is per user, not per ``SHOAL_HOME``: runs with different homes share a machine
 (see `contract.machine_dir`).
@@ -37,6 +38,10 @@ from shoal.errors import SpecError
 
 # A reused pid has a different start time; psutil reports it to 1/100 s.
 _START_TOLERANCE_S = 1.0
+# An admission pass looks for dead holders at most this often: each look asks the kernel about
+# every other holder process, and a pool makes two passes a call. A dead holder's rows are
+# freed within this long of its death (a reader of the whole table looks every time).
+REAP_EVERY_S = 0.2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
@@ -123,6 +128,7 @@ class LeaseTable:
         self.path = self.folder / "leases.db"
         self.pid, self.started = this_process()
         self.owner = secrets.token_hex(8)
+        self._next_reap = 0.0  # monotonic time of the next pass that looks for dead holders
         # Used from the engine's event-loop thread; `shoal queue` reads from its own process.
         self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
                                      check_same_thread=False)
@@ -217,7 +223,10 @@ class LeaseTable:
 
     def _admit(self, c: sqlite3.Connection, capacity: Request,
                admitted: dict[int, tuple[int, ...]] | None = None) -> None:
-        self._reap(c)
+        now = time.monotonic()
+        if now >= self._next_reap:
+            self._reap(c)
+            self._next_reap = now + REAP_EVERY_S
         # Held rows are few (they fit the machine); waiting ones are read only up to the
         # first that does not fit, so a long queue costs a pass little.
         holding = [_lease(r) for r in
