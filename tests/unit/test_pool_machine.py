@@ -272,3 +272,13 @@ def test_a_release_hands_the_pools_own_waiter_its_lease_at_once(tmp_path: Path) 
         pool.close()
 
     asyncio.run(main())
+
+
+def test_a_pass_admits_a_long_queue_page_by_page_in_order(tmp_path: Path) -> None:
+    table = LeaseTable(tmp_path)
+    ids = [table.enter(run="r", label=f"a{i}", cpu=1, memory=0, gpu=0,
+                       priority=1 if i >= 50 else 0, preemptible=False) for i in range(100)]
+    table.admit(Request(cpu=40, memory=2**34, gpu=0))
+    held = [r.id for r in table.leases() if r.state == "held"]
+    assert held == ids[50:90]  # priority first, then arrival, across pages of 32
+    table.close()

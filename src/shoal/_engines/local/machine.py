@@ -42,6 +42,8 @@ _START_TOLERANCE_S = 1.0
 # every other holder process, and a pool makes two passes a call. A dead holder's rows are
 # freed within this long of its death (a reader of the whole table looks every time).
 REAP_EVERY_S = 0.2
+# Waiting rows an admission pass reads at once (`LeaseTable._queue`).
+_QUEUE_PAGE = 32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
@@ -237,9 +239,7 @@ class LeaseTable:
         # GPUs of a suspended holder are lent only when no other GPU is free.
         taken = {g for r in held for g in r.gpus}
         lent = {g for r in holding if r.suspended for g in r.gpus}
-        queue = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
-                          "ORDER BY priority DESC, id").fetchall()
-        for w in map(_lease, queue):
+        for w in self._queue(c):
             free = [g for g in range(capacity.gpu) if g not in taken]
             if not (w.cpu <= cpu + 1e-9 and w.memory <= memory and w.gpu <= len(free)):
                 self._preempt_for(c, w, holding, capacity)
@@ -252,6 +252,19 @@ class LeaseTable:
                 admitted[w.id] = tuple(gpus)
             cpu, memory = cpu - w.cpu, memory - w.memory
             taken.update(gpus)
+
+    @staticmethod
+    def _queue(c: sqlite3.Connection) -> Iterator[Lease]:
+        """The waiting rows in admission order, read a page at a time: a fan-out of thousands
+        queues thousands of rows, and a pass reads only up to the first that does not fit.
+        A page is read anew after the rows before it were admitted (state ``held``), not
+        while they are updated."""
+        while True:
+            page = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
+                             "ORDER BY priority DESC, id LIMIT ?", (_QUEUE_PAGE,)).fetchall()
+            yield from map(_lease, page)
+            if len(page) < _QUEUE_PAGE:
+                return
 
     def _preempt_for(self, c: sqlite3.Connection, head: Lease, rows: list[Lease],
                      capacity: Request) -> None:
