@@ -27,7 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def git_commit() -> str:
     def git(*args: str) -> str:
-        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
+        try:  # a machine the tree was copied to may have no git, or no .git
+            p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO)
+        except OSError:
+            return ""
         return p.stdout.strip() if p.returncode == 0 else ""
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
@@ -291,9 +294,9 @@ class StepClock:
         return (last - first) * per_step / (t_last - t_first), last - first
 
 
-def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
+def build_pretrain_data(folder: Path, max_files: int, timeout: float = 600) -> dict[str, Any]:
     """The pretrain example's data folder (``corpus.build``, its defaults but ``max_files``),
-    written by a child process; its meta.json as a dict."""
+    written by a child process within ``timeout`` seconds; its meta.json as a dict."""
     example = REPO / "examples" / "pretrain"
     code = ("import sys, json, dataclasses; from pathlib import Path; "
             f"sys.path.insert(0, {str(example)!r}); import corpus; "
@@ -301,7 +304,7 @@ def build_pretrain_data(folder: Path, max_files: int) -> dict[str, Any]:
             "shard_tokens=1_000_000, val_every=20, workers=corpus.default_workers(), "
             f"max_files={max_files}); print(json.dumps(dataclasses.asdict(meta)))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                       env=child_env(TOKENIZERS_PARALLELISM="false"), timeout=600)
+                       env=child_env(TOKENIZERS_PARALLELISM="false"), timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"corpus.build failed:\n{p.stderr[-3000:]}")
     meta: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])

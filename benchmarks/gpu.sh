@@ -1,98 +1,137 @@
 #!/usr/bin/env bash
-# Run the pretraining example on ONE GPU node and report tokens/s and model FLOPs utilisation.
+# The pretrain example on ONE GPU node, under Shoal and under bare torchrun, in at most 10 min.
 #
-#   benchmarks/gpu.sh                 # every GPU of this machine (1-8), bf16, ~3 minutes
-#   STEPS=100 BATCH=16 benchmarks/gpu.sh
+#   benchmarks/gpu.sh                    # every GPU of this machine (1-8), ~6 minutes
+#   STEPS=200 ROUNDS=2 GPUS=1 benchmarks/gpu.sh
+#   benchmarks/gpu.sh --dry-run          # every phase on CPU: everything but the GPU itself
 #
-# What it runs: `shoal run examples/pretrain/pipeline.py main` with PRETRAIN_GPU=1 (NCCL, bf16
-# autocast, the ~85M-parameter "small" GPT with 1024-token context) on one node with one rank
-# per GPU (PRETRAIN_NODES=1 PRETRAIN_GPUS_PER_NODE=N: the GPU request follows, so the local
-# engine hands the ranks the real GPUs rather than emulating 8 on CPU). The data step runs first (cached after
-# the first run); the figures are the pretrain step's steady-state tokens/s (the first logged
-# interval, with start-up, left out) and MFU = tokens/s x model FLOPs per token / (GPUs x the
-# GPU's dense bf16 peak). Results go to benchmarks/results/<date>-<gpu>x<N>-gpu.md.
+# Rows, rounds interleaved: the example's training loop (model MODEL, DDP, NCCL, bf16
+# autocast, one rank per GPU) under `torchrun --standalone --nproc-per-node=GPUS
+# benchmarks/programs_pretrain_bare.py` and under `shoal run benchmarks/programs_pretrain_shoal.py
+# train` (the same body, the example's gang at one node). Reported: steady-state tokens/s of
+# each, shoal / bare torchrun (goal >= 0.97x), model FLOPs utilisation against the GPU's dense
+# bf16 peak, the runs' process-group backend (NCCL), an all_reduce bandwidth table, and rank 0
+# of one more shoal run under Nsight Systems when `nsys` is on PATH. Phases and their limits:
+# benchmarks/_gpu_bench.py; the report: benchmarks/gpu_report.py.
 #
-# Needs: an NVIDIA GPU, and a Python ($PYTHON, default python3) that has torch with CUDA,
-# numpy, tokenizers and psutil; Shoal itself is taken from this checkout (src/ on PYTHONPATH),
-# so nothing is downloaded. CI never runs this, and nothing else depends on a GPU.
+# Settings (environment), each checked before anything runs:
+#   STEPS=300       training steps per run, 30-3000 (dry run: 30)
+#   BATCH=16        sequences per GPU per step, 1-64 (dry run: 4)
+#   MODEL=small     tiny or small (examples/pretrain/training.py's MODELS; dry run: tiny)
+#   ROUNDS=3        runs of each row, 1-5 (dry run: 1)
+#   GPUS=all        ranks, one per GPU, 1-8 (default: every GPU, at most 8; dry run: 2 CPU ranks)
+#   TIME_LIMIT=600  seconds for everything, 120-600
+#   PYTHON=python3  a Python with torch (a CUDA build), numpy, tokenizers, and Shoal's
+#                   dependencies (psutil, packaging, pyyaml, crc32c)
+#   OUT=benchmarks/results   where the results go (dry run: a new temp folder)
+# Shoal is taken from this checkout (src/ on PYTHONPATH); nothing is downloaded.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+DRY_RUN=0
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu.sh: unknown argument '$arg'; the only ones are --dry-run and --help" >&2
+       exit 2 ;;
+  esac
+done
+
+# Every problem is said before anything runs, all of them at once: on a lent GPU machine each
+# round trip costs minutes.
+problems=()
+problem() { problems+=("$*"); }
+
+# check NAME VALUE MIN MAX WHAT DEFAULT: a whole number in [MIN, MAX], or a clear refusal.
+check() {
+  local name=$1 value=$2 min=$3 max=$4 what=$5 default=$6
+  if ! [[ "$value" =~ ^[0-9]+$ ]] || (( 10#$value < min || 10#$value > max )); then
+    problem "$name=$value: must be a whole number from $min to $max ($what); fix: $name=$default, or unset $name for the default"
+    return 1
+  fi
+}
+
+if (( DRY_RUN )); then
+  STEPS=${STEPS:-30} BATCH=${BATCH:-4} MODEL=${MODEL:-tiny} ROUNDS=${ROUNDS:-1} GPUS=${GPUS:-2}
+else
+  STEPS=${STEPS:-300} BATCH=${BATCH:-16} MODEL=${MODEL:-small} ROUNDS=${ROUNDS:-3}
+fi
+TIME_LIMIT=${TIME_LIMIT:-600}
 PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-200}
-BATCH=${BATCH:-16}          # sequences of 1024 tokens per GPU per step
-MODEL=${MODEL:-small}
+check STEPS "$STEPS" 30 3000 "training steps per run: the steady-state window runs from step 10 to the last" 300 || true
+check BATCH "$BATCH" 1 64 "sequences per GPU per step" 16 || true
+case "$MODEL" in
+  tiny|small) ;;
+  *) problem "MODEL=$MODEL: must be one of tiny, small (examples/pretrain/training.py's MODELS); fix: MODEL=small on GPUs, MODEL=tiny on CPU" ;;
+esac
+check ROUNDS "$ROUNDS" 1 5 "runs of each row; the median is kept" 3 || true
+check TIME_LIMIT "$TIME_LIMIT" 120 600 "seconds for the whole benchmark, every phase included" 600 || true
+gpus_ok=1
+if [[ -n "${GPUS:-}" ]]; then
+  check GPUS "$GPUS" 1 8 "ranks on this node, one per GPU" 1 || gpus_ok=0
+fi
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu.sh: no NVIDIA GPU here (nvidia-smi -L failed); this benchmark needs one" >&2
+# The Python and its packages; torch's build read from its version.py (no import: seconds).
+PROBE='
+import importlib.util, os, runpy
+# module: its pip name; the example needs the first three, Shoal the rest (pyproject.toml)
+need = {"torch": "torch", "numpy": "numpy", "tokenizers": "tokenizers", "psutil": "psutil",
+        "packaging": "packaging", "yaml": "pyyaml", "crc32c": "crc32c"}
+missing = ",".join(p for m, p in need.items() if importlib.util.find_spec(m) is None) or "-"
+version = cuda = "-"
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.origin:
+    v = runpy.run_path(os.path.join(os.path.dirname(spec.origin), "version.py"))
+    version, cuda = v.get("__version__") or "-", v.get("cuda") or "-"
+print(missing, version, cuda)
+'
+torch_version=- torch_cuda=-
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  problem "PYTHON=$PYTHON: not found; fix: PYTHON=/path/to/python (one with torch, numpy, tokenizers and Shoal's dependencies)"
+elif ! probed=$("$PYTHON" -c "$PROBE" 2>&1) || ! read -r missing torch_version torch_cuda <<<"$probed"; then
+  problem "PYTHON=$PYTHON: could not run it: $(tail -1 <<<"$probed"); fix: PYTHON=/path/to/a/working/python"
+elif [[ "$missing" != "-" ]]; then
+  problem "$PYTHON lacks: ${missing//,/ }; fix: $PYTHON -m pip install ${missing//,/ } (torch a CUDA build), or PYTHON=/path/to/a/python that has them"
+fi
+
+if (( ! DRY_RUN )); then
+  dry="or check everything but the GPU on CPU: benchmarks/gpu.sh --dry-run"
+  visible=0
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    problem "no NVIDIA GPU here: nvidia-smi is not on PATH; this benchmark needs one; fix: run it on a GPU machine (benchmarks/README.md), $dry"
+  elif ! smi=$(nvidia-smi -L 2>&1); then
+    problem "no NVIDIA GPU here: nvidia-smi -L failed: $(head -1 <<<"$smi"); fix: check the driver, $dry"
+  else
+    visible=$(grep -c '^GPU ' <<<"$smi" || true)
+    (( visible > 0 )) || problem "no NVIDIA GPU here: nvidia-smi -L lists none; fix: check the driver, $dry"
+  fi
+  if (( visible > 0 && gpus_ok )); then
+    if [[ -z "${GPUS:-}" ]]; then
+      GPUS=$(( visible > 8 ? 8 : visible ))
+    elif (( GPUS > visible )); then
+      problem "GPUS=$GPUS: this machine has $visible GPU(s) (nvidia-smi -L); fix: GPUS=$visible, or unset GPUS for every GPU"
+    fi
+  fi
+  if [[ "$torch_version" != "-" && "$torch_cuda" == "-" ]]; then
+    problem "$PYTHON's torch $torch_version is a CPU-only build (torch.version.cuda is None); fix: install a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu126), or PYTHON=/path/to/a/python that has one"
+  fi
+  OUT=${OUT:-benchmarks/results}
+else
+  OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/shoal-gpu-dry-run-XXXXXX")}
+fi
+
+if (( ${#problems[@]} )); then
+  printf 'gpu.sh: %s\n' "${problems[@]}" >&2
+  echo "gpu.sh: ${#problems[@]} problem(s); nothing was run" >&2
   exit 2
 fi
-GPUS=$(nvidia-smi -L | wc -l)
-GPUS=$(( GPUS > 8 ? 8 : GPUS ))
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-
-missing=$("$PYTHON" - <<'EOF'
-import importlib.util
-need = ["torch", "numpy", "tokenizers", "psutil"]
-print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
-EOF
-)
-if [[ -n "$missing" ]]; then
-  echo "gpu.sh: $PYTHON lacks: $missing (pip install $missing; torch must be a CUDA build)" >&2
-  exit 2
-fi
-"$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else
-  "gpu.sh: this torch (" + torch.__version__ + ") cannot see a GPU: install a CUDA build")'
 
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-export SHOAL_HOME=${SHOAL_HOME:-$PWD/.shoal-gpu}   # kept: a second run reuses the data step
-export PRETRAIN_GPU=1 PRETRAIN_NODES=1 PRETRAIN_GPUS_PER_NODE=$GPUS  # resources follow
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
-
-echo "gpu.sh: $GPUS x $GPU_NAME, model $MODEL, $STEPS steps, batch $BATCH x 1024 per GPU"
-START=$(date +%s)
-"$PYTHON" -m shoal.cli.main run examples/pretrain/pipeline.py main \
-  --model "$MODEL" --steps "$STEPS" --batch-size "$BATCH" --checkpoint-every 100 \
-  > "$OUT/summary.json" 2> >(tee "$OUT/run.log" >&2)
-WALL=$(( $(date +%s) - START ))
-
-"$PYTHON" - "$OUT/summary.json" "$GPUS" "$GPU_NAME" "$STEPS" "$BATCH" "$MODEL" "$WALL" <<'EOF'
-import datetime, json, re, subprocess, sys
-from pathlib import Path
-
-summary_path, gpus, name, steps, batch, model, wall = sys.argv[1:]
-gpus, wall = int(gpus), int(wall)
-s = json.loads(Path(summary_path).read_text())
-# Dense bf16 peak per GPU, in FLOP/s (vendor datasheets, without sparsity).
-PEAKS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12,
-         "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10G": 70e12,
-         "A10": 125e12, "RTX 4090": 165e12}
-peak = next((v for k, v in PEAKS.items() if k.lower() in name.lower()), None)
-tps = s["tokens_per_s"]
-mfu = tps * s["flops_per_token"] / (gpus * peak) if peak else None
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                        text=True).stdout.strip()
-rows = [
-    ("GPUs", f"{gpus} x {name}"),
-    ("model", f"{model} ({s['flops_per_token']:.3g} training FLOPs per token), "
-              f"bf16 autocast, {s['parallel']}"),
-    ("steps x batch", f"{s['steps']} x {batch} x 1024 tokens per GPU"),
-    ("tokens/s (steady state, all GPUs)", f"{tps:,.0f}"),
-    ("tokens/s per GPU", f"{tps / gpus:,.0f}"),
-    ("model FLOPs utilisation", f"{mfu:.1%}" if mfu is not None else
-     f"unknown peak for {name!r}: add it to PEAKS in benchmarks/gpu.sh"),
-    ("training loss first -> last", f"{s['first_loss']:.3f} -> {s['final_loss']:.3f}"),
-    ("validation loss (untrained)", f"{s['val_loss']:.3f} ({s['untrained_val_loss']:.3f})"),
-    ("whole pipeline wall time", f"{wall} s"),
-]
-table = "| figure | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
-print("\n" + table)
-day = datetime.date.today().isoformat()
-tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-out = Path("benchmarks/results") / f"{day}-{tag}x{gpus}-gpu.md"
-out.write_text(f"# Pretraining example on one GPU node, {day}\n\n"
-               f"Command: `benchmarks/gpu.sh` (STEPS={steps} BATCH={batch} MODEL={model}); "
-               f"Shoal commit {commit}.\n\n{table}\n")
-print(f"\nwritten to {out}")
-EOF
+settings="STEPS=$STEPS BATCH=$BATCH MODEL=$MODEL ROUNDS=$ROUNDS GPUS=$GPUS TIME_LIMIT=$TIME_LIMIT"
+echo "gpu.sh: $settings$( (( DRY_RUN )) && echo ' (dry run, on CPU)'); results to $OUT"
+# The phases keep to TIME_LIMIT themselves; `timeout` is the backstop should one hang.
+exec timeout -k 10 $(( TIME_LIMIT + 30 )) "$PYTHON" benchmarks/_gpu_bench.py \
+  --model "$MODEL" --steps "$STEPS" --batch "$BATCH" --rounds "$ROUNDS" --gpus "$GPUS" \
+  --time-limit "$TIME_LIMIT" --out "$OUT" $( (( DRY_RUN )) && echo "--dry-run --max-files 30 --sizes-mib 1,8") \
+  --command "$settings benchmarks/gpu.sh$( (( DRY_RUN )) && echo ' --dry-run')"
