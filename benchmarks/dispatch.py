@@ -9,7 +9,7 @@ a driver task in one environment fans N calls of a leaf task, in another environ
 ``asyncio.gather``. Three rows, each measured in its own subprocess so nothing is shared:
 - in-process: ``asyncio.run`` of the plain functions (``noop.func``), the floor;
 - shoal local: ``shoal.run(fan_out, n).outputs()[0]``, every call in its environment's process,
-  fresh ``SHOAL_HOME`` in a temp folder;
+  fresh ``SHOAL_HOME`` in a temp folder, with a lease table of its own (``SHOAL_MACHINE_DIR``);
 - flyte 2 local: ``flyte.with_runcontext(mode="local").run(fan_out, n)``, which runs every call
   in-process, no isolation. Flyte lives in its own venv, ``benchmarks/.venv-flyte``, made and
   ``pip install``-ed on the first run and reused after (``--no-flyte`` skips the row).
@@ -96,6 +96,9 @@ def _child_shoal(ns: list[int], rounds: int) -> dict[str, list[float]]:
 
     home = tempfile.mkdtemp(prefix="shoal-bench-dispatch-")
     os.environ["SHOAL_HOME"] = home  # before shoal reads it; the workers inherit it
+    # A lease table of its own: other local runs of this machine (a test suite) would hold
+    # the CPUs, and the figure would be theirs (see `machine.py`).
+    os.environ["SHOAL_MACHINE_DIR"] = os.path.join(home, "machine")
     try:
         import programs_dispatch as prog
 

@@ -16,11 +16,13 @@ each run in a fresh subprocess, round after round with the order changing
   (Flyte's local map does; it says so in a warning). Flyte 2 lives in ``benchmarks/.venv-flyte``,
   made on first use as ``dispatch.py`` makes it; ``--no-flyte`` skips the row.
 
-Each child does one warm-up run of 100 calls, then one timed run of N, and reports calls/s,
-its own peak RSS (``ru_maxrss``: for Shoal the process that runs the engine and controller,
-for Flyte the whole run) and the largest peak RSS of the processes it reaped (Shoal's
-workers; the driver task's worker is the one that holds the map), and its RSS before and after
-the timed run. The figure for each row is the median over rounds.
+Each Shoal child has a fresh ``SHOAL_HOME`` and a lease table of its own (``SHOAL_MACHINE_DIR``:
+other local runs of the machine do not hold its CPUs). Each child does one warm-up run of 100
+calls, then one timed run of N, and reports calls/s, its own peak RSS (``ru_maxrss``: for Shoal
+the process that runs the engine and controller, for Flyte the whole run) and the largest peak
+RSS of the processes it reaped (Shoal's workers; the driver task's worker is the one that holds
+the map), and its RSS before and after the timed run. The figure for each row is the median
+over rounds.
 
 Writes ``benchmarks/results/<date>-cpu<N>-map-scale.md``; about 2 minutes for N=10,000 on 2 CPUs.
 """
@@ -95,6 +97,9 @@ def _child_shoal(row: str, n: int) -> dict[str, Any]:
 
     home = tempfile.mkdtemp(prefix="shoal-bench-map-")
     os.environ["SHOAL_HOME"] = home  # before shoal reads it; the workers inherit it
+    # A lease table of its own: other local runs of this machine (a test suite) would hold
+    # the CPUs, and the figure would be theirs (see `machine.py`).
+    os.environ["SHOAL_MACHINE_DIR"] = os.path.join(home, "machine")
     try:
         import programs_map_scale as prog
 

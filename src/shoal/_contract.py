@@ -255,7 +255,7 @@ def checkpoint_uri(store: str, lineage: str, action: str) -> str:
 def checkpoint_local_dir(uri: str) -> Path:
     """This machine's working folder for the checkpoint at ``uri`` (see `checkpoint_uri`)."""
     lineage, action = uri.rstrip("/").split("/")[-2:]
-    return home() / "checkpoints" / lineage / action
+    return Path(f"{home()}/checkpoints/{lineage}/{action}")  # one Path: made once per call
 
 
 def gpus_emulated(environ: Mapping[str, str] | None = None) -> bool:

@@ -235,3 +235,50 @@ def test_shoal_queue_shows_holders_then_waiters_in_admission_order(
                      ["preempting", "run-a", "a0.1", "gang", "3", "0", "0,1"],
                      ["waiting", "run-b", "a0", "2", "0", "-", "7"],
                      ["waiting", "run-b", "a0", "2", "0", "-", "0"]]
+
+
+def test_a_write_reports_the_rows_of_its_own_table_it_admitted(tmp_path: Path) -> None:
+    one = Request(cpu=1, memory=2**34, gpu=0)
+    mine, theirs = LeaseTable(tmp_path), LeaseTable(tmp_path)
+    kw = {"run": "r", "label": "x", "cpu": 1.0, "memory": 0, "gpu": 0, "priority": 0,
+          "preemptible": False, "admit": one}
+    got: dict[int, tuple[int, ...]] = {}
+    first = mine.enter(**kw, admitted=got)  # type: ignore[arg-type]
+    assert got == {first: ()}
+    got = {}
+    other = theirs.enter(**kw, admitted=got)  # type: ignore[arg-type]
+    later = mine.enter(**kw, admitted=got)  # type: ignore[arg-type]
+    assert got == {}  # both wait
+    mine.remove(first, admit=one, admitted=got)
+    assert got == {}, "another table's row was reported as this table's"
+    assert list(theirs.mine()) == [other]
+    theirs.remove(other, admit=one, admitted=got)
+    assert got == {} and list(mine.mine()) == [later]
+    mine.close()
+    theirs.close()
+
+
+def test_a_release_hands_the_pools_own_waiter_its_lease_at_once(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = SharedPool(Request(cpu=1, memory=2**34, gpu=0), machine=tmp_path, run="r")
+        first = await pool.acquire(Request(cpu=1), label="a0")
+        second = asyncio.ensure_future(pool.acquire(Request(cpu=1), label="a1"))
+        while not pool._asked:
+            await asyncio.sleep(0)
+        (admission,) = pool._asked.values()
+        first.release()  # its own write admits a1: no wait for a poll of the table
+        assert admission.done() and not pool._asked
+        (await second).release()
+        pool.close()
+
+    asyncio.run(main())
+
+
+def test_a_pass_admits_a_long_queue_page_by_page_in_order(tmp_path: Path) -> None:
+    table = LeaseTable(tmp_path)
+    ids = [table.enter(run="r", label=f"a{i}", cpu=1, memory=0, gpu=0,
+                       priority=1 if i >= 50 else 0, preemptible=False) for i in range(100)]
+    table.admit(Request(cpu=40, memory=2**34, gpu=0))
+    held = [r.id for r in table.leases() if r.state == "held"]
+    assert held == ids[50:90]  # priority first, then arrival, across pages of 32
+    table.close()

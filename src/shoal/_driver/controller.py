@@ -72,6 +72,7 @@ class Controller:
         self.store = store
         self.engine = engine
         self.home = home
+        self._logs = home / "runs" / run / "logs"
         self.report = reporter or _quiet
         self._counters: dict[str, Iterator[int]] = defaultdict(lambda: itertools.count(1))
         self._envs: dict[str, str] = {}  # action -> environment name, while the action runs
@@ -235,7 +236,7 @@ class Controller:
         return None
 
     def _log_path(self, action: str, attempt: int) -> Path:
-        return self.home / "runs" / self.run / "logs" / f"{action}.{attempt}.log"
+        return self._logs / f"{action}.{attempt}.log"
 
     async def _execute(self, call: CallSpec, action: str) -> Any:
         """One action: its outputs without running it when it can (`_shortcut`), else from
@@ -256,34 +257,38 @@ class Controller:
         replayed = self._replay(call, action) if self.resumes else None
         hit = (self._cache_get(call, key) if key and task.cache.behavior != "disable"
                and replayed is None and self.options.cache_read else None)
-        # One transaction for the writes that start a call: a fan-out makes hundreds a second.
-        with rec.batch():
-            rec.create_action(run=self.run, action_id=action, parent_id=call.parent_action,
-                              task=task.name, env=task.env.name, inputs=dict(call.inputs),
-                              cache_key=key, group_path=call.group,
-                              custom_context=call.custom_context)
-            if replayed is not None:
+        if replayed is not None:
+            with rec.batch():
+                self._create_action(call, action, key)
                 rec.set_action_state(self.run, action, "replayed", outputs=replayed[1])
                 rec.add_event(self.run, "replayed",
                               f"{task.name}: completed in run {replayed[0]}, not run again",
                               action_id=action, data={"from_run": replayed[0]})
-            elif hit is not None:
+            self.report("replayed", action, {"task": task.name, "from_run": replayed[0]})
+            return _Shortcut(replayed[1])
+        if hit is not None:
+            with rec.batch():
+                self._create_action(call, action, key)
                 rec.set_action_state(self.run, action, "cached", outputs=hit["output"],
                                      cache_hit=True)
                 rec.add_event(self.run, "cache_hit",
                               f"{task.name}: outputs reused from run {hit.get('run')}",
                               action_id=action, data={"key": key, "from_run": hit.get("run")})
-            else:
-                rec.set_action_state(self.run, action, "running")
-                rec.start_attempt(self.run, action, 0, pid=None,
-                                  log_path=str(self._log_path(action, 0)))
-        if replayed is not None:
-            self.report("replayed", action, {"task": task.name, "from_run": replayed[0]})
-            return _Shortcut(replayed[1])
-        if hit is not None:
             self.report("cached", action, {"task": task.name, "from_run": hit.get("run")})
             return _Shortcut(hit["output"])
+        # One transaction of two statements: a fan-out starts hundreds of calls a second.
+        rec.start_action(run=self.run, action_id=action, parent_id=call.parent_action,
+                         task=task.name, env=task.env.name, inputs=call.inputs, cache_key=key,
+                         group_path=call.group, custom_context=call.custom_context,
+                         log_path=str(self._log_path(action, 0)))
         return None
+
+    def _create_action(self, call: CallSpec, action: str, key: str | None) -> None:
+        self.records.create_action(run=self.run, action_id=action,
+                                   parent_id=call.parent_action, task=call.task.name,
+                                   env=call.task.env.name, inputs=dict(call.inputs),
+                                   cache_key=key, group_path=call.group,
+                                   custom_context=call.custom_context)
 
     async def _attempts(self, call: CallSpec, action: str, key: str | None) -> Any:
         """Run the action's attempts (attempt 0 is recorded started) until one succeeds, the

@@ -110,8 +110,20 @@ def import_error(e: Exception, path: Path) -> UserCodeError:
     return UserCodeError(text)
 
 
+# (file as given, task name) -> the task found there: a warm worker looks its task up per call.
+_found: dict[tuple[str, str], Any] = {}
+
+
 def find_task(path: str | Path, task_name: str) -> Any:
     """The task called ``task_name`` (``env.fn``, or a bare function name) in the file."""
+    key = (str(path), task_name)
+    found = _found.get(key)
+    if found is None:
+        found = _found[key] = _find_task(path, task_name)
+    return found
+
+
+def _find_task(path: str | Path, task_name: str) -> Any:
     module = load_file(path)
     tasks = {t.name: t for t in vars(module).values() if isinstance(t, LoadableTask)}
     for env in task_registry.ENVIRONMENTS.values():

@@ -3,17 +3,22 @@
 Frames are a 4-byte big-endian length followed by a pickle of one of the messages below. The
 socket is private to one engine (a 0700 folder), and both ends are the same user's processes,
 so pickle is acceptable here; user values inside are already encoded literals.
+
+A task's spec is the same for every call of it, and most of a `Submit`'s bytes: a connection's
+`SpecSender` pickles each spec once and names it by a number after that, which the
+`SpecReceiver` at the other end resolves (`encode_submit`, `read`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import pickle
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
-from shoal._spec.call import CallSpec
+from shoal._spec.call import CallSpec, TaskSpec
 from shoal._spec.trace import TraceCall, TraceOutcome
 from shoal.errors import FailureInfo
 
@@ -97,8 +102,95 @@ def encode(message: object) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-async def read(reader: asyncio.StreamReader) -> object:
-    """The next message, or raises asyncio.IncompleteReadError when the peer is gone."""
+# Specs a connection keeps named at once; the oldest name is reused past it (a program that
+# makes a new override per call must not grow either end without bound).
+SPEC_SLOTS = 256
+
+
+class SpecSender:
+    """The sending end's names for the task specs it sent on one connection."""
+
+    def __init__(self) -> None:
+        self._slots: list[TaskSpec | None] = [None] * SPEC_SLOTS
+        self._named: dict[int, int] = {}  # id(spec) -> its slot; the slot holds the spec
+        self._next = 0
+
+    def name(self, spec: TaskSpec) -> tuple[str, int] | tuple[str, int, TaskSpec]:
+        """The persistent id of ``spec``: its slot, with the spec itself the first time."""
+        slot = self._named.get(id(spec))
+        if slot is not None:
+            return ("spec", slot)
+        slot, self._next = self._next, (self._next + 1) % SPEC_SLOTS
+        old = self._slots[slot]
+        if old is not None:
+            del self._named[id(old)]
+        self._slots[slot] = spec  # held, so its id is not reused while it is named
+        self._named[id(spec)] = slot
+        return ("spec", slot, spec)
+
+
+class _SubmitPickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, specs: SpecSender) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.specs = specs
+        self._defining: TaskSpec | None = None
+
+    def persistent_id(self, obj: Any) -> Any:
+        # The spec inside its own first persistent id is pickled whole.
+        if type(obj) is not TaskSpec or obj is self._defining:
+            return None
+        pid = self.specs.name(obj)
+        if len(pid) == 3:
+            self._defining = obj
+        return pid
+
+
+def encode_submit(message: Submit, specs: SpecSender) -> bytes:
+    """``message`` framed, its task's spec named by ``specs`` (pickled whole once only)."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0" * _HEADER.size)
+    _SubmitPickler(buffer, specs).dump(message)
+    frame = buffer.getbuffer()
+    _HEADER.pack_into(frame, 0, len(frame) - _HEADER.size)
+    return bytes(frame)
+
+
+class SpecReceiver:
+    """The receiving end of one connection: the specs the peer named, by slot."""
+
+    def __init__(self) -> None:
+        self._slots: list[TaskSpec | None] = [None] * SPEC_SLOTS
+
+    def load(self, pid: tuple[Any, ...]) -> TaskSpec:
+        slot: int = pid[1]
+        if pid[0] != "spec" or not 0 <= slot < SPEC_SLOTS:
+            raise pickle.UnpicklingError(f"unknown persistent id {pid[:2]!r}")
+        if len(pid) == 3:
+            self._slots[slot] = pid[2]
+        spec = self._slots[slot]
+        if spec is None:
+            raise pickle.UnpicklingError(f"task spec {pid[1]} was never sent")
+        return spec
+
+
+def read_frame(frames: BinaryIO) -> object | None:
+    """The next message from a blocking binary file of frames; None at its end."""
+    header = frames.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    body = frames.read(size)
+    return pickle.loads(body) if len(body) == size else None
+
+
+async def read(reader: asyncio.StreamReader, specs: SpecReceiver | None = None) -> object:
+    """The next message (with ``specs``: one whose task specs may be named), or raises
+    asyncio.IncompleteReadError when the peer is gone."""
     header = await reader.readexactly(_HEADER.size)
     (size,) = _HEADER.unpack(header)
-    return pickle.loads(await reader.readexactly(size))
+    body = await reader.readexactly(size)
+    if specs is None:
+        return pickle.loads(body)
+    unpickler = pickle.Unpickler(io.BytesIO(body))
+    unpickler.persistent_load = specs.load  # type: ignore[assignment]
+    return unpickler.load()

@@ -19,6 +19,7 @@ longer die of SIGTERM at once, and every gang stop or restart would wait out its
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -45,10 +46,15 @@ def metrics_path(home: str | Path, run: str, action: str, attempt: int,
     """``runs/<run>/metrics/<action>.<attempt>/task.jsonl`` for a plain call,
     ``.../r<restart>.rank<N>.jsonl`` for a rank of a gang; ``.system.jsonl`` for the samples
     the engine takes of the same process (CPU, memory, GPUs)."""
-    folder = metrics_dir(home, run) / f"{action}.{attempt}"
     stem = "task" if rank is None else f"r{restart or 0}.rank{rank}"
     suffix = "" if source == "user" else f".{source}"
-    return folder / f"{stem}{suffix}.jsonl"
+    # One Path made from one string: a warm worker makes one per call.
+    return Path(f"{os.fspath(home)}/runs/{run}/metrics/{action}.{attempt}/{stem}{suffix}.jsonl")
+
+
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
 
 
 class MetricsWriter:
@@ -221,7 +227,7 @@ def open_writer(home: str | Path, run: str, action: str, attempt: int, *,
     return MetricsWriter(
         metrics_path(home, run, action, attempt, restart, rank, source=source),
         {"run": run, "action": action, "attempt": attempt, "restart": restart,
-         "node": node, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+         "node": node, "rank": rank, "host": _host(), "pid": os.getpid(),
          "source": source, "started": time.time()})
 
 

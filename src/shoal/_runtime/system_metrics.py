@@ -183,13 +183,15 @@ class CallSampler:
     """The local engine's samples of one plain call: its worker's process tree, CPU and memory,
     every ``interval`` seconds into the call's ``task.system.jsonl``."""
 
-    def __init__(self, writer: MetricsWriter, interval: float) -> None:
+    def __init__(self, writer: MetricsWriter, interval: float,
+                 started: float | None = None) -> None:
+        """``started``: the `time.monotonic` the call began (its first sample is due one
+        ``interval`` after it); now when None."""
         self.writer = writer
         self.interval = interval
         self._tree = TreeSampler()
-        self._next = time.monotonic() + interval
+        self._next = (time.monotonic() if started is None else started) + interval
         self._samples = 0
-
         self._off = False
 
     def prime(self, pid: int) -> None:

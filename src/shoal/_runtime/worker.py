@@ -31,15 +31,19 @@ from shoal.errors import FailureInfo, ShoalSystemError, TaskFailed
 
 
 class _Redirect:
-    """Point fds 1 and 2 (so also child processes and C code) at a log file, then back."""
+    """Point fds 1 and 2 (so also child processes and C code) at a call's log file, then back
+    to what they were when the worker started (kept open for the worker's life)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self) -> None:
+        self.saved = (os.dup(1), os.dup(2))
+
+    def to(self, path: str) -> _Redirect:
         self.path = path
+        return self
 
     def __enter__(self) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        self.saved = (os.dup(1), os.dup(2))
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -50,8 +54,6 @@ class _Redirect:
         sys.stderr.flush()
         os.dup2(self.saved[0], 1)
         os.dup2(self.saved[1], 2)
-        os.close(self.saved[0])
-        os.close(self.saved[1])
 
 
 def passed_on(exc: BaseException) -> TaskFailed | None:
@@ -90,6 +92,7 @@ class Worker:
         self.wenv = wenv
         self.client = ControllerClient(wenv.controller, wenv.worker_id)
         self.loop = asyncio.new_event_loop()
+        self.redirect = _Redirect()
 
     def serve(self) -> None:
         while True:
@@ -99,7 +102,7 @@ class Worker:
             self.client.done(self.execute(order))
 
     def execute(self, order: m.Run) -> m.Done:
-        with _Redirect(order.log_path):
+        with self.redirect.to(order.log_path):
             try:
                 output = self._call(order)
             except KeyboardInterrupt:

@@ -60,6 +60,10 @@ KILL_GRACE = 2.0
 # How often a running task's memory is compared with its limit: a task that overshoots by a
 # lot within one interval is caught at the next sample, as a cgroup would have killed it.
 MEMORY_SAMPLE_SECONDS = 0.25
+# A call still running this long is watched (memory limit, system metrics); one that ends
+# sooner, as most calls of a fan-out do, costs no look at the machine's process table, which
+# takes milliseconds of CPU, more than the call itself.
+WATCH_AFTER_SECONDS = 0.05
 
 
 class OutOfMemory(Exception):
@@ -94,6 +98,7 @@ class LocalEngine(Engine):
         # action -> (its reservation, children in flight) while the action runs
         self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
         self._traces: set[asyncio.Future[Any]] = set()
+        self._system_every: float | None = None  # `_system_interval`
         # `--containers`: each worker and node launcher runs inside its environment's image.
         cap = self.pool.capacity
         self.containers = ContainerSet(
@@ -486,10 +491,17 @@ class LocalEngine(Engine):
         limit = resources.memory_limit_bytes if resources is not None else None
         if worker.box is not None:  # the kernel holds a container to its limit
             limit = None
+        interval = self._system_interval()
         answer = worker.order(order)
-        system = self._system_sampler(order)
-        if limit is None and system is None:
+        if limit is None and not interval:
             return await answer
+        started = time.monotonic()
+        done, _ = await asyncio.wait({answer}, timeout=min(WATCH_AFTER_SECONDS, interval or 1.0))
+        if done:
+            return answer.result()
+        system = None if not interval else CallSampler(
+            open_writer(self.home, order.run, order.action, order.attempt, source="system"),
+            interval, started=started)
         tick = MEMORY_SAMPLE_SECONDS if limit is not None or system is None \
             else system.interval
         primed: int | None = None
@@ -517,17 +529,16 @@ class LocalEngine(Engine):
             if system is not None:
                 system.close()
 
-    def _system_sampler(self, order: m.Run) -> CallSampler | None:
-        """CPU and memory of a plain call, every ``SHOAL_SYSTEM_METRICS_INTERVAL`` seconds
-        (checked by the driver before the run starts; a bad value here means off)."""
-        try:
-            interval = contract.system_metrics_interval()
-        except ValueError:
-            return None
-        if interval == 0:
-            return None
-        return CallSampler(open_writer(self.home, order.run, order.action, order.attempt,
-                                       source="system"), interval)
+    def _system_interval(self) -> float:
+        """Seconds between system-metric samples of a plain call, 0 for none
+        (``SHOAL_SYSTEM_METRICS_INTERVAL``, checked by the driver before the run starts; a bad
+        value here means none); read once per engine."""
+        if self._system_every is None:
+            try:
+                self._system_every = contract.system_metrics_interval()
+            except ValueError:
+                self._system_every = 0.0
+        return self._system_every
 
     @staticmethod
     def _oom_message(call: CallSpec) -> str:

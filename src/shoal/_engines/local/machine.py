@@ -10,7 +10,8 @@ polls that column and stops the holder, which deletes the row.
 
 Every row names its holder process by pid and start time (as the run records do for crashed
 runs): a pass that finds the holder gone deletes its rows, so a crashed run's reservations
-are released by the next reader.
+are released by the next reader (an admission pass looks every ``REAP_EVERY_S``, a reader of
+the whole table every time).
 
 The folder is per user, not per ``SHOAL_HOME``: runs with different homes share a machine
 (see `contract.machine_dir`).
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -36,6 +38,12 @@ from shoal.errors import SpecError
 
 # A reused pid has a different start time; psutil reports it to 1/100 s.
 _START_TOLERANCE_S = 1.0
+# An admission pass looks for dead holders at most this often: each look asks the kernel about
+# every other holder process, and a pool makes two passes a call. A dead holder's rows are
+# freed within this long of its death (a reader of the whole table looks every time).
+REAP_EVERY_S = 0.2
+# Waiting rows an admission pass reads at once (`LeaseTable._queue`).
+_QUEUE_PAGE = 32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
@@ -78,15 +86,15 @@ class Lease:
         return self.state == "held" and not self.suspended
 
 
-def _lease(row: tuple[object, ...]) -> Lease:
+def _lease(row: tuple[Any, ...]) -> Lease:
     (id_, pid, started, owner, run, label, cpu, memory, gpu, priority, preemptible, state, gpus,
      suspended, preempt, since) = row
-    return Lease(int(str(id_)), int(str(pid)), float(str(started)), str(owner), str(run),
-                 str(label),
-                 float(str(cpu)), int(str(memory)), int(str(gpu)), int(str(priority)),
-                 bool(preemptible), str(state),
-                 tuple(int(g) for g in str(gpus).split(",") if g), bool(suspended),
-                 bool(preempt), float(str(since)))
+    return Lease(id_, pid, started, owner, run, label, float(cpu), memory, gpu, priority,
+                 bool(preemptible), state, _gpus(gpus), bool(suspended), bool(preempt), since)
+
+
+def _gpus(text: str) -> tuple[int, ...]:
+    return tuple(int(g) for g in text.split(",")) if text else ()
 
 
 def holder_alive(pid: int, started: float) -> bool:
@@ -122,6 +130,7 @@ class LeaseTable:
         self.path = self.folder / "leases.db"
         self.pid, self.started = this_process()
         self.owner = secrets.token_hex(8)
+        self._next_reap = 0.0  # monotonic time of the next pass that looks for dead holders
         # Used from the engine's event-loop thread; `shoal queue` reads from its own process.
         self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
                                      check_same_thread=False)
@@ -153,9 +162,11 @@ class LeaseTable:
 
     # -- a holder's own rows -------------------------------------------------------------
     def enter(self, *, run: str, label: str, cpu: float, memory: int, gpu: int,
-              priority: int, preemptible: bool, admit: Request | None = None) -> int:
+              priority: int, preemptible: bool, admit: Request | None = None,
+              admitted: dict[int, tuple[int, ...]] | None = None) -> int:
         """A new waiting row (its arrival order is its id); with ``admit``, an admission pass
-        for that capacity in the same transaction (as `remove` and `set_suspended`)."""
+        for that capacity in the same transaction, which adds this table's rows it made held
+        to ``admitted`` (as `remove` and `set_suspended`)."""
         with self._write() as c:
             cur = c.execute(
                 "INSERT INTO leases (pid, started, owner, run, label, cpu, memory, gpu, priority,"
@@ -164,25 +175,26 @@ class LeaseTable:
                  int(preemptible), time.time()))
             assert cur.lastrowid is not None
             if admit is not None:
-                self._admit(c, admit)
+                self._admit(c, admit, admitted)
             return int(cur.lastrowid)
 
-    def remove(self, lease_id: int, admit: Request | None = None) -> None:
+    def remove(self, lease_id: int, admit: Request | None = None,
+               admitted: dict[int, tuple[int, ...]] | None = None) -> None:
         with self._write() as c:
             c.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
             if admit is not None:
-                self._admit(c, admit)
+                self._admit(c, admit, admitted)
 
     def remove_mine(self) -> None:
         with self._write() as c:
             c.execute("DELETE FROM leases WHERE owner = ?", (self.owner,))
 
-    def set_suspended(self, lease_id: int, suspended: bool,
-                      admit: Request | None = None) -> None:
+    def set_suspended(self, lease_id: int, suspended: bool, admit: Request | None = None,
+                      admitted: dict[int, tuple[int, ...]] | None = None) -> None:
         with self._write() as c:
             c.execute("UPDATE leases SET suspended = ? WHERE id = ?", (int(suspended), lease_id))
             if admit is not None:
-                self._admit(c, admit)
+                self._admit(c, admit, admitted)
 
     def mine(self) -> dict[int, Lease]:
         """This table's (this pool's) held rows."""
@@ -211,8 +223,12 @@ class LeaseTable:
         with self._write() as c:
             self._admit(c, capacity)
 
-    def _admit(self, c: sqlite3.Connection, capacity: Request) -> None:
-        self._reap(c)
+    def _admit(self, c: sqlite3.Connection, capacity: Request,
+               admitted: dict[int, tuple[int, ...]] | None = None) -> None:
+        now = time.monotonic()
+        if now >= self._next_reap:
+            self._reap(c)
+            self._next_reap = now + REAP_EVERY_S
         # Held rows are few (they fit the machine); waiting ones are read only up to the
         # first that does not fit, so a long queue costs a pass little.
         holding = [_lease(r) for r in
@@ -223,9 +239,7 @@ class LeaseTable:
         # GPUs of a suspended holder are lent only when no other GPU is free.
         taken = {g for r in held for g in r.gpus}
         lent = {g for r in holding if r.suspended for g in r.gpus}
-        queue = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
-                          "ORDER BY priority DESC, id").fetchall()
-        for w in map(_lease, queue):
+        for w in self._queue(c):
             free = [g for g in range(capacity.gpu) if g not in taken]
             if not (w.cpu <= cpu + 1e-9 and w.memory <= memory and w.gpu <= len(free)):
                 self._preempt_for(c, w, holding, capacity)
@@ -234,8 +248,23 @@ class LeaseTable:
             gpus = sorted(free[:w.gpu])
             c.execute("UPDATE leases SET state = 'held', gpus = ?, since = ? WHERE id = ?",
                       (",".join(map(str, gpus)), time.time(), w.id))
+            if admitted is not None and w.owner == self.owner:
+                admitted[w.id] = tuple(gpus)
             cpu, memory = cpu - w.cpu, memory - w.memory
             taken.update(gpus)
+
+    @staticmethod
+    def _queue(c: sqlite3.Connection) -> Iterator[Lease]:
+        """The waiting rows in admission order, read a page at a time: a fan-out of thousands
+        queues thousands of rows, and a pass reads only up to the first that does not fit.
+        A page is read anew after the rows before it were admitted (state ``held``), not
+        while they are updated."""
+        while True:
+            page = c.execute("SELECT * FROM leases WHERE state = 'waiting' "
+                             "ORDER BY priority DESC, id LIMIT ?", (_QUEUE_PAGE,)).fetchall()
+            yield from map(_lease, page)
+            if len(page) < _QUEUE_PAGE:
+                return
 
     def _preempt_for(self, c: sqlite3.Connection, head: Lease, rows: list[Lease],
                      capacity: Request) -> None:

@@ -60,20 +60,23 @@ class SharedPool(ResourcePool):
 
     async def acquire(self, request: Request, *, priority: int = 0, label: str = "",
                       on_preempt: Callable[[], None] | None = None) -> Reservation:
+        held: dict[int, tuple[int, ...]] = {}
         lease = self.table.enter(run=self.run, label=label, cpu=request.cpu,
                                  memory=request.memory, gpu=request.gpu, priority=priority,
-                                 preemptible=on_preempt is not None, admit=self.capacity)
+                                 preemptible=on_preempt is not None, admit=self.capacity,
+                                 admitted=held)
         admitted = asyncio.get_running_loop().create_future()
         self._asked[lease] = admitted
-        self._sync(passed=True)
+        self._sync(held)
         self._keep_polling()
         try:
             gpus = await admitted
         except asyncio.CancelledError:
             self._asked.pop(lease, None)
             # Waiting, or admitted just as we were cancelled: either way, gone.
-            self.table.remove(lease, admit=self.capacity)
-            self._sync(passed=True)
+            held = {}
+            self.table.remove(lease, admit=self.capacity, admitted=held)
+            self._sync(held)
             raise
         reservation = Reservation(self, request, label, priority, on_preempt, seq=lease,
                                   gpus=gpus, lease=lease)
@@ -101,36 +104,49 @@ class SharedPool(ResourcePool):
                 if not admitted.done():
                     admitted.set_exception(failed)
 
-    def _sync(self, passed: bool = False) -> None:
-        """One admission pass over the machine (unless the caller's write just made one),
-        then this pool's admitted and preempted rows acted on."""
-        if not passed:
+    def _sync(self, passed: dict[int, tuple[int, ...]] | None = None) -> None:
+        """One admission pass over the machine, then this pool's admitted and preempted rows
+        acted on. ``passed``: the caller's write just made the pass, and these are the rows of
+        this pool it admitted; the table is then read again only for preemption requests
+        (rows another run's pass admitted are seen at the next poll)."""
+        if passed is None:
             self.table.admit(self.capacity)
-        rows = self.table.mine()
-        for lease, admitted in list(self._asked.items()):
-            row = rows.get(lease)
-            if row is not None and row.state == "held":
-                del self._asked[lease]
-                if not admitted.done():
-                    admitted.set_result(row.gpus)
+            rows = self.table.mine()
+            held = {lease: row.gpus for lease, row in rows.items() if row.state == "held"}
+        else:
+            held = passed
+            if not any(r.on_preempt is not None and not r.preempting for r in self._held):
+                self._admitted(held)
+                return
+            rows = self.table.mine()
+        self._admitted(held)
         for r in list(self._held):
             row = rows.get(r.lease) if r.lease is not None else None
             if row is not None and row.preempt and not r.preempting and r.on_preempt:
                 r.preempting = True
                 r.on_preempt()
 
+    def _admitted(self, held: dict[int, tuple[int, ...]]) -> None:
+        for lease, gpus in held.items():
+            admitted = self._asked.pop(lease, None)
+            if admitted is not None and not admitted.done():
+                admitted.set_result(gpus)
+
     def _lend(self, r: Reservation, lent: bool) -> None:
         if self._table is None or r.lease is None:
             return  # closed: its lease is gone already
-        self._table.set_suspended(r.lease, lent, admit=self.capacity if lent else None)
+        held: dict[int, tuple[int, ...]] = {}
+        self._table.set_suspended(r.lease, lent, admit=self.capacity if lent else None,
+                                  admitted=held)
         if lent:
-            self._sync(passed=True)
+            self._sync(held)
 
     def _release(self, r: Reservation) -> None:
         if self._table is None or r.lease is None:
             return
-        self._table.remove(r.lease, admit=self.capacity)
-        self._sync(passed=True)
+        held: dict[int, tuple[int, ...]] = {}
+        self._table.remove(r.lease, admit=self.capacity, admitted=held)
+        self._sync(held)
 
     def close(self) -> None:
         """Give back every lease of this pool and stop reading the table."""

@@ -172,9 +172,10 @@ class WorkerSet:
         return worker
 
     async def _listen(self, worker: Worker, reader: asyncio.StreamReader) -> None:
+        specs = m.SpecReceiver()  # the task specs this connection named
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
-                msg = await m.read(reader)
+                msg = await m.read(reader, specs)
                 if isinstance(msg, m.Done):
                     if worker.current is not None and not worker.current.done():
                         worker.current.set_result(msg)

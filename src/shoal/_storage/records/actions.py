@@ -95,6 +95,57 @@ class ActionsAndEvents(RecordsFile):
 
         return self._write(insert)
 
+    def start_action(
+        self,
+        *,
+        run: str,
+        action_id: str,
+        parent_id: str | None,
+        task: str,
+        env: str,
+        inputs: Mapping[str, Any],
+        cache_key: str | None,
+        group_path: Sequence[str],
+        custom_context: Mapping[str, str] | None,
+        log_path: str,
+    ) -> None:
+        """Record a new action ``running`` with its attempt 0 started: what `create_action`,
+        `set_action_state` (``running``) and `start_attempt` (0) record, in two statements,
+        since every call that runs makes them. An action already recorded under that id, or
+        an unknown run, takes those three steps, which say what is wrong."""
+        inputs_json = to_json("action inputs", dict(inputs))
+        group_json = to_json("action group", list(group_path)) if group_path else None
+        context_json = to_json("action custom context", dict(custom_context)) \
+            if custom_context else None
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            try:
+                conn.execute(
+                    "INSERT INTO actions (run, action_id, parent_id, task, env, state, inputs,"
+                    " cache_key, created_at, started_at, group_path, kind, custom_context)"
+                    " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 'task', ?)",
+                    (run, action_id, parent_id, task, env, inputs_json, cache_key, now, now,
+                     group_json, context_json),
+                )
+            except sqlite3.IntegrityError:  # a taken id (primary key) or no such run (foreign)
+                return False
+            conn.execute(
+                "INSERT INTO attempts (run, action_id, attempt, state, pid, log_path,"
+                " started_at) VALUES (?, ?, 0, 'running', NULL, ?, ?)",
+                (run, action_id, log_path, now),
+            )
+            return True
+
+        if self._write(insert):
+            return
+        with self.batch():
+            self.create_action(run=run, action_id=action_id, parent_id=parent_id, task=task,
+                               env=env, inputs=inputs, cache_key=cache_key,
+                               group_path=group_path, custom_context=custom_context)
+            self.set_action_state(run, action_id, "running")
+            self.start_attempt(run, action_id, 0, pid=None, log_path=log_path)
+
     def begin_trace(
         self,
         *,
