@@ -89,6 +89,11 @@ def plot(curves: list[Curve], path: Path, title: str) -> Path | None:
             s = c.slope()
             label = f"{c.figure} ({c.unit})" + (f", slope {s:.2f}" if s is not None else "")
             ax.plot(list(med), list(med.values()), marker="o", label=label)
+        anchored = [c.medians() for c in mine if c.medians() and not c.flat]
+        if anchored:  # a dotted slope-1 line through the first point of the first curve
+            (x0, y0), x1 = next(iter(anchored[0].items())), max(anchored[0])
+            ax.plot([x0, x1], [y0, y0 * x1 / x0], linestyle=":", color="grey",
+                    label="linear (slope 1)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(section)
