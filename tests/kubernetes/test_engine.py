@@ -137,7 +137,8 @@ def test_a_clustered_call_is_queued_admitted_and_succeeds(harness: Harness) -> N
     assert len(record["nodes"]) == 2
 
 
-def test_a_restart_then_a_failure_names_the_rank_node_signal_and_log(harness: Harness) -> None:
+def test_a_restart_then_a_failure_names_the_rank_node_signal_and_log(
+        harness: Harness, shoal_home: Path) -> None:
     async def play(h: Harness) -> None:
         name = await h.jobset()
         h.cluster.admit(name)
@@ -171,6 +172,10 @@ def test_a_restart_then_a_failure_names_the_rank_node_signal_and_log(harness: Ha
     record = dict(harness.events)["gang_finished"]["record"]
     assert record["phase"] == "failed"
     assert [x["exit_code"] for x in record["failures"]] == [1, 137]
+    # every node's pod log of the last start is kept where the local engine writes its own
+    kept = shoal_home / "runs" / RUN / "logs" / "gang" / "a0.0" / "r1"
+    assert "NCCL watchdog timeout" in (kept / "node1.log").read_text()
+    assert "shoal-node 0: restart attempt 1" in (kept / "node0.log").read_text()
 
 
 def test_a_kueue_preemption_requeues_and_resumes(harness: Harness) -> None:

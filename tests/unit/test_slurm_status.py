@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from shoal._engines.slurm import status
-from shoal._engines.slurm.client import JobInfo
+from shoal._engines.slurm.client import JobInfo, parse_node_states
 from shoal._runtime.allocation import AllocationState, Start
 from shoal._runtime.reports import FirstFailure
 from shoal.errors import FailureInfo
@@ -69,6 +69,14 @@ def test_lost_nodes_are_the_down_drained_and_not_responding_ones() -> None:
               "n3": ("drained", "maintenance"), "n4": ("mixed*", ""), "n5": ("allocated", "")}
     assert status.lost_nodes(states) == {"n2": "down*: Not responding",
                                          "n3": "drained: maintenance", "n4": "mixed*"}
+
+
+def test_sinfo_of_1024_nodes_is_read_and_the_lost_one_named() -> None:
+    text = "".join(f"n{i:04d}|allocated|none\n" for i in range(1, 1025))
+    text = text.replace("n0777|allocated|none", "n0777|down*|Not responding")
+    states = parse_node_states(text + "a line sinfo would not print\n")
+    assert len(states) == 1024 and states["n1024"] == ("allocated", "none")
+    assert status.lost_nodes(states) == {"n0777": "down*: Not responding"}
 
 
 def test_the_rank_that_failed_first_is_named_with_its_node() -> None:

@@ -174,8 +174,9 @@ class Allocation:
 
     def run_step(self, state: AllocationState, restart: int, why: str,
                  uses_restart: bool, lost: dict[str, str] | None = None) -> int:
+        left_out = set(state.lost)
         nodes = [n for n in hostnames(self.environ["SLURM_JOB_NODELIST"])
-                 if n not in state.lost]
+                 if n not in left_out]
         master = node_address(nodes[0])
         start = Start(restart=restart, at=time.time(), nodes=nodes, master=master,
                       port=free_port(""),  # node rank 0 runs here, where the batch script does
@@ -406,16 +407,9 @@ class Allocation:
 
         reported = {r.get("node") for r in read_reports(
             self.store, join(self.io, f"r{start.restart}")) if r.get("kind") == "node"}
-        gone = {s["node"]: f"srun: {s['what']}" for s in start.srun_says
-                if s["node"] in start.nodes and start.nodes.index(s["node"]) not in reported}
         done = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(start.nodes), "-o",
                                "%N %t"], capture_output=True, text=True, timeout=60)
-        for line in done.stdout.splitlines():
-            name, _, state = line.partition(" ")
-            if name in start.nodes and (state.endswith("*") or state.startswith(
-                    ("down", "drain", "fail"))):
-                gone.setdefault(name, f"Slurm marks it {state}")
-        return gone
+        return gone_nodes(start, reported, done.stdout)
 
     def on_term(self, signum: int, frame: object) -> None:
         """Preemption, the time limit or scancel: the step's launchers give their ranks the
@@ -429,6 +423,23 @@ class Allocation:
         for step in list(self.steps):
             with contextlib.suppress(ProcessLookupError):
                 step.send_signal(signal.SIGTERM)
+
+
+def gone_nodes(start: Start, reported: set[Any], sinfo: str) -> dict[str, str]:
+    """`Allocation.lost_nodes` on what it read: the nodes srun saw end badly whose launcher
+    left no report (``reported``: the node ranks that did), and those ``sinfo -N -o "%N %t"``
+    (its output, ``sinfo``) marks down, drained, failing or not responding."""
+    # By name, once: srun and sinfo speak of every node, so a list scan per line would make
+    # a 1,024-node allocation's end take a second (benchmarks/results/*-scale-engines.md).
+    rank_of = {name: i for i, name in enumerate(start.nodes)}
+    gone = {s["node"]: f"srun: {s['what']}" for s in start.srun_says
+            if s["node"] in rank_of and rank_of[s["node"]] not in reported}
+    for line in sinfo.splitlines():
+        name, _, state = line.partition(" ")
+        if name in rank_of and (state.endswith("*") or state.startswith(
+                ("down", "drain", "fail"))):
+            gone.setdefault(name, f"Slurm marks it {state}")
+    return gone
 
 
 def read_srun(step: subprocess.Popen[str], start: Start, ending: threading.Event) -> None:

@@ -144,9 +144,17 @@ def node_states(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     """Node name -> (state, reason) for ``names``."""
     if not names:
         return {}
-    done = run(["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N|%T|%E"])
+    done = run(["sinfo", "-h", "-N", "-n", ",".join(names), "-o", NODE_STATES_FORMAT])
+    return parse_node_states(done.stdout)
+
+
+NODE_STATES_FORMAT = "%N|%T|%E"  # sinfo -o: name, long state, reason
+
+
+def parse_node_states(text: str) -> dict[str, tuple[str, str]]:
+    """Node name -> (state, reason) from sinfo's ``NODE_STATES_FORMAT`` lines."""
     out: dict[str, tuple[str, str]] = {}
-    for line in done.stdout.splitlines():
+    for line in text.splitlines():
         parts = line.split("|", 2)
         if len(parts) == 3:
             out[parts[0]] = (parts[1], parts[2])

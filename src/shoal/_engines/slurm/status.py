@@ -44,7 +44,7 @@ def lost_nodes(states: Mapping[str, tuple[str, str]]) -> dict[str, str]:
     """The nodes of ``states`` (name -> (state, reason), as sinfo says) that are gone: name ->
     its state and reason."""
     return {n: f"{s}: {r}" if r and r != "none" else s for n, (s, r) in states.items()
-            if any(s.lower().rstrip("*+~#").startswith(w) for w in LOST) or s.endswith("*")}
+            if s.lower().rstrip("*+~#").startswith(LOST) or s.endswith("*")}
 
 
 def requeue_pending(info: JobInfo | None) -> bool:
