@@ -8,6 +8,7 @@ run writes. A line cut short by a crash is left until it is whole (never, for a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from array import array
@@ -83,6 +84,17 @@ class RunMetrics:
                     out.append(s)
         out.sort(key=lambda s: (s.name, s.action, s.attempt, s.restart or 0,
                                 -1 if s.rank is None else s.rank))
+        return out
+
+    def drain(self) -> list[Series]:
+        """The points read since the last drain, as series (sorted as `series`), which forgets
+        them: for a reader that hands points on and needs none back (the driver's metric
+        bridges), whose memory then stays that of one refresh, not of the whole run."""
+        out = []
+        for s in self.series():
+            if s.values:
+                out.append(dataclasses.replace(s))  # the same arrays, handed over
+                s.steps, s.times, s.values = array("q"), array("d"), array("d")
         return out
 
     def names(self) -> list[str]:
