@@ -103,7 +103,7 @@ def _body(points: Iterator[tuple[int, float, list[tuple[str, float]]]], start: f
                 flush_at += FLUSH_INTERVAL
             writer.add(batch, step, at)
         writer.close()
-        return path.read_bytes().split(b"\n", 1)[1]
+        return path.read_bytes().split(b"\n", 1)[1] if path.exists() else b""
 
 
 def _identity(home: Path, run: str, rank: int, node: int, source: str,
