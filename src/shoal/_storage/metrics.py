@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,17 @@ class RunMetrics:
 
     def points(self) -> int:
         return sum(len(s.values) for st in self._files.values() for s in st.series.values())
+
+
+def each_file(home: str | Path, run: str) -> Iterator[tuple[list[Series], int]]:
+    """Every metrics file of ``run``, one at a time: its series and its dropped points. For a
+    reader that needs each point once (a CSV export, a summary), which then holds one file's
+    points, not the whole run's (8,192 ranks of 10,000 steps are gigabytes in arrays)."""
+    root = Path(home) / "runs" / run / "metrics"
+    for path in sorted(root.glob("*/*.jsonl")) if root.is_dir() else ():
+        state = _File(path)
+        _read_new(state)
+        yield list(state.series.values()), state.dropped
 
 
 def _read_new(state: _File) -> bool:
