@@ -140,6 +140,7 @@ def test_points_arrive_once_per_stream_in_step_order(tmp_path: Path) -> None:
     assert thread.forward() == 6
     _log(tmp_path, "r", 0, range(3, 5))  # appended to rank 0's file
     assert thread.forward() == 2 and thread.forward() == 0
+    assert thread.metrics.points() == 0  # forwarded points are not kept (the driver's memory)
     rank0 = bridge.got[Stream("a1", 0, 0)]
     assert [p[1] for p in rank0] == [0, 1, 2, 3, 4]
     assert rank0[0] == ("loss", 0, 1000.0, 1.0)

@@ -8,9 +8,11 @@ run writes. A line cut short by a crash is left until it is whole (never, for a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,17 @@ class RunMetrics:
                                 -1 if s.rank is None else s.rank))
         return out
 
+    def drain(self) -> list[Series]:
+        """The points read since the last drain, as series (sorted as `series`), which forgets
+        them: for a reader that hands points on and needs none back (the driver's metric
+        bridges), whose memory then stays that of one refresh, not of the whole run."""
+        out = []
+        for s in self.series():
+            if s.values:
+                out.append(dataclasses.replace(s))  # the same arrays, handed over
+                s.steps, s.times, s.values = array("q"), array("d"), array("d")
+        return out
+
     def names(self) -> list[str]:
         return sorted({s.name for st in self._files.values() for s in st.series.values()})
 
@@ -94,6 +107,17 @@ class RunMetrics:
 
     def points(self) -> int:
         return sum(len(s.values) for st in self._files.values() for s in st.series.values())
+
+
+def each_file(home: str | Path, run: str) -> Iterator[tuple[list[Series], int]]:
+    """Every metrics file of ``run``, one at a time: its series and its dropped points. For a
+    reader that needs each point once (a CSV export, a summary), which then holds one file's
+    points, not the whole run's (8,192 ranks of 10,000 steps are gigabytes in arrays)."""
+    root = Path(home) / "runs" / run / "metrics"
+    for path in sorted(root.glob("*/*.jsonl")) if root.is_dir() else ():
+        state = _File(path)
+        _read_new(state)
+        yield list(state.series.values()), state.dropped
 
 
 def _read_new(state: _File) -> bool:

@@ -97,12 +97,15 @@ def _attempt_json(store: Store, home: Path, run: RunRecord, att: AttemptRecord,
                      "log_tail": log_tail(logs / f"rank{failure.rank}.log", TAIL_LINES)
                      if failure.rank is not None else ""}
         ray = rays.get(restart)
+        of_node: dict[int, list[dict[str, Any]]] = {n: [] for n in nodes}
+        for r in ranks:  # one pass: a node at a time over every rank is 8 M steps at 8,192
+            if r // per_node in of_node:
+                of_node[r // per_node].append({"rank": r, "state": states[r]})
         starts.append({
             "restart": restart, "ended": how,
             "started_at": start_event.at if start_event else None,
             "nodes": [{"node": n, "group": ray.group_of(n) if ray else None,
-                       "ranks": [{"rank": r, "state": states[r]} for r in ranks
-                                 if r // per_node == n]} for n in nodes],
+                       "ranks": of_node[n]} for n in nodes],
             "first_failure": first, "ray": _ray_json(ray),
         } | _size_json(sizes.get(restart)))
     elastic = any(s.elastic for s in sizes.values())

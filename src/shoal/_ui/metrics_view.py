@@ -11,10 +11,8 @@ repeats (it resumed from a checkpoint), for x = time they follow each other. Wit
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import statistics
 import threading
 import time
 from array import array
@@ -117,7 +115,10 @@ def _joined(parts: list[Series], x: str) -> tuple[Any, Any]:
 
 
 def _increasing(steps: array[int]) -> bool:
-    return all(a < b for a, b in itertools.pairwise(steps))
+    import numpy as np
+
+    a = np.frombuffer(steps, dtype=np.int64) if len(steps) else np.empty(0, np.int64)
+    return bool((a[1:] > a[:-1]).all())
 
 
 def _finite(ys: list[float]) -> tuple[list[float | None], int]:
@@ -133,23 +134,55 @@ def _line(d: dict[str, Any], buckets: int) -> dict[str, Any]:
 
 
 def _band(drawn: list[dict[str, Any]], buckets: int) -> list[dict[str, Any]]:
-    """min, median and max over the ranks, per bucket of x."""
-    finite = [(float(x), v) for d in drawn for x, v in zip(d["xs"], d["ys"], strict=True)
-              if math.isfinite(v)]
-    bad = sum(len(d["ys"]) for d in drawn) - len(finite)
-    if not finite:
+    """min, median and max over the ranks, per bucket of x: the min and max of every point in
+    the bucket (a spike of one rank shows), the median of the ranks' means in it (the typical
+    rank). In numpy, a bucket of ranks at a time: 8,192 ranks of 10,000 points are 80 million
+    points, a few seconds in arrays and minutes one Python object each."""
+    import numpy as np
+
+    xs = [np.asarray(d["xs"], dtype=np.float64) for d in drawn]
+    ys = [np.asarray(d["ys"], dtype=np.float64) for d in drawn]
+    total = sum(len(y) for y in ys)
+    finite = [np.isfinite(y) for y in ys]
+    bad = total - sum(int(f.sum()) for f in finite)
+    kept = [(x[f], y[f]) for x, y, f in zip(xs, ys, finite, strict=True) if f.any()]
+    if not kept:
         return []
-    lo = min(p[0] for p in finite)
-    hi = max(p[0] for p in finite)
+    lo = min(float(x.min()) for x, _ in kept)
+    hi = max(float(x.max()) for x, _ in kept)
     width = (hi - lo) / buckets or 1.0
-    cells: dict[int, list[float]] = {}
-    for px, v in finite:
-        cells.setdefault(min(buckets - 1, int((px - lo) / width)), []).append(v)
-    keys = sorted(cells)
-    xs = [lo + (k + 0.5) * width for k in keys]
-    stats = {"min": [min(cells[k]) for k in keys],
-             "median": [statistics.median(cells[k]) for k in keys],
-             "max": [max(cells[k]) for k in keys]}
-    return [{"label": f"{label} of {len(drawn)} ranks", "action": None, "rank": None, "x": xs,
-             "y": list(ys), "non_finite": bad if label == "median" else 0,
-             "points": len(finite), "restarts": 1} for label, ys in stats.items()]
+    low = np.full(buckets, np.inf)
+    high = np.full(buckets, -np.inf)
+    means = np.full((len(kept), buckets), np.nan)  # a rank's mean per bucket (NaN: none)
+    for row, (x, y) in enumerate(kept):
+        cell = np.minimum(((x - lo) / width).astype(np.int64), buckets - 1)
+        count = np.bincount(cell, minlength=buckets)
+        used = count > 0
+        means[row, used] = np.bincount(cell, weights=y, minlength=buckets)[used] / count[used]
+        if _sorted(cell):  # x ascends: each bucket is one slice
+            _reduce_sorted(low, cell, y, lowest=True)
+            _reduce_sorted(high, cell, y, lowest=False)
+        else:
+            np.minimum.at(low, cell, y)
+            np.maximum.at(high, cell, y)
+    keys = np.nonzero(np.isfinite(low))[0]
+    centres = (lo + (keys + 0.5) * width).tolist()
+    stats = {"min": low[keys].tolist(), "median": np.nanmedian(means[:, keys], axis=0).tolist(),
+             "max": high[keys].tolist()}
+    return [{"label": f"{label} of {len(drawn)} ranks", "action": None, "rank": None,
+             "x": centres, "y": values, "non_finite": bad if label == "median" else 0,
+             "points": total - bad, "restarts": 1} for label, values in stats.items()]
+
+
+def _sorted(cell: Any) -> bool:
+    return bool(len(cell) < 2 or (cell[1:] >= cell[:-1]).all())
+
+
+def _reduce_sorted(into: Any, cell: Any, y: Any, *, lowest: bool) -> None:
+    """``into[c]`` = min (or max) of itself and the ``y`` in cell ``c``, ``cell`` ascending."""
+    import numpy as np
+
+    starts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]])
+    op = np.minimum if lowest else np.maximum
+    cells = cell[starts]
+    into[cells] = op(into[cells], op.reduceat(y, starts))

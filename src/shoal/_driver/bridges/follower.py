@@ -64,7 +64,6 @@ class BridgeThread:
         self.poll = poll
         self.metrics = RunMetrics(home, run)
         self.failed: str | None = None  # why the bridge was switched off
-        self._sent: dict[int, int] = {}  # id(series) -> points already forwarded
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"shoal-{bridge.name}-bridge",
@@ -106,14 +105,10 @@ class BridgeThread:
         """Hand the bridge the points that arrived since the last call; how many."""
         self.metrics.refresh()
         batches: dict[Stream, list[Point]] = {}
-        for s in self.metrics.series():
-            sent = self._sent.get(id(s), 0)
-            if len(s.values) <= sent:
-                continue
+        for s in self.metrics.drain():  # handed on, not kept: memory of one poll, not a run
             batch = batches.setdefault(Stream(s.action, s.attempt, s.rank), [])
-            batch.extend(zip([s.name] * (len(s.values) - sent), s.steps[sent:],
-                             s.times[sent:], s.values[sent:], strict=True))
-            self._sent[id(s)] = len(s.values)
+            batch.extend(zip([s.name] * len(s.values), s.steps, s.times, s.values,
+                             strict=True))
         for stream, points in batches.items():
             points.sort(key=lambda p: (p[1], p[2]))
             self.bridge.write(stream, points)

@@ -72,15 +72,21 @@ function renderDetail(data) {
       (t.signal ? ` ${t.signal}` : "") + ` ${fmtDur((t.ended || data.now) - t.started)}`))));
 }
 
+let gangDocs = [];  // [action, its gang JSON, now] as last fetched: a page turn redraws them
+
 async function renderGangs(data) {
-  const box = document.getElementById("gangs");
   const gangs = data.actions.filter(a => a.clustered);
-  const panels = [];
+  const docs = [];
   for (const a of gangs) {
-    const g = await api(`/api/runs/${encodeURIComponent(RUN)}/gangs/${encodeURIComponent(a.id)}`);
-    panels.push(gangPanel(a, g, data.now));
+    docs.push([a, await api(`/api/runs/${encodeURIComponent(RUN)}/gangs/${encodeURIComponent(a.id)}`),
+               data.now]);
   }
-  box.replaceChildren(...panels);
+  gangDocs = docs;
+  drawGangs();
+}
+
+function drawGangs() {
+  document.getElementById("gangs").replaceChildren(...gangDocs.map(d => gangPanel(...d)));
 }
 
 // One attempt's starts: how big each world was, why it began, and the resize that led to it.
@@ -174,6 +180,40 @@ function rayCluster(att, s) {
         el("td", {class: "group", text: n.group}), el("td", {text: n.address})))));
 }
 
+// A big gang's grid is drawn a page of nodes at a time, with each state's count over all of
+// its ranks: 1,024 nodes x 8 ranks drawn whole, and redrawn every second while the run goes,
+// would make the page sluggish.
+const GRID_PAGE = 64;  // node rows per page
+const gridPages = {};  // "action/attempt/restart" -> the page shown, kept across redraws
+
+function gangGrid(a, att, s) {
+  const key = `${a.id}/${att.attempt}/${s.restart}`;
+  const pages = Math.ceil(s.nodes.length / GRID_PAGE);
+  const page = Math.min(gridPages[key] || 0, Math.max(pages - 1, 0));
+  const shown = s.nodes.slice(page * GRID_PAGE, (page + 1) * GRID_PAGE);
+  const grid = el("table", {class: "grid", "data-restart": s.restart},
+    el("caption", {text: `attempt ${att.attempt} restart ${s.restart}: ${s.ended}`}),
+    ...shown.map(n => el("tr", {}, el("th", {text: "node " + n.node + (n.group ? ` (${n.group})` : "")}),
+      ...n.ranks.map(r => el("td", {class: "cell " + r.state, "data-rank": r.rank},
+                             `rank ${r.rank}`, el("br"), r.state)))));
+  if (pages <= 1) return [grid];
+  const counts = {};
+  for (const n of s.nodes) for (const r of n.ranks) counts[r.state] = (counts[r.state] || 0) + 1;
+  const go = p => () => { gridPages[key] = p; drawGangs(); };
+  const span = p => `nodes ${p * GRID_PAGE}–${Math.min((p + 1) * GRID_PAGE, s.nodes.length) - 1}`;
+  const select = el("select", {class: "grid-page", onchange: e => go(+e.target.value)()},
+    ...Array.from({length: pages}, (_, p) => el("option", p === page ? {value: p, selected: ""}
+                                                                     : {value: p}, span(p))));
+  const pager = el("div", {class: "grid-pager", "data-restart": s.restart},
+    `${s.nodes.length} nodes, ` + Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ") + ": ",
+    el("button", {type: "button", class: "grid-prev", onclick: go(page - 1),
+                  ...(page === 0 ? {disabled: ""} : {})}, "‹"), " ", select, " ",
+    el("button", {type: "button", class: "grid-next", onclick: go(page + 1),
+                  ...(page === pages - 1 ? {disabled: ""} : {})}, "›"),
+    ` page ${page + 1} of ${pages}`);
+  return [pager, grid];
+}
+
 function gangPanel(a, g, now) {
   const panel = el("div", {class: "gang", "data-action": a.id},
                    el("h2", {text: `Gang ${a.id} ${a.task}`}));
@@ -181,12 +221,7 @@ function gangPanel(a, g, now) {
     panel.append(el("div", {class: "gang-starts"}, startsTable(att), worldChart(att, now)));
     for (const s of att.starts) {
       if (s.ray) panel.append(rayCluster(att, s));
-      const grid = el("table", {class: "grid", "data-restart": s.restart},
-        el("caption", {text: `attempt ${att.attempt} restart ${s.restart}: ${s.ended}`}),
-        ...s.nodes.map(n => el("tr", {}, el("th", {text: "node " + n.node + (n.group ? ` (${n.group})` : "")}),
-          ...n.ranks.map(r => el("td", {class: "cell " + r.state, "data-rank": r.rank},
-                                 `rank ${r.rank}`, el("br"), r.state)))));
-      panel.append(grid);
+      panel.append(...gangGrid(a, att, s));
       if (s.first_failure) {
         const f = s.first_failure;
         panel.append(el("div", {class: "first-failure"},
