@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,6 +41,13 @@ def test_a_plain_task_keeps_every_point_with_its_step(shoal_home: Path) -> None:
     assert len(m.series(name="lr")[0].values) == 50
     assert len(m.series(name="from_thread")) == 1
     assert all(abs(t - time.time()) < 120 for t in loss.times)
+    # `shoal metrics RUN --csv | head`: a reader that stops early ends the command quietly.
+    cli = subprocess.Popen([sys.executable, "-m", "shoal.cli.main", "metrics", run.name, "--csv"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    assert cli.stdout is not None
+    cli.stdout.close()  # before it writes: its first write meets a closed pipe
+    _, err = cli.communicate(timeout=120)
+    assert (cli.returncode, err.decode()) == (0, "")
 
 
 def test_async_and_nested_calls_log_to_their_own_action(shoal_home: Path) -> None:

@@ -14,7 +14,6 @@ the run as they are written, each prefixed with its action and label, until the 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -69,10 +68,6 @@ def execute(args: argparse.Namespace, rest: list[str]) -> int:
             driver = _driver_elsewhere(records, run, args, pattern)
         return _combined(records, run.name, args, pattern, driver)
     except KeyboardInterrupt:  # Ctrl-C is how a user stops reading, not an error
-        return 0
-    except BrokenPipeError:  # `shoal logs RUN | head`
-        # Python flushes stdout again at exit; let that go nowhere instead of failing too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

@@ -92,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shoal: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `shoal metrics RUN --csv | head`: the reader had enough
+        # Python flushes stdout again at exit; let that go nowhere instead of failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ShoalError, FileNotFoundError) as e:
         if args.debug:
             traceback.print_exc()
