@@ -5,7 +5,8 @@ commit; a load checksums what it reads and names an object that does not match. 
 ``file://`` store the copy is ours (the store's ``local_path``): temporary file in the object's
 folder, write, fsync, rename. Bytes in memory are written from the caller's buffer as they are;
 a file is copied through a buffer small enough to stay in the CPU's cache, each buffer
-checksummed between its read and its write (``copy_file``). On other stores a
+checksummed between its read and its write (``copy_file``), and the disk starts writing each
+piece while the next is copied, so the closing fsync finds little left. On other stores a
 file is checksummed by the upload's own reads as they pass (``CrcReader``: one read of the
 file, and what is checksummed is what was sent), bytes in memory beside the store's upload of
 them; downloads are checksummed as they land (``reads.py``).
@@ -48,7 +49,7 @@ from shoal._storage.checkpoints.hashing import (
     hash_view,
     new_hashing,
 )
-from shoal._storage.local import fsync_dir
+from shoal._storage.local import fsync_dir, start_writeback
 from shoal._storage.store import Store, join, temp_path, walk_local
 from shoal.errors import NotFoundError, SpecError, StoreError
 
@@ -225,9 +226,10 @@ def _write_memory(view: memoryview, fd: int, hashing: Hashing) -> None:
         _write_all(fd, piece)
 
 
-def copy_file(src: int, dest: int, hashing: Hashing) -> None:
+def copy_file(src: int, dest: int, hashing: Hashing, *, durable: bool = False) -> None:
     """Copy ``src`` to ``dest`` (both at offset 0), checksumming each buffer between its read
-    and its write, while it is still in the CPU's cache.
+    and its write, while it is still in the CPU's cache; with ``durable`` (the caller fsyncs
+    ``dest`` next), the disk starts writing each piece as soon as it is copied.
 
     Read, checksum, write through one small buffer costs about what a copy in the kernel
     (``sendfile``) costs, and no more memory traffic: the buffer never leaves the cache. A
@@ -238,7 +240,7 @@ def copy_file(src: int, dest: int, hashing: Hashing) -> None:
     step = hashing.piece_size  # 0: the whole object is one part
     buffer = memoryview(bytearray(_COPY_BUFFER))
     h = hashing.running()
-    offset = part = 0  # bytes copied; where the current part starts
+    offset = part = flushed = 0  # bytes copied; where the current part and writeback start
     while True:
         want = len(buffer) if not step else min(len(buffer), part + step - offset)
         n = os.preadv(src, [buffer[:want]], offset)
@@ -251,6 +253,9 @@ def copy_file(src: int, dest: int, hashing: Hashing) -> None:
         if step and offset - part == step:
             hashing.add_done(h, step)
             h, part = hashing.running(), offset
+        if durable and offset - flushed >= checkpoint_hashing.CHUNK:
+            start_writeback(dest, flushed, offset - flushed)
+            flushed = offset
     if offset > part or not step:
         hashing.add_done(h, offset - part)
 
@@ -311,7 +316,7 @@ def _write_local(src: Source, dest: Path) -> tuple[int, str]:
                 try:
                     hashing = new_hashing(os.fstat(src_fd).st_size)
                     try:
-                        copy_file(src_fd, fd, hashing)
+                        copy_file(src_fd, fd, hashing, durable=True)
                         os.fsync(fd)
                         result = hashing.result()
                     finally:
