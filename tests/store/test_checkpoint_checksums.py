@@ -78,9 +78,9 @@ def test_a_commit_records_each_objects_crc32c(store_root: str, tmp_path: Path) -
     cp = Checkpoint(_uri(store_root), local_dir=tmp_path / "local")
     big = os.urandom(2 * CHUNK + 5)  # three pieces, checksummed apart and combined
     cp.save_sync(big)
-    (cp.path / "w.bin").write_bytes(b"weights")
+    (cp.path / "w.bin").write_bytes(big)  # a file's copy checksums its pieces as they pass
     cp.save_sync(cp.path / "w.bin")
-    for step, expected in ((0, big), (1, b"weights")):
+    for step, expected in ((0, big), (1, big)):
         _, _, doc = _commit(cp, step)
         (entry,) = doc["shards"][0]["objects"]
         assert entry["crc32c"] == f"{checksums.crc32c(expected):08x}"

@@ -121,6 +121,16 @@ class Hashing:
         self._parts.append(fn(*call) if self.inline else hash_pool().submit(fn, *call))
         self._spans.append(span)
 
+    def running(self) -> Any:
+        """A new running checksum (``update``) for a part the caller checksums as it streams
+        by (``digest_chunk``), handed back with ``add_done`` once the part is whole."""
+        return _hasher(self.algorithm)
+
+    def add_done(self, h: Any, length: int) -> None:
+        """The next part: ``length`` bytes, checksummed by the caller into ``h``."""
+        self._parts.append((_finish(h), length))
+        self._spans.append(None)
+
     def steal(self, view: memoryview) -> None:
         """Checksum the file parts no thread has started yet from ``view``, the same bytes
         already read into memory: the reading thread helps once its read is done (last parts
