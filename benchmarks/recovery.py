@@ -179,9 +179,12 @@ def run(data: Path, args: argparse.Namespace, kill: bool) -> Outcome:
         launched = time.time()
         try:
             # Unbuffered, so `shoal run`'s own lines reach its log when they are printed.
-            wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home),
-                                                          PYTHONUNBUFFERED="1"),
-                              timeout=args.timeout)
+            # Its own lease table (SHOAL_MACHINE_DIR): a gang restarts in its launchers only
+            # when no run of the machine waits for admission, and other people's test runs
+            # on a shared machine would otherwise decide which restart is measured.
+            wall = run_logged([cmd], [log], env=child_env(
+                SHOAL_HOME=str(home), SHOAL_MACHINE_DIR=str(home / "machine"),
+                PYTHONUNBUFFERED="1"), timeout=args.timeout)
         finally:
             watcher.stop()
         out = analyse(watcher, launched, wall, meter.others_percent(), kill)
