@@ -18,7 +18,7 @@ share (it holds ``SHOAL_HOME``, the job outputs and two small shims).
 - shoal: ``shoal run --engine slurm programs_ddp_shoal.py train_ddp`` (the default launch,
   ``direct``: each node's launcher imports torch once and forks its ranks);
 - shoal torchrun: the same with ``SHOAL_LAUNCH=torchrun`` (torchrun's agent, its ranks forked
-  from a forkserver that imported torch once: ``shoal._runtime.torchrun_agent``);
+  from the agent, which imported torch once: ``shoal._runtime.torchrun_agent``);
 - shoal torchrun, no pre-import: the same with ``SHOAL_PREIMPORT=0`` too: each node runs
   ``python -m torch.distributed.run`` itself, whose ranks are fresh interpreters.
 Launch → first step is from just before submission (``sbatch`` / ``shoal run`` started) to
@@ -620,7 +620,7 @@ def write_report(frame: Frame, args: argparse.Namespace, s: Slurm, others: str,
         "train_ddp`, a fresh `SHOAL_HOME` each run (a temp folder the nodes share: one "
         "machine), `SHOAL_LAUNCH=direct` (the default: each node's launcher imports torch "
         "once and forks its ranks) or `SHOAL_LAUNCH=torchrun` (torchrun's agent, its ranks "
-        "forked from a forkserver that imported torch once; with `SHOAL_PREIMPORT=0` too, "
+        "forked from the agent, which imported torch once; with `SHOAL_PREIMPORT=0` too, "
         "`python -m torch.distributed.run` itself and fresh rank interpreters). Its "
         "settings name the shim "
         "`python` that notes when the batch script execs it (one `bash` exec more before "

@@ -75,9 +75,9 @@ def wait_for_master(node: NodeEnv) -> None:
 
 
 def torchrun_argv(node: NodeEnv) -> list[str]:
-    """torchrun's command line for this node: through `torchrun_agent` (torchrun's agent, its
-    ranks forked from a pre-imported forkserver), or torchrun itself where ranks are not to be
-    forked (``SHOAL_PREIMPORT=0``, or Nsight Systems wrapping them)."""
+    """torchrun's command line for this node: through `torchrun_agent` (torchrun's agent,
+    which pre-imports torch and forks its ranks), or torchrun itself where ranks are not to
+    be forked (``SHOAL_PREIMPORT=0``, or Nsight Systems wrapping them)."""
     forked = os.environ.get(contract.PREIMPORT, "1") != "0" and not nsys_profiled(node)
     argv = [
         sys.executable, "-m",

@@ -1,17 +1,19 @@
-"""torchrun's agent with its ranks forked from a process that imported torch once.
+"""torchrun's agent with its ranks forked from a process that imported torch once: itself.
 
 The node launcher runs this as ``python -m shoal._runtime.torchrun_agent ARGS``, ARGS exactly
 torchrun's (``torch.distributed.run``): the same elastic agent, static or c10d rendezvous and
 in-node restarts (``--max-restarts``), through torch's own launcher API (`elastic_launch`).
 What differs is how a rank starts: torchrun execs a fresh interpreter per rank, which then
 imports torch, Shoal's rank runtime and ``torch._dynamo`` (DDP's) each time, every rank of a
-node at once. Here the ranks are a function entrypoint started with multiprocessing's
-``forkserver``, whose server imports the zygote's `PREIMPORTS` once, while this agent imports
-torch's launcher and meets the other nodes; each rank (and each in-node restart's) is then a
-fork of it. A forkserver, not a plain fork of this agent: the agent runs threads (its store,
-its monitor) that a fork would copy the locks of but not the threads.
+node at once. Here the agent imports the zygote's `PREIMPORTS` once (it needs torch anyway)
+and the ranks are a function entrypoint started with torch's ``fork`` start method: each
+rank, and each in-node restart's, is a fork of the agent. A forkserver would have been the
+threads-proof choice, but its server is a second interpreter that imports torch again: two
+heavy imports a node, the cost that made this row lose to bare torchrun on 2 CPUs
+(benchmarks/results/2026-12-06-cpu2-slurm-launch.md). The rank resets what the agent set
+that a fresh process would not have: the signal handlers torch's agent installs.
 
-A forked rank's /proc environ is the server's, without torchrun's LOCAL_RANK: the rank names
+A forked rank's /proc environ is the agent's, without torchrun's LOCAL_RANK: the rank names
 its process ``shoal-rank-<local rank>`` so the launcher still finds it (`torchrun_ranks`).
 ``SHOAL_PREIMPORT=0``, or a node under Nsight Systems, runs torchrun itself instead
 (`launcher.torchrun_argv`).
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import sys
 
 from shoal import _contract as contract
@@ -48,10 +51,15 @@ def local_rank_of(comm: str) -> int | None:
 
 
 def forked_rank() -> None:
-    """One rank, in a child of the forkserver, after torch's wrapper set the rank's variables:
+    """One rank, in a fork of the agent, after torch's wrapper set the rank's variables:
     what ``python -m shoal._runtime.rank`` runs, returning (torch's wrapper then hands the agent
     its value and exits) instead of ending the process."""
     name_process(int(os.environ.get(contract.TORCH_LOCAL_RANK, "0")))
+    # The agent's handlers (torch's: SIGTERM raises in the agent) are not a fresh rank's.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     from shoal._runtime import rank
 
     sys.argv = [rank.__file__ or ""]  # as `python -m shoal._runtime.rank` sets it
@@ -61,25 +69,26 @@ def forked_rank() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import multiprocessing
-    from multiprocessing import forkserver
+    from shoal._runtime.zygote import preimport
 
-    # The entrypoint by its module's name, not `__main__`'s: the server's children unpickle it.
-    from shoal._runtime.torchrun_agent import forked_rank as entrypoint
-    from shoal._runtime.zygote import PREIMPORTS
-
-    # Started first: the server imports while this agent imports torch and rendezvouses.
-    multiprocessing.set_forkserver_preload([*PREIMPORTS, entrypoint.__module__])
-    forkserver.ensure_running()
+    why = preimport()  # torch, DDP's compiler stack, the rank runtime: once, for every rank
+    if why:
+        print(f"shoal torchrun agent: ranks may import afresh: {why}", file=sys.stderr,
+              flush=True)
 
     from torch.distributed.elastic.multiprocessing.errors import record
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, parse_args
 
+    # The entrypoint by its module's name, not `__main__`'s (torch pickles nothing for fork,
+    # but its error records name it).
+    from shoal._runtime.torchrun_agent import forked_rank as entrypoint
+
     @record
     def launch() -> None:
         config, _, _ = config_from_args(parse_args(argv))  # type: ignore[no-untyped-call]
-        config.start_method = "forkserver"
+        # Fork only what is safe to fork; else torch's default (each rank a new interpreter).
+        config.start_method = "spawn" if why else "fork"
         elastic_launch(config, entrypoint)()
 
     launch()
