@@ -67,9 +67,9 @@ def test_rank0_hosts_the_store_before_its_process_group() -> None:
         procs.append(r1)
         assert r1.stdout is not None
         connected = r1.stdout.readline().split()
+        # Rank 0 waits on its stdin, before init_process_group: only its early store answers
+        # (without one, this connect times out after 5 s and rank 1 exits non-zero).
         assert connected[:1] == ["CONNECTED"], r1.communicate(timeout=60)
-        # The server was up before rank 1 dialled: no backoff (one is 0.3 s or more).
-        assert float(connected[1]) < 0.25, connected
         r0.stdin.write("go\n")
         r0.stdin.flush()
         out1, err1 = r1.communicate(timeout=120)
