@@ -25,7 +25,7 @@ and notes when each line appeared. From those lines:
   restarts the gang; rank 0's process group is up; the checkpoint is loaded);
 - side by side: the fresh launch → first step of the same gang (the uninterrupted row, from
   ``shoal run``'s start) and kill → first step after the restart, their ratio, and the goals
-  (≤ 2.0 s, ≤ 0.5x the fresh launch); and whether each restart kept the node launchers
+  (≤ 1.0 s, ≤ 0.5x the fresh launch); and whether each restart kept the node launchers
   (``shoal run``'s ``gang started (restart 1, ..., same node launchers)`` line);
 - steps lost: the kill's step minus the step the restart resumed from; the goal: no more than
   one checkpoint interval (``--checkpoint-every``);
@@ -86,7 +86,7 @@ PG = re.compile(r"^\d+ ranks on \d+ nodes")
 RESTARTING = re.compile(r"rank (\S+) failed first .*restarting the whole gang")
 GANG_STARTED = re.compile(r"gang started \(restart (\d+)")
 IN_PLACE = re.compile(r"gang started \(restart [1-9]\d*, .*same node launchers")
-GOAL_RESTART_S = 2.0  # kill → first step after the restart, seconds
+GOAL_RESTART_S = 1.0  # kill → first step after the restart, seconds (issue 28)
 GOAL_RATIO = 0.5  # kill → first step after the restart / fresh launch → first step
 RANK_LOG = re.compile(r"/r(\d+)/rank(\d+)\.log$")  # .../logs/gang/<action>/r<restart>/rank<n>.log
 
@@ -179,9 +179,12 @@ def run(data: Path, args: argparse.Namespace, kill: bool) -> Outcome:
         launched = time.time()
         try:
             # Unbuffered, so `shoal run`'s own lines reach its log when they are printed.
-            wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home),
-                                                          PYTHONUNBUFFERED="1"),
-                              timeout=args.timeout)
+            # Its own lease table (SHOAL_MACHINE_DIR): a gang restarts in its launchers only
+            # when no run of the machine waits for admission, and other people's test runs
+            # on a shared machine would otherwise decide which restart is measured.
+            wall = run_logged([cmd], [log], env=child_env(
+                SHOAL_HOME=str(home), SHOAL_MACHINE_DIR=str(home / "machine"),
+                PYTHONUNBUFFERED="1"), timeout=args.timeout)
         finally:
             watcher.stop()
         out = analyse(watcher, launched, wall, meter.others_percent(), kill)

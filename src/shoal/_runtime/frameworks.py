@@ -45,6 +45,7 @@ def prepare_runtime(node: NodeEnv) -> None:
         _connect_ray(node)
     elif "torch" in sys.modules:  # the launcher pre-imported it and forked this rank
         _bound_torch_collectives(node.collective_timeout, emulated=contract.gpus_emulated())
+        host_store_early(node)
     elif importlib.util.find_spec("torch") is not None:
         # Bounded when the rank's code first imports torch: a rank that never does (a gang
         # of plain Python, or one started with SHOAL_PREIMPORT=0 that imports torch late)
@@ -53,6 +54,36 @@ def prepare_runtime(node: NodeEnv) -> None:
         seconds, emulated = node.collective_timeout, contract.gpus_emulated()
         sys.meta_path.insert(0, _AfterImport("torch", lambda _: _bound_torch_collectives(
             seconds, emulated=emulated)))
+
+
+# Rank 0's early store (`host_store_early`), kept for the life of the rank.
+_early_store: list[object] = []
+
+
+def host_store_early(node: NodeEnv) -> None:
+    """On rank 0 of a gang whose ranks the launcher started itself: host the TCPStore that
+    ``init_process_group`` (env://) will use, now, before the task's module is imported.
+
+    A rank whose client dials the master before rank 0 listens backs off for 0.3-1 s (torch's
+    jittered exponential backoff) although rank 0 is up a few ms later; the ranks of a
+    (re)start are forked together, so the other ranks often dial first. torch makes rank 0's
+    store multi-tenant: its own ``init_process_group`` finds this server on the port and
+    shares it. Under torchrun the agent hosts the store (``TORCHELASTIC_USE_AGENT_STORE``)."""
+    env = os.environ
+    if node.launch == "torchrun" or env.get(contract.TORCH_RANK) != "0" \
+            or env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" \
+            or not env.get(contract.TORCH_MASTER_PORT):
+        return
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    try:
+        _early_store.append(TCPStore(
+            env.get(contract.TORCH_MASTER_ADDR, node.master_addr),
+            int(env[contract.TORCH_MASTER_PORT]), is_master=True, wait_for_workers=False,
+            multi_tenant=True, timeout=_dt.timedelta(seconds=node.collective_timeout)))
+    except (RuntimeError, ValueError) as e:  # the port taken: init_process_group will say so
+        print(f"shoal: rank 0 could not host the store early ({e}); the process group "
+              "hosts it", file=sys.stderr, flush=True)
 
 
 def _connect_ray(node: NodeEnv) -> None:

@@ -75,8 +75,13 @@ def wait_for_master(node: NodeEnv) -> None:
 
 
 def torchrun_argv(node: NodeEnv) -> list[str]:
+    """torchrun's command line for this node: through `torchrun_agent` (torchrun's agent,
+    which pre-imports torch and forks its ranks), or torchrun itself where ranks are not to
+    be forked (``SHOAL_PREIMPORT=0``, or Nsight Systems wrapping them)."""
+    forked = os.environ.get(contract.PREIMPORT, "1") != "0" and not nsys_profiled(node)
     argv = [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m",
+        "shoal._runtime.torchrun_agent" if forked else "torch.distributed.run",
         f"--nnodes={node.nnodes}", f"--nproc-per-node={node.nproc_per_node}",
         f"--node-rank={node.node_rank}", f"--max-restarts={node.torch_max_restarts}",
         f"--rdzv-backend={node.rdzv_backend}", f"--rdzv-id={contract.rendezvous_id(node)}",

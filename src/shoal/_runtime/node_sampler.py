@@ -24,6 +24,7 @@ from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.metrics import MetricsWriter, open_writer
 from shoal._runtime.system_metrics import Gpus, TreeSampler, gpu_points, visible_device
+from shoal._runtime.torchrun_agent import local_rank_of
 
 RankPids = Callable[[], dict[int, int]]  # local rank -> pid of its topmost process
 
@@ -95,7 +96,8 @@ class NodeSampler:
 
 
 def torchrun_ranks() -> dict[int, int]:
-    """The ranks torchrun started under this process: local rank -> pid."""
+    """The ranks torchrun started under this process: local rank -> pid. An exec'd rank has
+    torchrun's LOCAL_RANK in its environ; a rank `torchrun_agent` forked says it in its name."""
     import psutil
 
     try:
@@ -106,10 +108,13 @@ def torchrun_ranks() -> dict[int, int]:
     for proc in family:
         try:
             value = proc.environ().get(contract.TORCH_LOCAL_RANK)
+            named = local_rank_of(proc.name())
         except psutil.Error:
             continue
         if value is not None and value.isdigit():
             local[proc.pid] = int(value)
+        elif named is not None:
+            local[proc.pid] = named
     out: dict[int, int] = {}
     for proc in family:
         if proc.pid not in local:

@@ -120,7 +120,10 @@ def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
                         json.dumps(literal).encode())
 
 
-def main() -> None:
+def main(*, exit_process: bool = True) -> None:
+    """Run this process's rank; a failure ends the process (exit code 1). ``exit_process``:
+    so does success (exit code 0); False returns instead (`torchrun_agent`'s forked ranks,
+    whose parent expects the function to return)."""
     node = NodeEnv.from_env()
     # A rank torchrun started has torchrun's variables only: DeepSpeed's launcher's too.
     os.environ.update(contract.deepspeed_rank_env(os.environ))
@@ -144,7 +147,9 @@ def main() -> None:
     sys.stderr.flush()
     # The output is written and checkpoints closed: skip the interpreter's teardown, where
     # torch/gloo destructors have been seen to abort (SIGABRT) a finished rank under torchrun.
-    os._exit(0)
+    # (A forked rank's parent ends it with os._exit too, once the agent has its value.)
+    if exit_process:
+        os._exit(0)
 
 
 def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,

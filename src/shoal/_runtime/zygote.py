@@ -39,12 +39,15 @@ _PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
 # groups, torch._dynamo (which DDP() imports, slowly: once here, not in every rank), the
 # checkpoint code (torch.distributed.checkpoint, for state-dict saves and loads), Shoal's rank
-# runtime and what a task file's own imports of Shoal load (`shoal.clustered`; `packaging`,
-# which reads an Image's pip requirements; the checkpoints' CRC32C). None of them starts a
-# thread at import (checked after importing, in `preimport`).
+# runtime with what `rank.run_rank` imports as it starts (the task loader, the inputs' codecs
+# and store: ~0.17 s a rank on 2 busy cores, paid again at every restart when not here), and
+# what a task file's own imports of Shoal load (`shoal.clustered`; `packaging`, which reads
+# an Image's pip requirements; the checkpoints' CRC32C). None of them starts a thread at
+# import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
-              "shoal._runtime.rank", "shoal.clustered", "packaging.requirements",
-              "shoal._storage.checkpoints")
+              "shoal._runtime.rank", "shoal._runtime.loader", "shoal._runtime.reports",
+              "shoal._storage.codecs", "shoal._storage.blobs", "shoal._storage.call_io",
+              "shoal.clustered", "packaging.requirements", "shoal._storage.checkpoints")
 
 
 def os_threads() -> int:
