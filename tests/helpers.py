@@ -12,8 +12,11 @@ import asyncio
 import importlib.util
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
@@ -81,3 +84,22 @@ def require_deepspeed() -> None:
     if os.environ.get("SHOAL_REQUIRE_DEEPSPEED") == "1":
         pytest.fail(f"{why}\n(SHOAL_REQUIRE_DEEPSPEED=1: the DeepSpeed tests must run here)")
     pytest.skip(why)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as the module ``name`` (the benchmarks are scripts,
+    not a package): registered in ``sys.modules`` first, as its dataclasses look their module
+    up there, with ``benchmarks/`` on the path while it loads, for its sibling imports."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module

@@ -6,28 +6,21 @@ gang's."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import benchmark_module
+
 from .conftest import Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.ui]
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("_scale_generator",
-                                                  BENCHMARKS / "_scale_generator.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("_scale_generator")
 
 
 def test_a_gang_of_65_nodes_is_paged_and_banded(ui_server: Server, page: Any,

@@ -3,29 +3,16 @@ change, or the figure measures something else), the error line it reports and it
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def port() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling _common
-    try:
-        spec = importlib.util.spec_from_file_location("flyte_port_rate",
-                                                      BENCHMARKS / "flyte_port_rate.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return benchmark_module("flyte_port_rate")
 
 
 def test_only_flyte_and_flyteplugins_imports_are_renamed(port: ModuleType) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import benchmark_module
+
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
 RECORDS = Path(__file__).resolve().parent / "gpu_records"
@@ -26,11 +28,7 @@ RECORDS = Path(__file__).resolve().parent / "gpu_records"
 
 @pytest.fixture(scope="module")
 def report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_report", BENCHMARKS / "gpu_report.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("gpu_report")
 
 
 @pytest.fixture

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,20 +20,13 @@ from shoal import _contract as contract
 from shoal._storage.logs import log_sources
 from shoal._storage.metrics import RunMetrics
 from shoal._storage.records import Records
+from tests.helpers import benchmark_module
 from tests.process.programs import metrics_tasks
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_scale_generator",
-                                                  BENCHMARKS / "_scale_generator.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("_scale_generator")
 
 
 def _series_keys(home: Path, run: str) -> set[tuple[Any, ...]]:
