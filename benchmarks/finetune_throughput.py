@@ -40,14 +40,8 @@ from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
-    CpuMeter,
-    child_env,
-    free_port,
     headline,
     interleaved_rounds,
-    marked,
-    run_logged,
-    shoal_cli,
 )
 from _report import (  # benchmarks/_report.py, next to this script
     Frame,
@@ -56,10 +50,13 @@ from _report import (  # benchmarks/_report.py, next to this script
     failure_lines,
     machine_line,
     median_of,
-    runs_ok,
-    spread,
-    table,
     write_results,
+)
+from _throughput import (  # benchmarks/_throughput.py, next to this script
+    bare_torchrun,
+    rate_table,
+    rows_of,
+    shoal_train,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -81,39 +78,15 @@ def loop_args(args: argparse.Namespace) -> list[str]:
 
 
 def run_bare(data: Path, args: argparse.Namespace) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="shoal-bench-finetune-bare-"))
-    try:
-        port = free_port()
-        cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
-                 "--nproc-per-node=2", f"--node-rank={node}", "--master-addr=127.0.0.1",
-                 f"--master-port={port}", "--rdzv-backend=static", str(BARE_PROGRAM),
-                 "--data", str(data), *loop_args(args)] for node in (0, 1)]
-        logs = [work / "node0.log", work / "node1.log"]
-        meter = CpuMeter()
-        wall = run_logged(cmds, logs, env=child_env(OMP_NUM_THREADS="1"), timeout=args.timeout)
-        got = marked(logs[0], MARK)  # rank 0 runs on node 0; torchrun passes its stdout on
-    except RuntimeError:
-        print(f"  (logs of the failed run kept in {work})", flush=True)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
-    return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
+    return bare_torchrun(Path(tempfile.mkdtemp(prefix="shoal-bench-finetune-bare-")),
+                         BARE_PROGRAM, ["--data", str(data), *loop_args(args)],
+                         timeout=args.timeout, mark=MARK)
 
 
 def run_shoal(data: Path, args: argparse.Namespace, checkpoint_every: int) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="shoal-bench-finetune-"))
-    try:
-        cmd = [*shoal_cli(), "run", str(SHOAL_PROGRAM), "train", "--data", str(data),
-               *loop_args(args), "--checkpoint-every", str(checkpoint_every)]
-        log = home / "shoal-run.log"
-        meter = CpuMeter()
-        wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home)),
-                          timeout=args.timeout)
-        got = marked(log, MARK)  # `shoal run` relays rank 0's lines
-    except RuntimeError:
-        print(f"  (logs of the failed run kept in {home})", flush=True)
-        raise
-    shutil.rmtree(home, ignore_errors=True)
-    return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
+    return shoal_train(Path(tempfile.mkdtemp(prefix="shoal-bench-finetune-")), SHOAL_PROGRAM,
+                       ["--data", str(data), *loop_args(args), "--checkpoint-every",
+                        str(checkpoint_every)], timeout=args.timeout, mark=MARK)
 
 
 def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | str:
@@ -127,43 +100,6 @@ def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | 
     return got
 
 
-def main_table(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]]) -> list[str]:
-    head = ["row", "runs ok", "samples/s, steady state (min–max)", "vs bare torchrun",
-            "loop's samples/s (median of intervals)", "vs bare torchrun", "loop s", "wall s",
-            "vs bare torchrun", "CPU used by others, % (worst run)"]
-    lines = table(head)
-    base = res.get(BASELINE, [])
-    for row in ROWS:
-        if row not in res and row not in failed:
-            continue  # not asked for (--rows)
-        got = res.get(row, [])
-        ok = runs_ok(got, failed.get(row, []))
-        if not got:
-            lines.append(f"| {row} | {ok} |" + " |" * (len(head) - 2))
-            continue
-
-        def vs(key: str, got: list[dict[str, Any]] = got) -> str:
-            return f"{median_of(got, key) / median_of(base, key):.3f}x" if base else "-"
-
-        lines.append(
-            f"| {row} | {ok} | {spread([r['window_samples_per_s'] for r in got], '{:,.0f}')} "
-            f"| {vs('window_samples_per_s')} | "
-            f"{spread([r['samples_per_s'] for r in got], '{:,.0f}')} | {vs('samples_per_s')} | "
-            f"{spread([r['seconds'] for r in got], '{:.1f}')} | "
-            f"{spread([r['wall_s'] for r in got], '{:.1f}')} | {vs('wall_s')} | "
-            f"{max(r['others_pct'] for r in got):.0f} |")
-    return lines
-
-
-def rows_of(args: argparse.Namespace) -> list[str]:
-    chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = [r for r in chosen if r not in ROW_KEYS]
-    if unknown:
-        raise SystemExit(f"--rows: unknown row(s) {unknown}; the rows are: "
-                         f"{', '.join(ROW_KEYS)}")
-    return [ROW_KEYS[r] for r in chosen]
-
-
 def goals(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]],
           args: argparse.Namespace) -> list[str]:
     """The goal lines, each printed as a headline too."""
@@ -171,7 +107,7 @@ def goals(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]],
     key = "window_samples_per_s"
     goal_lines: list[str] = []
     for row in (SHOAL, CHECKPOINTS):
-        if row not in rows_of(args):
+        if row not in rows_of(args.rows, ROW_KEYS):
             continue
         got = res.get(row, [])
         if not got:
@@ -234,7 +170,7 @@ def main() -> None:
     if args.steps < 2 * args.log_every:
         ap.error("--steps must be at least twice --log-every (two logged steps bound the "
                  "steady-state window)")
-    rows = rows_of(args)
+    rows = rows_of(args.rows, ROW_KEYS)
 
     frame = Frame.start("finetune_throughput.py")
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-finetune-data-"))
@@ -250,7 +186,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     frame.stop()
 
-    table_lines = main_table(res, failed)
+    table_lines = rate_table(res, failed, ROWS, BASELINE, "samples")
     goal_lines = goals(res, failed, args)
     failures = failure_lines(failed)
     print()

@@ -40,22 +40,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from _common import (  # benchmarks/_common.py, next to this script
-    CpuMeter,
     build_pretrain_data,
-    child_env,
-    free_port,
     headline,
     interleaved_rounds,
-    marked,
-    run_logged,
-    shoal_cli,
 )
 from _report import (  # benchmarks/_report.py, next to this script
     Frame,
@@ -64,10 +57,13 @@ from _report import (  # benchmarks/_report.py, next to this script
     failure_lines,
     machine_line,
     median_of,
-    runs_ok,
-    spread,
-    table,
     write_results,
+)
+from _throughput import (  # benchmarks/_throughput.py, next to this script
+    bare_torchrun,
+    rate_table,
+    rows_of,
+    shoal_train,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -85,44 +81,23 @@ GOAL = 0.97  # the issue's goal: shoal's steady-state tokens/s ≥ 0.97x bare to
 SECTION = "(b) training throughput"
 
 
+def loop_args(args: argparse.Namespace) -> list[str]:
+    return ["--steps", str(args.steps), "--batch-size", str(args.batch_size), "--log-every",
+            str(args.log_every)]
+
+
 def run_bare(data: Path, args: argparse.Namespace) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="shoal-bench-train-bare-"))
-    try:
-        port = free_port()
-        cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
-                 "--nproc-per-node=2", f"--node-rank={node}", "--master-addr=127.0.0.1",
-                 f"--master-port={port}", "--rdzv-backend=static", str(BARE_PROGRAM),
-                 "--data", str(data), "--steps", str(args.steps), "--batch-size",
-                 str(args.batch_size), "--log-every", str(args.log_every)] for node in (0, 1)]
-        logs = [work / "node0.log", work / "node1.log"]
-        meter = CpuMeter()
-        wall = run_logged(cmds, logs, env=child_env(OMP_NUM_THREADS="1"), timeout=args.timeout)
-        got = marked(logs[0], MARK)  # rank 0 runs on node 0; torchrun passes its stdout on
-    except RuntimeError:
-        print(f"  (logs of the failed run kept in {work})", flush=True)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
-    return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
+    return bare_torchrun(Path(tempfile.mkdtemp(prefix="shoal-bench-train-bare-")),
+                         BARE_PROGRAM, ["--data", str(data), *loop_args(args)],
+                         timeout=args.timeout, mark=MARK)
 
 
 def run_shoal(data: Path, args: argparse.Namespace, checkpoint_every: int,
               log_metrics: bool = False) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="shoal-bench-train-"))
-    try:
-        cmd = [*shoal_cli(), "run", str(SHOAL_PROGRAM), "train", "--data", str(data),
-               "--steps", str(args.steps), "--batch-size", str(args.batch_size),
-               "--log-every", str(args.log_every), "--checkpoint-every", str(checkpoint_every),
-               "--log-metrics", str(log_metrics).lower()]
-        log = home / "shoal-run.log"
-        meter = CpuMeter()
-        wall = run_logged([cmd], [log], env=child_env(SHOAL_HOME=str(home)),
-                          timeout=args.timeout)
-        got = marked(log, MARK)  # `shoal run` relays rank 0's lines
-    except RuntimeError:
-        print(f"  (logs of the failed run kept in {home})", flush=True)
-        raise
-    shutil.rmtree(home, ignore_errors=True)
-    return {**got, "wall_s": wall, "others_pct": meter.others_percent()}
+    return shoal_train(Path(tempfile.mkdtemp(prefix="shoal-bench-train-")), SHOAL_PROGRAM,
+                       ["--data", str(data), *loop_args(args), "--checkpoint-every",
+                        str(checkpoint_every), "--log-metrics", str(log_metrics).lower()],
+                       timeout=args.timeout, mark=MARK)
 
 
 def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | str:
@@ -135,42 +110,6 @@ def measure(row: str, data: Path, args: argparse.Namespace) -> dict[str, Any] | 
           f"{got['tokens_per_s']:,.0f}), loop {got['seconds']:.1f} s, wall {got['wall_s']:.1f} "
           f"s; others' CPU {got['others_pct']:.0f}%", flush=True)
     return got
-
-
-def main_table(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]]) -> list[str]:
-    head = ["row", "runs ok", "tokens/s, steady state (min–max)", "vs bare torchrun",
-            "loop's tokens/s (median of intervals)", "vs bare torchrun", "loop s", "wall s",
-            "vs bare torchrun", "CPU used by others, % (worst run)"]
-    lines = table(head)
-    base = res.get(BASELINE, [])
-    for row in ROWS:
-        if row not in res and row not in failed:
-            continue  # not asked for (--rows)
-        got = res.get(row, [])
-        ok = runs_ok(got, failed.get(row, []))
-        if not got:
-            lines.append(f"| {row} | {ok} |" + " |" * (len(head) - 2))
-            continue
-
-        def vs(key: str, got: list[dict[str, Any]] = got) -> str:
-            return f"{median_of(got, key) / median_of(base, key):.3f}x" if base else "-"
-
-        lines.append(
-            f"| {row} | {ok} | {spread([r['window_tokens_per_s'] for r in got], '{:,.0f}')} | "
-            f"{vs('window_tokens_per_s')} | {spread([r['tokens_per_s'] for r in got], '{:,.0f}')}"
-            f" | {vs('tokens_per_s')} | {spread([r['seconds'] for r in got], '{:.1f}')} | "
-            f"{spread([r['wall_s'] for r in got], '{:.1f}')} | {vs('wall_s')} | "
-            f"{max(r['others_pct'] for r in got):.0f} |")
-    return lines
-
-
-def rows_of(args: argparse.Namespace) -> list[str]:
-    chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = [r for r in chosen if r not in ROW_KEYS]
-    if unknown:
-        raise SystemExit(f"--rows: unknown row(s) {unknown}; the rows are: "
-                         f"{', '.join(ROW_KEYS)}")
-    return [ROW_KEYS[r] for r in chosen]
 
 
 def main() -> None:
@@ -201,14 +140,14 @@ def main() -> None:
         t = time.perf_counter()
         meta = build_pretrain_data(work / "data", args.max_files)
         data_s = time.perf_counter() - t
-        res, failed = interleaved_rounds(rows_of(args), args.rounds,
+        res, failed = interleaved_rounds(rows_of(args.rows, ROW_KEYS), args.rounds,
                                          lambda row: measure(row, work / "data", args),
                                          rotate=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     frame.stop()
 
-    rows = main_table(res, failed)
+    rows = rate_table(res, failed, ROWS, BASELINE, "tokens")
     goal_lines = goals(res, failed, args)
     failures = failure_lines(failed)
     print()
@@ -227,7 +166,7 @@ def goals(res: dict[str, list[dict[str, Any]]], failed: dict[str, list[str]],
     goal_lines: list[str] = []
     for row in (SHOAL, CHECKPOINTS, METRICS):
         got = res.get(row, [])
-        if row not in rows_of(args):
+        if row not in rows_of(args.rows, ROW_KEYS):
             continue
         plain = res.get(SHOAL, [])
         against = plain if row == METRICS else base  # metrics: against shoal without them
