@@ -13,10 +13,9 @@ import pytest
 
 from tests.helpers import benchmark_module
 
-from .conftest import Server
+from .conftest import Server, screenshots_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.ui]
-
 
 
 def _generator() -> Any:
@@ -33,6 +32,7 @@ def test_a_gang_of_65_nodes_is_paged_and_banded(ui_server: Server, page: Any,
     pager = page.wait_for_selector(".grid-pager[data-restart='0']")
     assert "65 nodes, 130 succeeded" in pager.inner_text()
     assert "page 1 of 2" in pager.inner_text()
+    page.screenshot(path=str(screenshots_dir() / "run-gang-paged.png"), full_page=True)
     rows = ".gang table.grid[data-restart='0'] tr"
     assert len(page.query_selector_all(rows)) == 64
     assert len(page.query_selector_all(".gang table.grid td.cell")) == 64 * 2
@@ -47,6 +47,7 @@ def test_a_gang_of_65_nodes_is_paged_and_banded(ui_server: Server, page: Any,
     page.goto(f"{ui_server.base}/runs/{run}/metrics")
     page.wait_for_function("() => window.shoalCharts && window.shoalCharts['user/loss']")
     loss = page.evaluate("() => window.shoalCharts['user/loss']")
+    page.screenshot(path=str(screenshots_dir() / "metrics-band.png"), full_page=True)
     assert loss["band"] and [line["label"] for line in loss["lines"]] == [
         "min of 130 ranks", "median of 130 ranks", "max of 130 ranks"]
     assert [line["points"] for line in loss["lines"]] == [200, 200, 200]  # a bucket per step
