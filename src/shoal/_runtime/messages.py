@@ -145,6 +145,17 @@ class _SubmitPickler(pickle.Pickler):
         return pid
 
 
+class _SpecUnpickler(pickle.Unpickler):
+    # A subclass, not an instance attribute: Python 3.13's Unpickler makes persistent_load
+    # read-only on instances.
+    def __init__(self, file: io.BytesIO, specs: SpecReceiver) -> None:
+        super().__init__(file)
+        self.specs = specs
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.specs.load(pid)
+
+
 def encode_submit(message: Submit, specs: SpecSender) -> bytes:
     """``message`` framed, its task's spec named by ``specs`` (pickled whole once only)."""
     buffer = io.BytesIO()
@@ -191,6 +202,4 @@ async def read(reader: asyncio.StreamReader, specs: SpecReceiver | None = None) 
     body = await reader.readexactly(size)
     if specs is None:
         return pickle.loads(body)
-    unpickler = pickle.Unpickler(io.BytesIO(body))
-    unpickler.persistent_load = specs.load  # type: ignore[assignment]
-    return unpickler.load()
+    return _SpecUnpickler(io.BytesIO(body), specs).load()

@@ -464,7 +464,7 @@ class LocalEngine(Engine):
                     return self._failed(call, ref, "oom", self._oom_message(call), worker,
                                         signal="SIGKILL")
                 code, sig = procs.describe_exit(died.returncode)
-                return self._failed(call, ref, "crash", "its process died", worker,
+                return self._failed(call, ref, "crash", died.why, worker,
                                     exit_code=code, signal=sig)
             except asyncio.CancelledError:
                 await worker.kill(KILL_GRACE)

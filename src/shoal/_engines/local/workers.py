@@ -25,9 +25,12 @@ from shoal.errors import EngineError
 
 
 class WorkerDied(Exception):
-    def __init__(self, returncode: int | None) -> None:
-        self.returncode = returncode
-        super().__init__(f"worker exited with {returncode}")
+    """The worker of a call is gone: it exited (``returncode``), or the engine ended it
+    because its connection carried something unreadable (``why``)."""
+
+    def __init__(self, returncode: int | None, why: str = "its process died") -> None:
+        self.returncode, self.why = returncode, why
+        super().__init__(f"worker exited with {returncode}: {why}")
 
 
 class WorkerStartFailed(EngineError):
@@ -107,7 +110,7 @@ class WorkerSet:
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             hello = await m.read(reader)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except Exception:  # gone, or not one of ours (a frame that does not unpickle)
             writer.close()
             return
         if isinstance(hello, m.Hello) and hello.worker_id in self._callers:
@@ -173,7 +176,7 @@ class WorkerSet:
 
     async def _listen(self, worker: Worker, reader: asyncio.StreamReader) -> None:
         specs = m.SpecReceiver()  # the task specs this connection named
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+        try:
             while True:
                 msg = await m.read(reader, specs)
                 if isinstance(msg, m.Done):
@@ -181,6 +184,18 @@ class WorkerSet:
                         worker.current.set_result(msg)
                 elif isinstance(msg, m.Submit | m.TraceStart | m.TraceEnd):
                     self.on_submit(worker, msg)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the process is gone; _watch reports it
+        except Exception as e:
+            # Nothing after an unreadable frame can be trusted: end the worker, and fail its
+            # call with the reason rather than leave the call waiting for an answer.
+            why = (f"its worker sent a message the engine could not read "
+                   f"({type(e).__name__}: {e}); the worker was ended")
+            worker.healthy = False
+            if worker.current is not None and not worker.current.done():
+                worker.current.set_exception(WorkerDied(None, why))
+            _close_writer(worker)
+            await worker.kill()
 
     async def _watch(self, worker: Worker, exited: asyncio.Future[int]) -> None:
         code = await exited
