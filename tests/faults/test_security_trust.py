@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from shoal._storage.checkpoints import Checkpoint, reads
+from shoal._storage.checkpoints import Checkpoint
 from shoal._storage.checkpoints.checksums import crc32c
 from shoal._storage.store import join, store_for
 from shoal.errors import SpecError, StoreError
@@ -120,21 +120,21 @@ def test_a_replaced_metadata_object_is_refused_by_its_commit_before_unpickling(
     assert not marker.exists()
 
 
-def test_a_metadata_object_swapped_after_it_was_verified_is_caught_as_it_is_read(
+def test_a_metadata_object_swapped_after_its_version_was_found_is_caught_as_it_is_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store writer racing the load: ``.metadata`` is replaced after the version's files were
-    verified where they lie and before DCP reads it. The bytes unpickled are checked again."""
+    found where they lie and before DCP reads it. The bytes unpickled are the bytes checked."""
     cp = _saved((tmp_path / "store").as_uri(), tmp_path)
     marker = tmp_path / "pwned"
     victim = _object(cp, "/.metadata")
-    real = reads.verified_in_place
+    real = Checkpoint._shards_in_store
 
     def then_swap(*args: Any, **kw: Any) -> Any:
         found = real(*args, **kw)
         store_for(cp.uri).put_bytes(victim, _evil_metadata(marker))
         return found
 
-    monkeypatch.setattr("shoal._storage.checkpoints.checkpoint.verified_in_place", then_swap)
+    monkeypatch.setattr(Checkpoint, "_shards_in_store", then_swap)
     with pytest.raises(StoreError, match=r"\.metadata is corrupt"):
         _load(cp, tmp_path)
     assert not marker.exists()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shoal._storage.checkpoints import Checkpoint, files
+from shoal._storage.checkpoints import Checkpoint, files, reads
 from shoal._storage.store import join, store_for
 from shoal.errors import StoreError
 
@@ -103,3 +103,43 @@ def test_a_state_dict_load_lists_the_store_once(
     assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
     assert listed == [cp.uri]
     assert target["n"] == 3
+
+
+def test_a_state_dict_load_reads_each_file_once_verified_and_a_large_one_from_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a file:// store every file DCP opens is read once, into memory, and verified there
+    (no second pass to verify it first); a file over ``IN_MEMORY_MAX`` is verified where it
+    lies and read from the disk, and a corrupt one is still caught before it is loaded."""
+    cp = Checkpoint(join((tmp_path / "store").as_uri(), "ck"), local_dir=tmp_path / "local")
+    state = _state()
+    cp.save_state_dict(state).result()
+    fetched: list[str] = []
+    real = reads.fetch
+
+    def spy(store: Any, uri: str, *args: Any) -> Any:
+        fetched.append(uri.rsplit("/", 1)[-1])
+        return real(store, uri, *args)
+
+    def no_second_pass(*args: Any) -> None:
+        raise AssertionError("a file was verified in place, then read again")
+
+    monkeypatch.setattr(reads, "fetch", spy)
+    monkeypatch.setattr(reads, "verified_in_place", no_second_pass)
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
+    assert torch.equal(target["w"], state["w"]) and target["n"] == 3
+    assert sorted(fetched) == [".metadata", "__0_0.distcp"]
+    monkeypatch.undo()
+
+    monkeypatch.setattr(reads, "IN_MEMORY_MAX", 0)
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "disk").load_state_dict(target) == 0
+    assert torch.equal(target["w"], state["w"])
+    store = store_for(cp.uri)
+    (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
+    _flip(store, victim, lambda n: n // 3, 0x04)
+    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
+        Checkpoint(cp.uri, local_dir=tmp_path / "again").load_state_dict(target)
+    assert not target["w"].any()

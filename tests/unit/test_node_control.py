@@ -1,13 +1,17 @@
-"""The node launcher's control socket: what the engine says between a gang's starts."""
+"""The node launcher's control socket: what the engine and the node say between a gang's
+starts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
+from shoal._engines.local.node_link import NodeLink
 from shoal._runtime.node_control import Control
 
 
@@ -51,3 +55,28 @@ def test_eof_means_exit_and_the_node_reports_back(
     assert json.loads(engine.recv(1024)) == {"ended": 0, "code": 1}
     engine.close()
     assert control.next_start() is None and control.closed
+
+
+def test_the_engine_hears_a_failing_node_before_it_has_ended() -> None:
+    """A node whose rank failed says so before it stops its other ranks (the engine stops the
+    other nodes meanwhile); its end still comes with its code."""
+    class Running:  # the launcher's process: alive while its socket is
+        returncode = None
+
+    async def main() -> None:
+        engine, node = socket.socketpair()
+        control = Control(node.detach())
+        link = await NodeLink.open(cast(Any, Running()), engine)
+        ended = asyncio.ensure_future(link.ended())
+        try:
+            control.send({"failing": 0})
+            await asyncio.wait_for(link.failing.wait(), 10)
+            assert not ended.done()
+            control.send({"ended": 0, "code": 1})
+            assert await asyncio.wait_for(ended, 10) == 1
+        finally:
+            ended.cancel()
+            link.writer.close()
+            control.sock.close()
+
+    asyncio.run(main())

@@ -13,9 +13,11 @@ Driven only by the `NodeEnv` variables of the contract, it
 4. watches them: the first rank that exits non-zero ends every other rank of the node at once
    (a peer blocked in a collective would otherwise wait for the timeout), and the launcher
    writes a node report (which rank, exit code or signal, when) and exits non-zero; under the
-   local engine (`node_control`) it says so on its control socket instead and waits: the
-   engine stops the other nodes' ranks the same way and starts the gang's next restart in
-   these same launchers, whose zygotes fork the new ranks at once;
+   local engine (`node_control`) it says so on its control socket instead and waits: told
+   as the node begins to stop (unless the rank timed out in a collective, whose peers are
+   recorded first), the engine stops the other nodes' ranks the same way meanwhile, and
+   starts the gang's next restart in these same launchers, whose zygotes fork the new ranks
+   at once;
 5. on SIGTERM (preemption, gang stop) passes SIGTERM to the ranks, waits the grace period so
    they can checkpoint, then kills whatever is left;
 6. samples every rank's CPU, memory and GPUs in a thread (`node_sampler`), written per rank.
@@ -281,7 +283,7 @@ class Node:
         """SIGTERM every descendant, wait up to ``grace``, SIGKILL what is left, reap all;
         ``keep_zygote``: all but the zygote, which forks the next start's ranks."""
         self.stopping.set()
-        spare = {self.zygote.pid} if keep_zygote and self.zygote is not None else set()
+        spare = self._zygote_pids() if keep_zygote else set()
         self.signal_all(signal.SIGTERM, spare)
         deadline = time.monotonic() + grace
         # Ray's own processes need no grace (a raylet given SIGTERM drains for up to 30 s):
@@ -352,8 +354,18 @@ class Node:
                     self.stop(grace=min(self.node.grace_period, 2.0), keep_zygote=True)
                     return 0
                 if code != 0:
-                    self._report(local_rank, code)
-                    self._diagnose_if_timed_out(local_rank, code)
+                    at = time.time()
+                    if self._timed_out(local_rank, code):
+                        # Its peers here are still alive: recorded before they are stopped.
+                        self._report(local_rank, code, at)
+                        self._diagnose_timed_out(local_rank)
+                    else:
+                        # Nothing to record first: the engine stops the other nodes while
+                        # this one stops its own ranks and writes its report.
+                        self._say({"failing": self.node.restart_attempt})
+                        self.stopping.set()
+                        self.signal_all(signal.SIGTERM, self._zygote_pids())
+                        self._report(local_rank, code, at)
                     self.stop(grace=min(self.node.grace_period, 2.0), keep_zygote=True)
                     return 1
             if running and self._wait(control):
@@ -438,21 +450,32 @@ class Node:
                     or waited >= self.node.collective_timeout:
                 recorded_at = now
 
-    def _diagnose_if_timed_out(self, local_rank: int, code: int) -> None:
-        """A rank timed out in a collective: its peers here are still alive; record them,
-        unless this node was recorded during this collective (all ranks alive then)."""
+    def _timed_out(self, local_rank: int, code: int) -> bool:
+        """Whether ``local_rank`` ended in a collective timeout: it raised one (its failure
+        report says so) or NCCL's watchdog aborted it (SIGABRT). A rank ended by any other
+        signal (killed, crashed) did not, and nothing is read to say so."""
+        if local_rank < 0 or (code < 0 and code != -signal.SIGABRT):
+            return False
         from shoal._runtime import hang
 
         n = self.node
-        if local_rank < 0 or not hang.rank_timed_out(n, n.node_rank * n.nproc_per_node +
-                                                     local_rank, code):
-            return
+        return hang.rank_timed_out(n, n.node_rank * n.nproc_per_node + local_rank, code)
+
+    def _zygote_pids(self) -> set[int]:
+        return {self.zygote.pid} if self.zygote is not None else set()
+
+    def _diagnose_timed_out(self, local_rank: int) -> None:
+        """A rank timed out in a collective: its peers here are still alive; record them,
+        unless this node was recorded during this collective (all ranks alive then)."""
+        n = self.node
         self._diagnosing.acquire(timeout=10)  # an early one may be under way
         self._diagnosing.release()
         if time.monotonic() - self._diagnosed_at > n.collective_timeout:
             self.diagnose(wait=True, why=f"local rank {local_rank} timed out in a collective")
 
-    def _report(self, local_rank: int, code: int) -> None:
+    def _report(self, local_rank: int, code: int, at: float) -> None:
+        """The node report of ``local_rank``'s end (``code``), which this launcher saw at
+        wall time ``at``."""
         from shoal._runtime.reports import attempt_folder
         from shoal._storage.store import join, open_store
 
@@ -462,7 +485,7 @@ class Node:
             else None
         report = {"node": n.node_rank, "local_rank": local_rank if local_rank >= 0 else None,
                   "rank": rank, "exit_code": None if sig else code, "signal": sig,
-                  "at": time.time()}
+                  "at": at}
         if local_rank == RAYLET:
             report["process"] = "raylet"
         what = (f"local rank {local_rank}" if local_rank >= 0 else

@@ -1,8 +1,10 @@
 """The node launcher's end of its control socket to the local engine (`contract.CONTROL_FD`).
 
 JSON lines. The launcher says ``{"ready": true}`` once it can start ranks (its zygote's imports
-done) and ``{"ended": restart, "code": n}`` when the ranks of a start have all ended (n: the
-node's exit code, 0 when it was told to stop); the engine says
+done), ``{"failing": restart}`` when a rank of a start failed and it begins stopping the others
+(not when the rank timed out in a collective: its peers are recorded first), and
+``{"ended": restart, "code": n}`` when the ranks of a start have all ended (n: the node's exit
+code, 0 when it was told to stop); the engine says
 ``{"stop": grace}`` (stop the ranks now: SIGTERM, ``grace`` s, SIGKILL),
 ``{"start": {...}}`` (start, the first time once every node is ready, so that the gang's ranks
 start together; then each restart: new master port, restart number, log folders) or closes

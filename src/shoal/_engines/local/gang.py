@@ -100,6 +100,7 @@ class Gang:
     io: str = ""
     cause: str = "first_start"  # why this start happened: a key of `START_CAUSES`
     world: int = 0  # its ranks (an elastic gang's starts differ)
+    told: set[int] = field(default_factory=set)  # nodes told to stop their ranks
 
 
 # A rank that needs CUDA where the engine emulates its GPUs on CPU can never pass here.
@@ -251,12 +252,19 @@ class GangRunner(RayGang):
         waits = {future: i for i, future in enumerate(gang.ended)}
         preempt = asyncio.ensure_future(self.preempted.wait())
         stalled = asyncio.ensure_future(self._stalled(gang))
+        failing = asyncio.ensure_future(self._failing(gang))
         try:
             pending: set[asyncio.Future[Any]] = set(waits)
+            watched: set[asyncio.Future[Any]] = {preempt, stalled, failing}
             while pending:
-                done, pending = await asyncio.wait(pending | {preempt, stalled},
+                done, pending = await asyncio.wait(pending | watched,
                                                    return_when=asyncio.FIRST_COMPLETED)
-                pending -= {preempt, stalled}
+                pending -= watched
+                if failing in done:
+                    # A node is stopping its ranks after one failed (and did not time out):
+                    # the others stop theirs now, in parallel, instead of once it has ended.
+                    watched.discard(failing)
+                    self._tell_stop(gang, FAILURE_GRACE, spare=failing.result())
                 if preempt in done:
                     await self._stop(gang, self.cluster.grace_period)
                     return "preempted"
@@ -282,11 +290,29 @@ class GangRunner(RayGang):
         finally:
             preempt.cancel()
             stalled.cancel()
+            failing.cancel()
             for future in gang.ended:
                 future.cancel()
             self.gang = None
             if self.cluster.ray is not None:
                 self._remove_ray_dirs(gang)
+
+    async def _failing(self, gang: Gang) -> int:
+        """The node whose launcher first says a rank of this start failed."""
+        said = {asyncio.ensure_future(link.failing.wait()): i for i, link in enumerate(gang.links)}
+        try:
+            done, _ = await asyncio.wait(said, return_when=asyncio.FIRST_COMPLETED)
+            return said[next(iter(done))]
+        finally:
+            for future in said:
+                future.cancel()
+
+    def _tell_stop(self, gang: Gang, grace: float, spare: int | None = None) -> None:
+        """Ask every node still running ranks (but ``spare``) to stop them, once each."""
+        for i, (link, ended) in enumerate(zip(gang.links, gang.ended, strict=True)):
+            if i != spare and i not in gang.told and not ended.done():
+                gang.told.add(i)
+                link.send({"stop": grace})
 
     async def _stalled(self, gang: Gang) -> None:
         """Returns when the gang stopped making progress; never without a progress_timeout."""
@@ -335,6 +361,8 @@ class GangRunner(RayGang):
         else:
             await self._launch(gang, port, gpus)  # then told to start, as a restart is
         gang.procs = [link.proc for link in gang.links]
+        for link in gang.links:
+            link.failing.clear()  # said of the last start, whose end has been read
         gang.ended = [asyncio.ensure_future(link.ended()) for link in gang.links]
         nnodes = len(gang.links)
         # A Ray gang has one rank, its driver on the head, whatever its nodes.
@@ -515,9 +543,7 @@ class GangRunner(RayGang):
         ended with the others); otherwise SIGTERM every node (the launchers pass it on to
         their ranks), then SIGKILL."""
         if keep:
-            for link, ended in zip(gang.links, gang.ended, strict=True):
-                if not ended.done():
-                    link.send({"stop": grace})
+            self._tell_stop(gang, grace)
             try:
                 await asyncio.wait_for(asyncio.gather(*gang.ended), grace + STOP_ANSWER)
                 return

@@ -1,10 +1,11 @@
 """The local engine's end of a node launcher's control socket (`_runtime.node_control`).
 
-A gang's launchers outlive its restarts: after a rank failed, the engine asks the other nodes
-to stop their ranks (`stop`), waits until every node said its ranks ended, and starts the next
-restart in the same launchers (`start`: a fresh master port, the restart number, its log
-folder), whose zygotes fork the new ranks at once. A launcher that died, or did not stop its
-ranks in time, is ended and the gang is started afresh.
+A gang's launchers outlive its restarts: after a rank failed (its launcher says ``failing`` as
+it starts stopping its own ranks), the engine asks the other nodes to stop theirs (`stop`) at
+once, so the nodes stop in parallel; it waits until every node said its ranks ended, and
+starts the next restart in the same launchers (`start`: a fresh master port, the restart
+number, its log folder), whose zygotes fork the new ranks at once. A launcher that died, or
+did not stop its ranks in time, is ended and the gang is started afresh.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class NodeLink:
     # Called with each message the engine does not wait for (a Ray head's cluster addresses).
     on_message: Callable[[dict[str, Any]], None] | None = None
     box: Container | None = None  # the container it runs in (`--containers`), ended by name
+    # Set when the launcher says a rank of its current start failed (``{"failing": k}``),
+    # before it stops its other ranks: the engine stops the other nodes meanwhile.
+    failing: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     async def open(cls, proc: asyncio.subprocess.Process, sock: socket.socket,
@@ -79,6 +83,9 @@ class NodeLink:
             message = json.loads(line)
             if "ended" in message:
                 return int(message["code"])
+            if "failing" in message:
+                self.failing.set()
+                continue
             if self.on_message is not None and "alive" not in message:
                 self.on_message(message)
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from shoal._storage.checkpoints.files import (
+    Entry,
     Payload,
     movable,
     no_space_code,
@@ -57,7 +58,7 @@ from shoal._storage.checkpoints.layout import (
     vname,
 )
 from shoal._storage.checkpoints.loaded_bytes import LoadedBytes
-from shoal._storage.checkpoints.reads import fetch, materialize, verified_in_place
+from shoal._storage.checkpoints.reads import fetch, materialize, verified_read
 from shoal._storage.checkpoints.writer import Writer, WriterSettings
 from shoal._storage.store import TMP_PREFIX, join, store_for
 from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
@@ -563,17 +564,25 @@ class Checkpoint:
             )
         return folder
 
-    def _shards_in_store(self, version: Version) -> list[tuple[str, Path]] | None:
-        """Every shard's files of a sharded version where a file:// store holds them, verified
-        there, as (path in the shard, file); None on another store."""
+    def _shards_in_store(self, version: Version) -> list[tuple[Entry, Path]] | None:
+        """Every shard's files of a sharded version where a file:// store holds them, as (its
+        commit entry, file), not read yet (`_verified_read` reads one); None on another
+        store."""
         vuri = self._versions.uri_of(vname(version.step))
-        found: list[tuple[str, Path]] = []
+        found: list[tuple[Entry, Path]] = []
         for shard in version.shards:
-            files = verified_in_place(self._store, vuri, shard.entries, version.step)
-            if files is None:
-                return None
-            found += [(e.path, f) for e, f in zip(shard.entries, files, strict=True)]
+            for entry in shard.entries:
+                local = self._store.local_path(join(vuri, entry.key))
+                if local is None:
+                    return None
+                found.append((entry, local))
         return found
+
+    def _verified_read(self, version: Version, entry: Entry) -> bytes | None:
+        """One object of ``version`` on a file:// store, read and verified (`verified_read`:
+        None when it is too large to hold, verified in place instead)."""
+        return verified_read(self._store, self._versions.uri_of(vname(version.step)), entry,
+                             version.step)
 
     def _load_shard(self, version: Version, shard: Shard, folder: Path) -> bytes | Path:
         vuri = self._versions.uri_of(vname(version.step))

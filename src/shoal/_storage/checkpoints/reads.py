@@ -7,8 +7,11 @@ each piece checksummed as it lands. On a file:// store the pieces come from the 
 parallel or from the disk in order (``hashing.read_into``); on other stores the
 body is streamed in, or concurrent ranged GETs each into their own span (``Store.get_into``),
 and ``hashing.Spans`` checksums each span as it lands. Files and folders are
-downloaded into a private folder renamed into place once all is verified (``materialize``);
-DCP's state dicts on a file:// store are verified where they lie (``verified_in_place``).
+downloaded into a private folder renamed into place once all is verified (``materialize``).
+DCP's state dicts on a file:// store are read where they lie, and only the files a rank's
+load opens: each read once into memory and verified there as DCP opens it, so what it
+deserializes is what was checked, in one pass (``verified_read``; a file too large to hold
+twice is verified in place, then read from the disk).
 Commits written before CRC32C (sha256, sha256 pieces) are verified with their own algorithm.
 """
 
@@ -36,7 +39,12 @@ from shoal._storage.checkpoints.loaded_bytes import LoadedBytes, filled
 from shoal._storage.store import Store, join, temp_path
 from shoal.errors import StoreError
 
-__all__ = ["fetch", "materialize", "verified_bytes", "verified_in_place"]
+__all__ = ["IN_MEMORY_MAX", "fetch", "materialize", "verified_bytes", "verified_in_place",
+           "verified_read"]
+
+# The largest file of a state dict read whole into memory, verified, for DCP to read from
+# there (`verified_read`); a larger one is verified where it lies, then read from the disk.
+IN_MEMORY_MAX = 256 * 2**20
 
 
 def _expected(entry: Entry) -> Hashing:
@@ -233,7 +241,8 @@ def verified_in_place(
 ) -> list[Path] | None:
     """The files of ``entries`` where a file:// store holds them, each verified there; None on
     another store. For readers that only read them and are done before the version can be
-    deleted (DCP's load of a state dict): a load without a copy."""
+    deleted (DCP's load of a large state dict file, `verified_read`): a load without a
+    copy."""
     found: list[Path] = []
     for entry in entries:
         uri = join(version_uri, entry.key)
@@ -252,6 +261,17 @@ def verified_in_place(
         _check(uri, entry, hashing, step)
         found.append(local)
     return found
+
+
+def verified_read(store: Store, version_uri: str, entry: Entry, step: int) -> bytes | None:
+    """A file:// store's object, read once into memory and verified against ``entry``: the
+    bytes a reader then takes its pieces from are the bytes checked. None for an object over
+    `IN_MEMORY_MAX` (a large model's shard, not to be held twice): verified in place
+    instead, for the reader to read from its file."""
+    if entry.size > IN_MEMORY_MAX:
+        verified_in_place(store, version_uri, (entry,), step)
+        return None
+    return fetch(store, join(version_uri, entry.key), entry, None, step)
 
 
 def materialize(

@@ -32,6 +32,7 @@ from shoal.errors import StoreError
 
 if TYPE_CHECKING:
     from shoal._storage.checkpoints.checkpoint import Checkpoint
+    from shoal._storage.checkpoints.files import Entry
     from shoal._storage.checkpoints.layout import Version
 
 _groups: dict[int, Any] = {}
@@ -130,27 +131,30 @@ def load_into(cp: Checkpoint, state: Any, step: int | None, *,
     version = cp._find(step, sharded=True)  # one listing of the store, and the commit
     if version is None:
         return None
+    from shoal._storage.checkpoints.trust import (
+        TrustingLoad,
+        VerifiedFiles,
+        WeightsOnlyPlanner,
+        WeightsOnlyReader,
+    )
+
     flat = Path(tempfile.mkdtemp(prefix="shoal-dcp-load-", dir=cp.path))
-    trust = None
+    trust = TrustingLoad()
     try:
         # DCP's metadata names the files relative to one folder: gather every shard's there,
-        # as links to the store's own files (file://, verified in place) or to verified copies.
-        # Either way every file is verified against the commit before DCP reads any of it.
+        # as links to the store's own files (file://) or to verified copies. Either way DCP
+        # reads nothing that was not verified against the commit: a store's own file is read
+        # once and verified as DCP opens it (only the files this rank's plan reads).
         in_store = cp._shards_in_store(version)
+        read: Callable[[str], bytes | None] | None = None
         if in_store is not None:
-            for rel, file in in_store:
-                (flat / rel).parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(file, flat / rel)
+            for entry, file in in_store:
+                (flat / entry.path).parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(file, flat / entry.path)
+            read = _verified_reads(cp, version, [entry for entry, _ in in_store])
         else:
             _link_downloads(cp, version, flat)
         if weights_only:
-            from shoal._storage.checkpoints.trust import (
-                TrustingLoad,
-                WeightsOnlyPlanner,
-                WeightsOnlyReader,
-            )
-
-            trust = TrustingLoad()
             where = f"checkpoint {cp.uri} step {version.step}"
             reader: Any = WeightsOnlyReader(
                 str(flat), where=f"{where}: {METADATA}", load=trust,
@@ -158,13 +162,15 @@ def load_into(cp: Checkpoint, state: Any, step: int | None, *,
             planner: Any = WeightsOnlyPlanner(where=where, load=trust)
         else:
             reader, planner = FileSystemReader(str(flat)), None
+        if read is not None:
+            reader.fs = VerifiedFiles(str(flat), read, trust)
         try:
             load(state, storage_reader=reader, planner=planner,
                  process_group=_checkpoint_group())
         except (CheckpointException, AssertionError) as e:
             # DCP wraps what a read raised (its metadata read, into an AssertionError of its
             # own): the refusal is the error to report.
-            if trust is not None and trust.refused is not None:
+            if trust.refused is not None:
                 raise trust.refused from e
             raise
     finally:
@@ -187,6 +193,22 @@ def _metadata_check(cp: Checkpoint, version: Version) -> Callable[[bytes], bytes
         return verified_bytes(data, join(vuri, found[0].key), found[0], version.step)
 
     return check
+
+
+def _verified_reads(cp: Checkpoint, version: Version,
+                    entries: list[Entry]) -> Callable[[str], bytes | None]:
+    """Reads a file of ``version`` by its path in the load's folder, verified against the
+    commit (`Checkpoint._verified_read`)."""
+    by_path = {e.path: e for e in entries}
+
+    def read(rel: str) -> bytes | None:
+        entry = by_path.get(rel)
+        if entry is None:
+            raise StoreError(f"checkpoint {cp.uri} step {version.step}: DCP reads {rel!r}, "
+                             "which its commit does not list")
+        return cp._verified_read(version, entry)
+
+    return read
 
 
 def _link_downloads(cp: Checkpoint, version: Version, flat: Path) -> None:

@@ -21,22 +21,26 @@ Imports torch at module level: ``state_dicts`` imports this module inside a load
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import IO, Any
 
 import torch
 from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
 from shoal.errors import StoreError
 
-__all__ = ["MetadataUnpickler", "TrustingLoad", "WeightsOnlyPlanner", "WeightsOnlyReader"]
+__all__ = ["MetadataUnpickler", "TrustingLoad", "VerifiedFiles", "WeightsOnlyPlanner",
+           "WeightsOnlyReader"]
 
 OPT_OUT = "load_state_dict(..., weights_only=False)"
 _METADATA = dcp_metadata.__name__
@@ -90,6 +94,33 @@ class TrustingLoad:
         if self.refused is None:
             self.refused = error
         return error
+
+
+class VerifiedFiles(FileSystem):
+    """DCP's file system of a load, whose files under ``root`` open for reading as the bytes
+    ``read`` gives for their path there: read once and verified against the commit, so what
+    DCP deserializes is what was checked, and only the files a rank's plan reads are read. A
+    file ``read`` gives None for (too large to hold, verified where it lies) opens as usual."""
+
+    def __init__(self, root: str, read: Callable[[str], bytes | None],
+                 load: TrustingLoad) -> None:
+        super().__init__()
+        self.root, self.read, self.load = Path(root), read, load
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike[str],
+                      mode: str) -> Generator[io.IOBase, None, None]:
+        data = None
+        if mode == "rb":
+            try:
+                data = self.read(Path(path).relative_to(self.root).as_posix())
+            except StoreError as e:  # DCP wraps what a read raises: kept to be reported
+                raise self.load.refuse(e) from None
+        if data is None:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+        else:
+            yield io.BytesIO(data)
 
 
 class WeightsOnlyReader(FileSystemReader):
