@@ -25,6 +25,11 @@ def _state() -> dict[str, object]:
     return {"w": torch.randn(3 * 1024 * 1024, generator=gen), "b": torch.arange(7.0), "n": 3}
 
 
+def _blank() -> dict[str, Any]:
+    """A target shaped as `_state`, every value zero: what a load fills in."""
+    return {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+
+
 def _flip(store: Any, uri: str, where: Callable[[int], int], bit: int) -> None:
     """Flip ``bit`` of the byte at ``where(size)`` of the stored object ``uri``, in place."""
     data = bytearray(store.get_bytes(uri))
@@ -49,7 +54,7 @@ def test_a_state_dict_round_trips_and_its_staging_is_moved_not_copied(
     assert cp.save_state_dict(state).result() == 0
     monkeypatch.undo()
     assert list(cp.path.iterdir()) == []  # DCP's staging folder is gone
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
     assert torch.equal(target["w"], state["w"]) and torch.equal(target["b"], state["b"])
     assert target["n"] == 3
@@ -64,7 +69,7 @@ def test_a_corrupt_state_dict_shard_is_caught_on_load(store_root: str, tmp_path:
     store = store_for(cp.uri)
     (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
     _flip(store, victim, lambda n: n // 2, 0x10)
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
         Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
     assert not target["w"].any()  # nothing was loaded from it
@@ -79,7 +84,7 @@ def test_a_corrupt_state_dict_metadata_object_is_caught_on_load(
     store = store_for(cp.uri)
     (victim,) = [u for u in store.list(cp.uri) if u.endswith("/.metadata")]
     _flip(store, victim, lambda n: n - 1, 0x01)
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     with pytest.raises(StoreError, match=r"\.metadata is corrupt"):
         Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
 
@@ -99,7 +104,7 @@ def test_a_state_dict_load_lists_the_store_once(
         return real(uri)
 
     monkeypatch.setattr(store, "list", spy)
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
     assert listed == [cp.uri]
     assert target["n"] == 3
@@ -126,20 +131,20 @@ def test_a_state_dict_load_reads_each_file_once_verified_and_a_large_one_from_it
 
     monkeypatch.setattr(reads, "fetch", spy)
     monkeypatch.setattr(reads, "verified_in_place", no_second_pass)
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
     assert torch.equal(target["w"], state["w"]) and target["n"] == 3
     assert sorted(fetched) == [".metadata", "__0_0.distcp"]
     monkeypatch.undo()
 
     monkeypatch.setattr(reads, "IN_MEMORY_MAX", 0)
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "disk").load_state_dict(target) == 0
     assert torch.equal(target["w"], state["w"])
     store = store_for(cp.uri)
     (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
     _flip(store, victim, lambda n: n // 3, 0x04)
-    target = {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
+    target = _blank()
     with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
         Checkpoint(cp.uri, local_dir=tmp_path / "again").load_state_dict(target)
     assert not target["w"].any()
