@@ -104,14 +104,16 @@ def _ui_rows(run: str, ranks: int, env: dict[str, str]) -> tuple[dict[str, Row],
                 "() => ({cells: document.querySelectorAll('table.grid td.cell').length,"
                 " rows: document.querySelectorAll('table.grid tr').length,"
                 " nodes: document.querySelectorAll('*').length})")
-            metrics_page = []
+            metrics_page, metrics_cpu = [], []
             for _ in range(3):  # the first reads every file; then the server's cache answers
+                c0 = _cpu_of(proc.pid)
                 t0 = time.perf_counter()
                 page.goto(f"{base}/runs/{run}/metrics", wait_until="commit")
                 page.wait_for_function("() => window.shoalCharts && "
                                        "Object.keys(window.shoalCharts).length >= 7",
                                        timeout=1_800_000, polling=50)
                 metrics_page.append(time.perf_counter() - t0)
+                metrics_cpu.append(_cpu_of(proc.pid) - c0)
             seen["chart_points"] = page.evaluate(
                 "() => Math.max(...Object.values(window.shoalCharts).flatMap("
                 "c => c.lines.map(l => l.points)))")
@@ -125,8 +127,15 @@ def _ui_rows(run: str, ranks: int, env: dict[str, str]) -> tuple[dict[str, Row],
         if proc.stdout is not None:
             proc.stdout.close()
     return {"UI run page (gang grid drawn)": (statistics.median(run_page), hwm, math.nan),
-            "UI metrics page, first (reads all)": (metrics_page[0], hwm, math.nan),
-            "UI metrics page, again": (statistics.median(metrics_page[1:]), hwm, math.nan)}, seen
+            "UI metrics page, first (reads all)": (metrics_page[0], hwm, metrics_cpu[0]),
+            "UI metrics page, again": (statistics.median(metrics_page[1:]), hwm,
+                                       statistics.median(metrics_cpu[1:]))}, seen
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_of(pid: int) -> float:
