@@ -6,7 +6,8 @@ it read each file, and does not reopen a file whose size and mtime are those it 
 CLI's ``--follow``, the web UI and the bridges poll it cheaply while a run writes (8,192 ranks
 are 16 k files). A line cut short by a crash is left until it is whole (never, for a dead
 writer). A file's new lines are parsed by one `json.loads` call (a line each only when one is
-damaged): the per-call cost is most of the time for the short lines of a 1 s step.
+damaged), a batch at a time: the per-call cost is most of the time for the short lines of a 1 s
+step.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import dataclasses
 import json
 import math
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -161,46 +165,66 @@ def _read_new(state: _File) -> bool:
     if end < 0:
         return False
     state.offset += end + 1
-    # Gathered in lists a series at a time, then one extend each: a 1 s step's flush line
-    # holds one point per series, and three array extends per point cost more than the parse.
+    # A batch of lines' columns sorted by series and joined in C: a 1 s step's flush line
+    # holds one point per series, and a Python step per point costs more than the parse. Only
+    # a batch's objects live at once: many more wake the garbage collector, which then walks
+    # them all, again and again.
     got: dict[int, tuple[list[int], list[float], list[float]]] = {}
-    for line in _parsed(data[:end].split(b"\n")):
-        if not isinstance(line, dict):
+    for lines in _parsed(data[:end].split(b"\n")):
+        columns: list[list[Any]] = []
+        for line in lines:
+            if not isinstance(line, dict):
+                continue
+            if state.header is None:
+                state.header = line
+                continue
+            state.names.extend(line.get("names", ()))
+            state.dropped += int(line.get("dropped", 0))
+            columns += line.get("s") or ()
+        if not columns:
             continue
-        if state.header is None:
-            state.header = line
-            continue
-        state.names.extend(line.get("names", ()))
-        state.dropped += int(line.get("dropped", 0))
-        for ident, steps, times, values in line.get("s") or ():
+        columns.sort(key=itemgetter(0))  # stable: each series' points stay in file order
+        idents, steps, times, values = zip(*columns, strict=True)
+        at = 0
+        for ident in sorted(set(idents)):
+            upto = bisect_right(idents, ident, at)
             into = got.get(ident)
             if into is None:
                 into = got[ident] = ([], [], [])
-            into[0].extend(steps)
-            into[1].extend(times)
-            into[2].extend(values)
-    for ident, (steps, times, values) in got.items():
+            into[0].extend(chain.from_iterable(steps[at:upto]))
+            into[1].extend(chain.from_iterable(times[at:upto]))
+            into[2].extend(chain.from_iterable(values[at:upto]))
+            at = upto
+    for ident, (steps_, times_, values_) in got.items():
         series = _series(state, ident)
-        series.steps.extend(steps)
-        series.times.extend(times)
-        series.values.extend(values)
+        series.steps.extend(steps_)
+        series.times.extend(times_)
+        series.values.extend(values_)
     return bool(got)
 
 
-def _parsed(raws: list[bytes]) -> list[Any]:
-    """The JSON lines ``raws``, parsed in one call; a line at a time, skipping those that do
-    not parse (not ours, or damaged: the rest of the file still reads), when one does not."""
-    try:
-        return list(json.loads(b"[" + b",".join(raws) + b"]"))
-    except ValueError:
-        pass
-    out = []
-    for raw in raws:
+_BATCH = 32  # lines per json.loads: past a few hundred, the objects it makes at once wake
+#              the garbage collector often enough to cost more than the calls it saves
+
+
+def _parsed(raws: list[bytes]) -> Iterator[list[Any]]:
+    """The JSON lines ``raws`` in batches of `_BATCH`, a `json.loads` call each; a line at a
+    time, skipping those that do not parse (not ours, or damaged: the rest of the file still
+    reads), in a batch where one does not."""
+    for at in range(0, len(raws), _BATCH):
+        batch = raws[at:at + _BATCH]
         try:
-            out.append(json.loads(raw))
-        except ValueError:
+            yield json.loads(b"[" + b",".join(batch) + b"]")
             continue
-    return out
+        except ValueError:
+            pass
+        out = []
+        for raw in batch:
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                continue
+        yield out
 
 
 def _series(state: _File, ident: int) -> Series:
