@@ -31,13 +31,13 @@ class Cells:
 
     w: float
     base: int = 0
-    count: Any = None  # int64 per cell: finite points
+    count: Any = None  # int32 per cell: finite points
     total: Any = None  # float64 per cell: their sum
     low: Any = None
     high: Any = None
     low_x: Any = None
     high_x: Any = None
-    bad: Any = None  # int64 per cell: non-finite points
+    bad: Any = None  # int32 per cell: non-finite points
 
     @classmethod
     def empty(cls, x: str, *, extrema: bool = False, where: bool = False) -> Cells:
@@ -115,7 +115,7 @@ _FILLS = (("count", 0), ("total", 0.0), ("low", np.inf), ("high", -np.inf), ("lo
 
 
 def _ints(n: int) -> Any:
-    return np.zeros(n, np.int64)
+    return np.zeros(n, np.int32)
 
 
 def _floats(n: int, fill: float = 0.0) -> Any:
@@ -140,10 +140,10 @@ def coarsened(c: Cells, w: float) -> Cells:
     pos = cell - base
     n = int(pos[-1]) + 1 if len(pos) else 0
     out = replace(c, w=w, base=base,
-                  count=np.bincount(pos, weights=c.count, minlength=n).astype(np.int64),
+                  count=np.bincount(pos, weights=c.count, minlength=n).astype(np.int32),
                   total=np.bincount(pos, weights=c.total, minlength=n))
     if c.bad is not None:
-        out.bad = np.bincount(pos, weights=c.bad, minlength=n).astype(np.int64)
+        out.bad = np.bincount(pos, weights=c.bad, minlength=n).astype(np.int32)
     if c.low is not None:
         starts = _starts(pos) if n else pos
         out.low = np.minimum.reduceat(c.low, starts) if n else c.low

@@ -181,14 +181,14 @@ def _join(ran: list[Cells], x: str, w: float) -> Cells:
     if len(ran) == 1:
         return ran[0]
     if not ran:
-        return Cells(w=w, count=np.zeros(0, np.int64), total=np.zeros(0))
+        return Cells(w=w, count=np.zeros(0, np.int32), total=np.zeros(0))
     lo = min(c.base for c in ran)
     n = max(c.base + len(c) for c in ran) - lo
     where = all(c.low_x is not None for c in ran)
-    out = Cells(w=w, base=lo, count=np.zeros(n, np.int64), total=np.zeros(n))
+    out = Cells(w=w, base=lo, count=np.zeros(n, np.int32), total=np.zeros(n))
     if where:
         out.low, out.high = np.full(n, np.inf), np.full(n, -np.inf)
-        out.low_x, out.high_x, out.bad = np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
+        out.low_x, out.high_x, out.bad = np.zeros(n), np.zeros(n), np.zeros(n, np.int32)
     for c in ran:
         at = slice(c.base - lo, c.base - lo + len(c))
         if x == "step":  # a later start wins the cells where it has points
