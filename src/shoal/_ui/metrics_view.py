@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from shoal._storage.metrics import RunMetrics, Series
-from shoal._ui.metric_cells import Cells, coarsened
+from shoal._ui.metric_cells import CELLS, Cells, coarsened
 
 BAND_ABOVE = 8
 REFRESH_SECONDS = 0.25
@@ -151,8 +151,6 @@ def charts(summary: RunSummary) -> dict[str, Any]:
 
 def _common_width(chart: _Chart) -> float:
     """The narrowest cell width at which every start of the chart, lined up, fits `CELLS`."""
-    from shoal._ui.metric_cells import CELLS
-
     w = max([chart.edges.w, *(c.w for c in chart.starts.values())])
     while True:
         views = [coarsened(c, w) for c in (chart.edges, *chart.starts.values()) if len(c)]
