@@ -239,32 +239,6 @@ def _series(state: _File, ident: int) -> Series:
     return s
 
 
-def downsample(xs: array[Any] | list[float], ys: array[float] | list[float],
-               buckets: int) -> tuple[list[float], list[float]]:
-    """At most ``2 * buckets`` points that keep every bucket's lowest and highest value, so a
-    spike in 100k points still shows in a chart 1,000 pixels wide."""
-    n = len(xs)
-    if n <= 2 * buckets:
-        return list(map(float, xs)), list(ys)
-    out_x: list[float] = []
-    out_y: list[float] = []
-    width = n / buckets
-    for b in range(buckets):
-        lo, hi = int(b * width), int((b + 1) * width)
-        chunk = ys[lo:hi]
-        for i in sorted({_index_of(chunk, min), _index_of(chunk, max)}):
-            out_x.append(float(xs[lo + i]))
-            out_y.append(chunk[i])
-    return out_x, out_y
-
-
-def _index_of(chunk: Any, pick: Any) -> int:
-    try:
-        return int(chunk.index(pick(chunk)))
-    except ValueError:  # a NaN was picked (it equals nothing): show the bucket's first point
-        return 0
-
-
 def sparkline(values: array[float] | list[float], width: int = 24) -> str:
     """``values`` sampled at ``width`` evenly spaced points, as block characters (NaN and
     infinities as ``!``)."""
