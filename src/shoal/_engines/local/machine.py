@@ -6,7 +6,9 @@ indices it was given) until its holder deletes it. Any process may run a pass, a
 admits every waiting row that fits in order of priority, then arrival (no overtaking),
 whoever it belongs to; the owner sees its row held at its next poll. When the head of the
 queue does not fit, lower-priority preemptible held rows are marked ``preempt``: their owner
-polls that column and stops the holder, which deletes the row.
+polls that column and stops the holder, which deletes the row. A holder may give its held
+row to a waiting row of its own asking for the same that heads the queue (`hand_over`),
+which is what a release and a pass would do, without the pass.
 
 Every row names its holder process by pid and start time (as the run records do for crashed
 runs): a pass that finds the holder gone deletes its rows, so a crashed run's reservations
