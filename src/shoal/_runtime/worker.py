@@ -16,7 +16,7 @@ from typing import Any
 from shoal._contract import RAY_INIT, WorkerEnv
 from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
-from shoal._runtime.context import TaskContext, running
+from shoal._runtime.context import Deferred, TaskContext, running
 from shoal._runtime.frameworks import join_ray_cluster
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
@@ -122,10 +122,10 @@ class Worker:
         from shoal._storage.blobs import store_blobs
 
         task = find_task(order.code_file, order.task)
-        blobs = store_blobs()
+        blobs = store_blobs(self.wenv.store)
         kwargs = codecs.decode_inputs(order.inputs, task.hints, blobs=blobs, task=task.name,
                                       allow_pickle=task.allow_pickle)
-        checkpoint = _checkpoint(order) if order.checkpoint_uri else None
+        checkpoint = Deferred(lambda: _checkpoint(order)) if order.checkpoint_uri else None
         if os.environ.get(RAY_INIT):
             join_ray_cluster(os.environ[RAY_INIT])
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
@@ -141,14 +141,15 @@ class Worker:
                                    action=order.action, attempt=order.attempt, restart=0,
                                    rank=0)
         try:
-            with running(context), report, metrics, profiled, task_scopes(task.scopes):
+            with running(context), report, metrics.deferred(), profiled, task_scopes(task.scopes):
                 if task.is_async:
                     value = self.loop.run_until_complete(task.func(**kwargs))
                 else:
                     value = task.func(**kwargs)
         finally:
-            if checkpoint is not None:
-                checkpoint.close()  # an asynchronous save in flight must land (or fail) first
+            if checkpoint is not None and checkpoint.value is not None:
+                # An asynchronous save in flight must land (or fail) first.
+                checkpoint.value.close()
         task.check_output(value)
         return codecs.encode(value, task.return_type, blobs=blobs,
                              field=f"output of task {task.name!r}", allow_pickle=task.allow_pickle)
