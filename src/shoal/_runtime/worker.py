@@ -11,6 +11,7 @@ import asyncio
 import datetime as _dt
 import os
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 from shoal._contract import RAY_INIT, WorkerEnv
@@ -93,6 +94,15 @@ class Worker:
         self.client = ControllerClient(wenv.controller, wenv.worker_id)
         self.loop = asyncio.new_event_loop()
         self.redirect = _Redirect()
+        # What is the same for every call this process runs, worked out once: its profile
+        # setting (the worker's environment), and the run's start as a datetime.
+        self.profiled = profiling_setting() is not None
+        self._run_start: tuple[float, _dt.datetime | None] = (0.0, None)
+
+    def _run_start_time(self, epoch: float) -> _dt.datetime | None:
+        if epoch != self._run_start[0]:
+            self._run_start = (epoch, _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc))
+        return self._run_start[1]
 
     def serve(self) -> None:
         while True:
@@ -131,15 +141,13 @@ class Worker:
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
                               env=task.env.name, attempt=order.attempt, client=self.client,
                               checkpoint=checkpoint, custom_context=dict(order.custom_context),
-                              run_start_time=_dt.datetime.fromtimestamp(order.run_start,
-                                                                         _dt.timezone.utc)
-                              if order.run_start else None)
+                              run_start_time=self._run_start_time(order.run_start))
         report = report_scope(task, store=self.wenv.store, run=order.run, action=order.action,
                               attempt=order.attempt)
         metrics = metrics_scope(self.wenv.home, order.run, order.action, order.attempt)
         profiled = profiling_scope(home=self.wenv.home, store=self.wenv.store, run=order.run,
                                    action=order.action, attempt=order.attempt, restart=0,
-                                   rank=0)
+                                   rank=0) if self.profiled else nullcontext()
         try:
             with running(context), report, metrics.deferred(), profiled, task_scopes(task.scopes):
                 if task.is_async:
