@@ -194,3 +194,25 @@ def test_two_closers_at_once_close_the_file_once(tmp_path: Path,
     for t in threads:
         t.join()
     assert errors == [] and len(closes) == 1
+
+
+def test_a_deferred_scope_makes_its_writer_at_the_first_point_only(tmp_path: Path) -> None:
+    """A warm worker's call enters its scope deferred: no writer (no file) unless it logs, and
+    the header of one made late still says when the call started."""
+    before = time.time()
+    scope = _scope(tmp_path)
+    with scope.deferred():
+        assert scope._writer is None
+    assert rt.current() is None and not (tmp_path / "runs").exists()
+    scope = _scope(tmp_path)
+    made = time.time()
+    with scope.deferred():
+        while time.time() == made:  # the first point comes later than the scope was made
+            pass
+        shoal.log_metrics({"x": 1.0}, step=0)
+        writer = rt.current()
+        assert writer is not None and writer is rt.current()
+    assert rt.current() is None
+    assert before <= writer.identity["started"] <= made
+    m = RunMetrics(tmp_path, "run-1")
+    assert m.refresh() and list(m.series()[0].values) == [1.0]

@@ -265,11 +265,44 @@ def test_a_release_hands_the_pools_own_waiter_its_lease_at_once(tmp_path: Path) 
         second = asyncio.ensure_future(pool.acquire(Request(cpu=1), label="a1"))
         while not pool._asked:
             await asyncio.sleep(0)
-        (admission,) = pool._asked.values()
-        first.release()  # its own write admits a1: no wait for a poll of the table
-        assert admission.done() and not pool._asked
-        (await second).release()
+        (asked,) = pool._asked.values()
+        first.release()  # the same request: its lease goes to a1, no wait for a poll
+        assert asked.admitted.done() and not pool._asked
+        got = await second
+        assert got.lease == first.lease  # handed over: one row, no release and pass
+        table = LeaseTable(tmp_path)
+        assert [(r.id, r.label, r.state) for r in table.leases()] == [(got.lease, "a1", "held")]
+        # A different request is admitted by a pass, as its own row.
+        third = asyncio.ensure_future(pool.acquire(Request(cpu=0.5), label="a2"))
+        while not pool._asked:
+            await asyncio.sleep(0)
+        got.release()
+        assert (await third).lease != got.lease
+        (await third).release()
+        assert table.leases() == []
+        table.close()
         pool.close()
+
+    asyncio.run(main())
+
+
+def test_a_hand_over_never_passes_another_runs_earlier_waiter(tmp_path: Path) -> None:
+    async def main() -> None:
+        a, b = runs(tmp_path, Request(cpu=1, memory=2**34, gpu=0))
+        held = await a.acquire(Request(cpu=1), label="a0")
+        theirs = asyncio.ensure_future(b.acquire(Request(cpu=1), label="b0"))
+        while not b._asked:
+            await asyncio.sleep(0)
+        mine = asyncio.ensure_future(a.acquire(Request(cpu=1), label="a1"))
+        while not a._asked:
+            await asyncio.sleep(0)
+        held.release()  # b0 arrived first: the release admits it by a pass
+        got = await asyncio.wait_for(theirs, 2)
+        assert not mine.done()
+        got.release()
+        (await asyncio.wait_for(mine, 2)).release()
+        a.close()
+        b.close()
 
     asyncio.run(main())
 

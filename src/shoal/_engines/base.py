@@ -94,6 +94,7 @@ class Engine(abc.ABC):
         self._handler: CallHandler | None = None
         self._closed = False
         self.notify: Notify = _ignore
+        self._log_folder: Path | None = None  # the attempts' log folder last made
 
     # -- public guards -------------------------------------------------------------------
     def dry_run(self, call: CallSpec) -> str:
@@ -130,7 +131,9 @@ class Engine(abc.ABC):
         """Run one attempt of ``call`` to its end (success, failure, crash or timeout)."""
         if self._handler is None or self._closed:
             raise EngineError(f"the {self.name} engine is not running (start() it first)")
-        private_dir(ref.log_path.parent)
+        folder = ref.log_path.parent
+        if folder != self._log_folder:  # a run's attempts log into one folder: made once
+            self._log_folder = private_dir(folder)
         return await self._run_attempt(call, ref)
 
     def check_envs(self, envs: list[EnvSpec]) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextvars
 import datetime as _dt
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,24 @@ class TaskContext:
         return f"TaskContext({', '.join(parts)})"
 
 
+class Deferred:
+    """A context field's value made on its first read through `ctx()`: a warm worker's call
+    that never reads its checkpoint does not build one (a store, paths, a lock: most of what a
+    trivial call cost the worker)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._lock = threading.Lock()  # two threads of the task read it at once: one value
+        self.made = False
+        self.value: Any = None
+
+    def get(self) -> Any:
+        with self._lock:
+            if not self.made:
+                self.value, self.made = self._make(), True
+            return self.value
+
+
 _EMPTY = TaskContext()
 _current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("shoal_ctx", default=_EMPTY)
 # What the open `shoal.custom_context` blocks set (see custom_context.py); None outside any.
@@ -106,6 +125,8 @@ custom_block: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Con
 def ctx() -> TaskContext:
     """The context of the task running in this process, or an empty (falsy) one."""
     current = _current.get()
+    if type(current.checkpoint) is Deferred:  # made now, kept on the (shared) context
+        object.__setattr__(current, "checkpoint", current.checkpoint.get())
     block = custom_block.get()
     # As in Flyte, a custom_context block shows in ctx().custom_context too.
     return current if block is None or not current else replace(current, custom_context=block)

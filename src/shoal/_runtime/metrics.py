@@ -25,7 +25,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -221,14 +222,15 @@ class MetricsWriter:
 
 def open_writer(home: str | Path, run: str, action: str, attempt: int, *,
                 restart: int | None = None, node: int | None = None, rank: int | None = None,
-                source: str = "user") -> MetricsWriter:
+                source: str = "user", started: float | None = None) -> MetricsWriter:
     """The writer of one call's (rank's) file: ``source="system"`` for the engine's samples of
-    its processes, which go to the ``.system.jsonl`` file beside the user's."""
+    its processes, which go to the ``.system.jsonl`` file beside the user's. ``started``: when
+    the call began (default: now)."""
     return MetricsWriter(
         metrics_path(home, run, action, attempt, restart, rank, source=source),
         {"run": run, "action": action, "attempt": attempt, "restart": restart,
          "node": node, "rank": rank, "host": _host(), "pid": os.getpid(),
-         "source": source, "started": time.time()})
+         "source": source, "started": time.time() if started is None else started})
 
 
 def claim_stream(metrics_file: Path, tool: str, detail: dict[str, Any]) -> None:
@@ -248,32 +250,58 @@ def claimed(home: str | Path, run: str, action: str, attempt: int, rank: int | N
     return any(folder.glob(pattern))
 
 
-_current: MetricsWriter | None = None
+_current: metrics_scope | None = None
 
 
 def current() -> MetricsWriter | None:
-    return _current
+    """The running call's writer (made now if the call had not logged yet); None outside."""
+    scope = _current
+    return None if scope is None else scope.writer()
 
 
 class metrics_scope:
     """Around a call's body: `shoal.log_metrics` points go to this call's (rank's) file.
 
     A process runs one call at a time (a warm worker, a rank), so the writer is process-wide:
-    threads the task starts (data loaders, watchdogs) log to it too.
+    threads the task starts (data loaders, watchdogs) log to it too. Entered by `deferred`,
+    the writer is made when the call first asks for it (`current`): a warm worker's call that
+    logs nothing pays for no writer (its file's header still says when the call started).
     """
 
     def __init__(self, home: str, run: str, action: str, attempt: int, *,
                  restart: int | None = None, node: int | None = None,
                  rank: int | None = None) -> None:
-        self.writer = open_writer(home, run, action, attempt, restart=restart, node=node,
-                                  rank=rank)
+        self._open = functools.partial(open_writer, home, run, action, attempt,
+                                       restart=restart, node=node, rank=rank,
+                                       started=time.time())
+        self._writer: MetricsWriter | None = None
+        self._making = threading.Lock()  # two threads of the task log at once: one writer
+
+    def writer(self) -> MetricsWriter:
+        with self._making:
+            if self._writer is None:
+                self._writer = self._open()
+            return self._writer
 
     def __enter__(self) -> MetricsWriter:
         global _current
-        _current = self.writer
-        return self.writer
+        _current = self
+        return self.writer()
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """The scope entered with its writer not made yet."""
+        global _current
+        _current = self
+        try:
+            yield
+        finally:
+            self.__exit__()
 
     def __exit__(self, *exc: object) -> None:
         global _current
         _current = None
-        self.writer.close()
+        with self._making:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()

@@ -12,7 +12,7 @@ that runs such a task.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 
 from shoal._plugins import NEUTRAL, part_for
 from shoal.errors import ShoalSystemError
@@ -35,10 +35,15 @@ def scope_of(config: object) -> AbstractContextManager[object]:
     return part.scope(config)
 
 
-@contextmanager
-def task_scopes(configs: Sequence[object]) -> Iterator[None]:
+def task_scopes(configs: Sequence[object]) -> AbstractContextManager[object]:
     """Every scope of ``configs`` entered, the last added first: as with wrappers, the
-    decorator written outermost (applied last) holds the others inside it."""
+    decorator written outermost (applied last) holds the others inside it. No scope (most
+    tasks): nothing to enter, at each of a warm worker's calls."""
+    return _entered(configs) if configs else nullcontext()
+
+
+@contextmanager
+def _entered(configs: Sequence[object]) -> Iterator[None]:
     with ExitStack() as stack:
         for config in reversed(configs):
             stack.enter_context(scope_of(config))

@@ -11,12 +11,13 @@ import asyncio
 import datetime as _dt
 import os
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 from shoal._contract import RAY_INIT, WorkerEnv
 from shoal._runtime import messages as m
 from shoal._runtime.client import ControllerClient
-from shoal._runtime.context import TaskContext, running
+from shoal._runtime.context import Deferred, TaskContext, running
 from shoal._runtime.frameworks import join_ray_cluster
 from shoal._runtime.loader import find_task
 from shoal._runtime.metrics import metrics_scope
@@ -93,6 +94,15 @@ class Worker:
         self.client = ControllerClient(wenv.controller, wenv.worker_id)
         self.loop = asyncio.new_event_loop()
         self.redirect = _Redirect()
+        # What is the same for every call this process runs, worked out once: its profile
+        # setting (the worker's environment), and the run's start as a datetime.
+        self.profiled = profiling_setting() is not None
+        self._run_start: tuple[float, _dt.datetime | None] = (0.0, None)
+
+    def _run_start_time(self, epoch: float) -> _dt.datetime | None:
+        if epoch != self._run_start[0]:
+            self._run_start = (epoch, _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc))
+        return self._run_start[1]
 
     def serve(self) -> None:
         while True:
@@ -122,33 +132,32 @@ class Worker:
         from shoal._storage.blobs import store_blobs
 
         task = find_task(order.code_file, order.task)
-        blobs = store_blobs()
+        blobs = store_blobs(self.wenv.store)
         kwargs = codecs.decode_inputs(order.inputs, task.hints, blobs=blobs, task=task.name,
                                       allow_pickle=task.allow_pickle)
-        checkpoint = _checkpoint(order) if order.checkpoint_uri else None
+        checkpoint = Deferred(lambda: _checkpoint(order)) if order.checkpoint_uri else None
         if os.environ.get(RAY_INIT):
             join_ray_cluster(os.environ[RAY_INIT])
         context = TaskContext(run_name=order.run, action=order.action, task=task.name,
                               env=task.env.name, attempt=order.attempt, client=self.client,
                               checkpoint=checkpoint, custom_context=dict(order.custom_context),
-                              run_start_time=_dt.datetime.fromtimestamp(order.run_start,
-                                                                         _dt.timezone.utc)
-                              if order.run_start else None)
+                              run_start_time=self._run_start_time(order.run_start))
         report = report_scope(task, store=self.wenv.store, run=order.run, action=order.action,
                               attempt=order.attempt)
         metrics = metrics_scope(self.wenv.home, order.run, order.action, order.attempt)
         profiled = profiling_scope(home=self.wenv.home, store=self.wenv.store, run=order.run,
                                    action=order.action, attempt=order.attempt, restart=0,
-                                   rank=0)
+                                   rank=0) if self.profiled else nullcontext()
         try:
-            with running(context), report, metrics, profiled, task_scopes(task.scopes):
+            with running(context), report, metrics.deferred(), profiled, task_scopes(task.scopes):
                 if task.is_async:
                     value = self.loop.run_until_complete(task.func(**kwargs))
                 else:
                     value = task.func(**kwargs)
         finally:
-            if checkpoint is not None:
-                checkpoint.close()  # an asynchronous save in flight must land (or fail) first
+            if checkpoint is not None and checkpoint.value is not None:
+                # An asynchronous save in flight must land (or fail) first.
+                checkpoint.value.close()
         task.check_output(value)
         return codecs.encode(value, task.return_type, blobs=blobs,
                              field=f"output of task {task.name!r}", allow_pickle=task.allow_pickle)

@@ -66,6 +66,18 @@ MEMORY_SAMPLE_SECONDS = 0.25
 WATCH_AFTER_SECONDS = 0.05
 
 
+# Spec objects whose facts an engine keeps (`LocalEngine._facts`); past it, it starts over.
+_ENV_FACTS_KEPT = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class _EnvFacts:
+    env: EnvSpec  # held, so that its id is not reused while the facts are kept
+    worker_key: str
+    request: Request
+    priority: int
+
+
 class OutOfMemory(Exception):
     """A task's processes went past its memory limit (internal; becomes kind "oom")."""
 
@@ -90,6 +102,7 @@ class LocalEngine(Engine):
         self._socket_dir: str | None = None
         self._workers: WorkerSet | None = None
         self._admissions: dict[str, tuple[Request, int]] = {}
+        self._env_facts: dict[int, _EnvFacts] = {}  # id(env spec) -> `_facts`
         self._gangs: dict[str, GangRunner] = {}
         self.lifeline: tuple[int, int] | None = None
         self.ray_clusters = KeptClusters()  # Ray clusters kept after their calls
@@ -233,7 +246,7 @@ class LocalEngine(Engine):
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
         environ = {**plan.environ, **self.secret_env(env), **self.gpu_environ(env, gpus)}
         if self.containers is None:
-            return await self._workers.spawn(self._worker_key(env, gpus), worker_id,
+            return await self._workers.spawn(self._worker_key(env, code_file, gpus), worker_id,
                                              plan.argv, environ, log)
         box = await self.containers.open(env, self.containers.plan(
             env, name=container_name(self.run, worker_id), command=WORKER_COMMAND,
@@ -241,13 +254,26 @@ class LocalEngine(Engine):
             environ)
         # The client (podman) runs with this process's environment; the task's variables
         # are in the container's env file.
-        return await self._workers.spawn(self._worker_key(env, gpus), worker_id, box.argv(),
-                                         self.client_environ(), log, box=box)
+        return await self._workers.spawn(self._worker_key(env, code_file, gpus), worker_id,
+                                         box.argv(), self.client_environ(), log, box=box)
 
-    def _worker_key(self, env: EnvSpec, gpus: tuple[int, ...]) -> str:
+    def _worker_key(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...]) -> str:
         # A warm worker sees the GPUs it started with: it serves only calls given the same.
-        key = worker_key(env, self.pool.capacity)
+        key = self._facts(env, code_file).worker_key
         return f"{key}#gpu{','.join(map(str, gpus))}" if gpus else key
+
+    def _facts(self, env: EnvSpec, code_file: str) -> _EnvFacts:
+        """What every plain call of ``env`` needs, worked out once per spec object: a
+        worker's connection hands the same one for every call of a task (`messages.SpecReceiver`),
+        so a fan-out pays for its key, request and priority once."""
+        facts = self._env_facts.get(id(env))
+        if facts is None or facts.env is not env:
+            if len(self._env_facts) >= _ENV_FACTS_KEPT:
+                self._env_facts.clear()
+            request, priority = self._admission_of(env, code_file)
+            facts = self._env_facts[id(env)] = _EnvFacts(
+                env, worker_key(env, self.pool.capacity), request, priority)
+        return facts
 
     def gpu_environ(self, env: EnvSpec, gpus: tuple[int, ...]) -> dict[str, str]:
         """CUDA_VISIBLE_DEVICES of a process given the machine's GPUs ``gpus`` (none when they
@@ -280,17 +306,19 @@ class LocalEngine(Engine):
         """The variables giving ``env``'s processes their secrets; `SecretMissing` if one is
         found nowhere (see `secrets`)."""
         assert self._socket_dir is not None  # started
+        if not env.secrets:
+            return {}
         # One folder per environment: a task sees only its own environment's mounted secrets.
         return secret_environ(env, os.environ, self.home,
                               Path(self._socket_dir) / "secrets" / env.name)
 
-    def _admission(self, call: CallSpec) -> tuple[Request, int]:
-        """(request, priority) of a call; computed and warned about once per environment and
-        resources (``task.override(resources=...)`` changes them for one task's calls)."""
-        env = call.task.env
+    def _admission_of(self, env: EnvSpec, code_file: str) -> tuple[Request, int]:
+        """(request, priority) of a call of ``env``; computed and warned about once per
+        environment and resources (``task.override(resources=...)`` changes them for one
+        task's calls)."""
         key = f"{env.name}#{env.resources!r}#{env.pod_template!r}"
         if key not in self._admissions:
-            plan = self.plan(env, call.task.code_file)
+            plan = self.plan(env, code_file)
             for note in (*plan.clamped, *plan.notes):
                 warnings.warn(f"environment {env.name!r}: {note}", stacklevel=2)
             self._admissions[key] = (plan.request, plan.priority)
@@ -420,7 +448,8 @@ class LocalEngine(Engine):
                 message=str(e), error_type="NonRecoverableError"))
         if call.task.env.cluster is not None:
             return await self._run_gang(call, ref)
-        request, priority = self._admission(call)
+        facts = self._facts(call.task.env, call.task.code_file)
+        request, priority = facts.request, facts.priority
         reservation = await self.admit_within(call, request, priority=priority,
                                               label=ref.action)
         if reservation is None:
@@ -430,8 +459,8 @@ class LocalEngine(Engine):
         try:
             fresh = call.task.env.reuse is not None and call.task.env.reuse.max_workers == 0
             worker = (None if fresh  # task.override(reusable="off")
-                      else self._workers.take_idle(self._worker_key(call.task.env,
-                                                                    reservation.gpus)))
+                      else self._workers.take_idle(self._worker_key(
+                          call.task.env, call.task.code_file, reservation.gpus)))
             try:
                 worker = worker or await self._spawn(call.task.env, call.task.code_file,
                                                      reservation.gpus)

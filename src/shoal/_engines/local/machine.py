@@ -6,7 +6,9 @@ indices it was given) until its holder deletes it. Any process may run a pass, a
 admits every waiting row that fits in order of priority, then arrival (no overtaking),
 whoever it belongs to; the owner sees its row held at its next poll. When the head of the
 queue does not fit, lower-priority preemptible held rows are marked ``preempt``: their owner
-polls that column and stops the holder, which deletes the row.
+polls that column and stops the holder, which deletes the row. A holder may give its held
+row to a waiting row of its own asking for the same that heads the queue (`hand_over`),
+which is what a release and a pass would do, without the pass.
 
 Every row names its holder process by pid and start time (as the run records do for crashed
 runs): a pass that finds the holder gone deletes its rows, so a crashed run's reservations
@@ -177,6 +179,32 @@ class LeaseTable:
             if admit is not None:
                 self._admit(c, admit, admitted)
             return int(cur.lastrowid)
+
+    def hand_over(self, lease_id: int, waiter: int, *, label: str) -> bool:
+        """Give this table's held row ``lease_id`` to its waiting row ``waiter`` whose request,
+        priority and preemptibility are the same, in place of a release and an admission pass:
+        the waiter's row goes and the held one takes its label. Only while the waiter heads
+        the queue (no row of any run waits ahead of it: a higher priority, or the same and an
+        earlier arrival) and the held row is neither lent nor asked to go, so admission keeps
+        the order a pass would; False, and nothing changed, otherwise. The capacity in use
+        does not change, so a pass would admit nothing else."""
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            kept = c.execute(
+                "UPDATE leases SET label = ?, since = ? WHERE id = ? AND owner = ? AND "
+                "state = 'held' AND suspended = 0 AND preempt = 0",
+                (label, time.time(), lease_id, self.owner)).rowcount == 1
+            # The head of the queue, by the index a pass reads it by (one seek).
+            head = c.execute("SELECT id FROM leases WHERE state = 'waiting' "
+                             "ORDER BY priority DESC, id LIMIT 1").fetchone() if kept else None
+            handed = head is not None and head[0] == waiter and c.execute(
+                "DELETE FROM leases WHERE id = ?", (waiter,)).rowcount == 1
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT" if handed else "ROLLBACK")
+        return handed
 
     def remove(self, lease_id: int, admit: Request | None = None,
                admitted: dict[int, tuple[int, ...]] | None = None) -> None:

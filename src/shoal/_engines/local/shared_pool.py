@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from shoal import _contract as contract
@@ -23,6 +24,17 @@ from shoal.errors import EngineError
 POLL_SECONDS = 0.2
 
 
+@dataclass(eq=False)
+class _Asked:
+    """A request of this pool that waits in the lease table for its admission: the lease it
+    is given and that lease's GPUs."""
+    admitted: asyncio.Future[tuple[int, tuple[int, ...]]]
+    request: Request
+    priority: int
+    preemptible: bool
+    label: str
+
+
 class SharedPool(ResourcePool):
     def __init__(self, capacity: Request | None = None, *, machine: Path | None = None,
                  run: str = "") -> None:
@@ -30,7 +42,7 @@ class SharedPool(ResourcePool):
         self.machine = machine or contract.machine_dir()
         self.run = run
         self._table: LeaseTable | None = None  # opened at the first request
-        self._asked: dict[int, asyncio.Future[tuple[int, ...]]] = {}  # lease -> its admission
+        self._asked: dict[int, _Asked] = {}  # waiting lease -> its request, in arrival order
         self._poller: asyncio.Task[None] | None = None
 
     @property
@@ -61,18 +73,25 @@ class SharedPool(ResourcePool):
     async def acquire(self, request: Request, *, priority: int = 0, label: str = "",
                       on_preempt: Callable[[], None] | None = None) -> Reservation:
         held: dict[int, tuple[int, ...]] = {}
+        # Behind a row of its own that waits at this priority or above, a pass could admit
+        # this row only after that one, which the last write's pass found did not fit.
+        first = next(iter(self._asked.values()), None)
+        behind = first is not None and first.priority >= priority
         lease = self.table.enter(run=self.run, label=label, cpu=request.cpu,
                                  memory=request.memory, gpu=request.gpu, priority=priority,
-                                 preemptible=on_preempt is not None, admit=self.capacity,
-                                 admitted=held)
-        admitted = asyncio.get_running_loop().create_future()
-        self._asked[lease] = admitted
+                                 preemptible=on_preempt is not None,
+                                 admit=None if behind else self.capacity, admitted=held)
+        asked = _Asked(asyncio.get_running_loop().create_future(), request, priority,
+                       on_preempt is not None, label)
+        self._asked[lease] = asked
         self._sync(held)
         self._keep_polling()
         try:
-            gpus = await admitted
+            lease, gpus = await asked.admitted
         except asyncio.CancelledError:
             self._asked.pop(lease, None)
+            if asked.admitted.done() and not asked.admitted.cancelled():
+                lease = asked.admitted.result()[0]  # handed another row as it was cancelled
             # Waiting, or admitted just as we were cancelled: either way, gone.
             held = {}
             self.table.remove(lease, admit=self.capacity, admitted=held)
@@ -100,9 +119,9 @@ class SharedPool(ResourcePool):
             # Waiters would wait forever: each learns why instead.
             failed = EngineError(f"the machine's lease table {self.table.path} failed: {e} "
                                  f"(set {contract.MACHINE_DIR} to a local folder of yours)")
-            for admitted in self._asked.values():
-                if not admitted.done():
-                    admitted.set_exception(failed)
+            for asked in self._asked.values():
+                if not asked.admitted.done():
+                    asked.admitted.set_exception(failed)
 
     def _sync(self, passed: dict[int, tuple[int, ...]] | None = None) -> None:
         """One admission pass over the machine, then this pool's admitted and preempted rows
@@ -128,9 +147,9 @@ class SharedPool(ResourcePool):
 
     def _admitted(self, held: dict[int, tuple[int, ...]]) -> None:
         for lease, gpus in held.items():
-            admitted = self._asked.pop(lease, None)
-            if admitted is not None and not admitted.done():
-                admitted.set_result(gpus)
+            asked = self._asked.pop(lease, None)
+            if asked is not None and not asked.admitted.done():
+                asked.admitted.set_result((lease, gpus))
 
     def _lend(self, r: Reservation, lent: bool) -> None:
         if self._table is None or r.lease is None:
@@ -144,9 +163,30 @@ class SharedPool(ResourcePool):
     def _release(self, r: Reservation) -> None:
         if self._table is None or r.lease is None:
             return
+        if self._hand_over(r):
+            return
         held: dict[int, tuple[int, ...]] = {}
         self._table.remove(r.lease, admit=self.capacity, admitted=held)
         self._sync(held)
+
+    def _hand_over(self, r: Reservation) -> bool:
+        """Give ``r``'s lease to this pool's first waiter when it asks for the same (a
+        fan-out's next call), without a release and an admission pass, if no row of the
+        machine waits ahead of it (`LeaseTable.hand_over`)."""
+        if not self._asked or r._suspensions or r.preempting:
+            return False
+        # The first in arrival order: one of its own ahead of it (a higher priority) is a row
+        # that waits ahead, so the table refuses then.
+        lease, asked = next(iter(self._asked.items()))
+        if (asked.request != r.request or asked.priority != r.priority
+                or asked.preemptible != (r.on_preempt is not None) or asked.admitted.done()):
+            return False
+        assert self._table is not None and r.lease is not None  # checked by _release
+        if not self._table.hand_over(r.lease, lease, label=asked.label):
+            return False
+        del self._asked[lease]
+        asked.admitted.set_result((r.lease, r.gpus))
+        return True
 
     def close(self) -> None:
         """Give back every lease of this pool and stop reading the table."""
