@@ -30,6 +30,19 @@ def _blank() -> dict[str, Any]:
     return {"w": torch.zeros(3 * 1024 * 1024), "b": torch.zeros(7), "n": 0}
 
 
+def _refused_with_a_flipped_shard(cp: Checkpoint, where: Callable[[int], int], bit: int,
+                                  local_dir: Path) -> None:
+    """Flip ``bit`` at ``where(size)`` of ``cp``'s one shard: a load is refused as corrupt and
+    fills in nothing."""
+    store = store_for(cp.uri)
+    (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
+    _flip(store, victim, where, bit)
+    target = _blank()
+    with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
+        Checkpoint(cp.uri, local_dir=local_dir).load_state_dict(target)
+    assert not target["w"].any()  # nothing was loaded from it
+
+
 def _flip(store: Any, uri: str, where: Callable[[int], int], bit: int) -> None:
     """Flip ``bit`` of the byte at ``where(size)`` of the stored object ``uri``, in place."""
     data = bytearray(store.get_bytes(uri))
@@ -66,13 +79,7 @@ def test_a_state_dict_round_trips_and_its_staging_is_moved_not_copied(
 def test_a_corrupt_state_dict_shard_is_caught_on_load(store_root: str, tmp_path: Path) -> None:
     cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
     cp.save_state_dict(_state()).result()
-    store = store_for(cp.uri)
-    (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
-    _flip(store, victim, lambda n: n // 2, 0x10)
-    target = _blank()
-    with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
-        Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target)
-    assert not target["w"].any()  # nothing was loaded from it
+    _refused_with_a_flipped_shard(cp, lambda n: n // 2, 0x10, tmp_path / "other")
 
 
 def test_a_corrupt_state_dict_metadata_object_is_caught_on_load(
@@ -141,10 +148,4 @@ def test_a_state_dict_load_reads_each_file_once_verified_and_a_large_one_from_it
     target = _blank()
     assert Checkpoint(cp.uri, local_dir=tmp_path / "disk").load_state_dict(target) == 0
     assert torch.equal(target["w"], state["w"])
-    store = store_for(cp.uri)
-    (victim,) = [u for u in store.list(cp.uri) if u.endswith(".distcp")]
-    _flip(store, victim, lambda n: n // 3, 0x04)
-    target = _blank()
-    with pytest.raises(StoreError, match=r"is corrupt: .* crc32c"):
-        Checkpoint(cp.uri, local_dir=tmp_path / "again").load_state_dict(target)
-    assert not target["w"].any()
+    _refused_with_a_flipped_shard(cp, lambda n: n // 3, 0x04, tmp_path / "again")
