@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from shoal._storage.store import (
     TMP_PREFIX,
@@ -44,20 +44,29 @@ _READS = ("get",)
 
 
 @functools.cache
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """libc's ``sync_file_range`` (Linux; called without the GIL), else None."""
+def libc_function(name: str, argtypes: tuple[Any, ...], restype: Any) -> Callable[..., int] | None:
+    """libc's ``name`` with its C signature (Linux; ctypes calls it without the GIL), else None
+    where libc or the function is missing."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (ImportError, OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    result: Callable[[int, int, int, int], int] = fn
+    fn.argtypes = list(argtypes)
+    fn.restype = restype
+    result: Callable[..., int] = fn
     return result
+
+
+def _sync_file_range() -> Callable[..., int] | None:
+    import ctypes
+
+    return libc_function("sync_file_range",
+                         (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint),
+                         ctypes.c_int)
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:

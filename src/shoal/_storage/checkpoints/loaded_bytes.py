@@ -34,6 +34,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from shoal._storage.local import libc_function
+
 __all__ = ["LoadedBytes", "filled"]
 
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
@@ -111,21 +113,12 @@ def _prefault(address: int, size: int) -> Future[Any] | None:
     return _prefaulter.submit(madvise, start, length, _MADV_POPULATE_WRITE)
 
 
-@functools.cache
-def _madvise() -> Callable[[int, int, int], int] | None:
+def _madvise() -> Callable[..., int] | None:
     """libc's madvise (called without the GIL), on Linux; else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
+    import ctypes
 
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (ImportError, OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    result: Callable[[int, int, int], int] = madvise
-    return result
+    return libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int),
+                         ctypes.c_int)
 
 
 @functools.cache
