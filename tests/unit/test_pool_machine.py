@@ -315,3 +315,92 @@ def test_a_pass_admits_a_long_queue_page_by_page_in_order(tmp_path: Path) -> Non
     held = [r.id for r in table.leases() if r.state == "held"]
     assert held == ids[50:90]  # priority first, then arrival, across pages of 32
     table.close()
+
+
+def _requests(pool: SharedPool, labels: list[str]) -> list[asyncio.Future[object]]:
+    return [asyncio.ensure_future(pool.acquire(Request(cpu=1), label=x)) for x in labels]
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_fan_out_waits_as_one_row_and_is_served_in_arrival_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = SharedPool(Request(cpu=1, memory=2**34, gpu=0), machine=tmp_path, run="r")
+        table = LeaseTable(tmp_path)
+        held = await pool.acquire(Request(cpu=1), label="a0")
+        waits = _requests(pool, [f"a{i}" for i in range(1, 6)])
+        await _settle()
+        rows = table.leases()
+        assert [(r.label, r.state) for r in rows] == [("a0", "held"), ("a1", "waiting")]
+        assert pool.waiting == 5
+        served = []
+        for i, w in enumerate(waits, 1):
+            held.release()  # in memory: the waiting row stays, for the requests behind it
+            held = await asyncio.wait_for(w, 2)  # type: ignore[assignment]
+            served.append(held.label)  # type: ignore[attr-defined]
+            assert held.lease == rows[0].id  # type: ignore[attr-defined]
+            assert [r.id for r in table.leases()] == [r.id for r in rows][:1 + (i < 5)]
+        assert served == [f"a{i}" for i in range(1, 6)]
+        await polls(2)  # the held row's label follows its holder at the next poll
+        assert [(r.label, r.state) for r in table.leases()] == [("a5", "held")]
+        held.release()  # type: ignore[attr-defined]
+        assert table.leases() == [] and pool.waiting == 0
+        table.close()
+        pool.close()
+
+    asyncio.run(main())
+
+
+def test_another_runs_waiter_is_not_starved_by_a_fan_out(tmp_path: Path) -> None:
+    async def main() -> None:
+        a, b = runs(tmp_path, Request(cpu=1, memory=2**34, gpu=0))
+        held = await a.acquire(Request(cpu=1), label="a0")
+        early = _requests(a, ["a1", "a2"])
+        await _settle()
+        theirs = asyncio.ensure_future(b.acquire(Request(cpu=1), label="b0"))
+        await _settle()
+        late = _requests(a, ["a3"])
+        await _settle()
+        held.release()  # a1 arrived before b0: its row is admitted by a pass
+        got = await asyncio.wait_for(early[0], 2)
+        got.release()  # type: ignore[attr-defined]
+        # a2 arrived before b0 too, but its row was made when a1 was admitted, after b0's.
+        mine = await asyncio.wait_for(theirs, 2)
+        assert not early[1].done() and not late[0].done()
+        mine.release()
+        (await asyncio.wait_for(early[1], 2)).release()  # type: ignore[attr-defined]
+        (await asyncio.wait_for(late[0], 2)).release()  # type: ignore[attr-defined]
+        assert LeaseTable(tmp_path).leases() == []
+        a.close()
+        b.close()
+
+    asyncio.run(main())
+
+
+def test_cancelled_requests_of_a_fan_out_leave_no_row_and_keep_the_order(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        pool = SharedPool(Request(cpu=1, memory=2**34, gpu=0), machine=tmp_path, run="r")
+        held = await pool.acquire(Request(cpu=1), label="a0")
+        waits = _requests(pool, ["a1", "a2", "a3", "a4"])
+        await _settle()
+        waits[0].cancel()  # the one whose row it is: the row stays, for a2
+        waits[2].cancel()  # one behind the row
+        await _settle()
+        table = LeaseTable(tmp_path)
+        assert [(r.label, r.state) for r in table.leases()] == [("a0", "held"),
+                                                                ("a1", "waiting")]
+        assert pool.waiting == 2
+        held.release()
+        second = await asyncio.wait_for(waits[1], 2)
+        second.release()  # type: ignore[attr-defined]
+        fourth = await asyncio.wait_for(waits[3], 2)
+        fourth.release()  # type: ignore[attr-defined]
+        assert table.leases() == [] and pool.waiting == 0
+        table.close()
+        pool.close()
+
+    asyncio.run(main())

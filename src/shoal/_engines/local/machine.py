@@ -206,6 +206,30 @@ class LeaseTable:
         c.execute("COMMIT" if handed else "ROLLBACK")
         return handed
 
+    def heads_queue(self, lease_id: int, priority: int) -> bool:
+        """Whether this table's waiting row ``lease_id`` (at ``priority``) heads the machine's
+        queue and no row of another run waits at that priority behind it: then a lease of
+        this table that asks the same may pass to its request without a write, as a release
+        and a pass would (`shared_pool.SharedPool._hand_over`), and no other run waits
+        longer for it. One read, no lock held."""
+        c = self._conn
+        head = c.execute("SELECT id FROM leases WHERE state = 'waiting' "
+                         "ORDER BY priority DESC, id LIMIT 1").fetchone()
+        if head is None or head[0] != lease_id:
+            return False
+        other = c.execute("SELECT 1 FROM leases WHERE state = 'waiting' AND priority = ? "
+                          "AND owner != ? LIMIT 1", (priority, self.owner)).fetchone()
+        return other is None
+
+    def relabel(self, labels: dict[int, str]) -> None:
+        """Set the label of this table's rows ``labels`` names (their holder or first waiter
+        changed in memory); rows gone since are skipped."""
+        now = time.time()
+        with self._write() as c:
+            c.executemany("UPDATE leases SET label = ?, since = CASE state WHEN 'held' THEN ? "
+                          "ELSE since END WHERE id = ? AND owner = ?",
+                          [(label, now, lease, self.owner) for lease, label in labels.items()])
+
     def remove(self, lease_id: int, admit: Request | None = None,
                admitted: dict[int, tuple[int, ...]] | None = None) -> None:
         with self._write() as c:
