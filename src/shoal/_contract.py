@@ -131,6 +131,8 @@ KUBE_CONFIG = "SHOAL_KUBE_CONFIG"  # the Kubernetes engine's settings, as JSON, 
 # The runs a driver pod's run resumes (`shoal run --resume`), newest first, comma-separated.
 RESUMES = "SHOAL_RESUMES"
 PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch and fork ranks
+# "0": the local engine starts every worker afresh, not forked from its worker template
+WORKER_TEMPLATE = "SHOAL_WORKER_TEMPLATE"
 # "1": the task asked for more GPUs than this machine has, so they are emulated on CPU (no
 # CUDA device is visible); torch's NCCL process groups then run on gloo (see frameworks.py).
 GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
@@ -324,6 +326,12 @@ def debug(environ: Mapping[str, str] | None = None) -> bool:
 def containers(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the local engine runs tasks inside their images (``SHOAL_CONTAINERS=1``)."""
     return (os.environ if environ is None else environ).get(CONTAINERS, "") == "1"
+
+
+def worker_template(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the local engine forks its workers from a template process
+    (``SHOAL_WORKER_TEMPLATE``, default on; "0" turns it off)."""
+    return (os.environ if environ is None else environ).get(WORKER_TEMPLATE, "") != "0"
 
 
 def retry_backoff() -> float:

@@ -58,7 +58,8 @@ def os_threads() -> int:
         return 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Be killed (SIGKILL) when the parent thread that started this process ends."""
     if sys.platform.startswith("linux"):
         # Where prctl is missing, EOF on the request pipe still ends it.
         with contextlib.suppress(OSError, AttributeError):
@@ -221,7 +222,7 @@ class Zygote:
 
 
 def main() -> None:
-    _die_with_parent()
+    die_with_parent()
     serve(int(sys.argv[1]), int(sys.argv[2]))
 
 

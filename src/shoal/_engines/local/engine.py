@@ -46,8 +46,10 @@ from shoal._engines.local.plan import (
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.shared_pool import SharedPool
+from shoal._engines.local.templates import WorkerTemplate
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
 from shoal._runtime import messages as m
+from shoal._runtime import worker_template
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.metrics import open_writer
 from shoal._runtime.system_metrics import CallSampler
@@ -101,6 +103,7 @@ class LocalEngine(Engine):
                                else contract.priority_classes())
         self._socket_dir: str | None = None
         self._workers: WorkerSet | None = None
+        self._template: WorkerTemplate | None = None  # forks workers (`templates.py`)
         self._admissions: dict[str, tuple[Request, int]] = {}
         self._env_facts: dict[int, _EnvFacts] = {}  # id(env spec) -> `_facts`
         self._gangs: dict[str, GangRunner] = {}
@@ -228,6 +231,8 @@ class LocalEngine(Engine):
         self.pool.close()
         if self._workers is not None:
             await self._workers.close()
+        if self._template is not None:
+            await self._template.close()
         if self.containers is not None:
             await self.containers.close()
         if self._socket_dir:
@@ -247,7 +252,8 @@ class LocalEngine(Engine):
         environ = {**plan.environ, **self.secret_env(env), **self.gpu_environ(env, gpus)}
         if self.containers is None:
             return await self._workers.spawn(self._worker_key(env, code_file, gpus), worker_id,
-                                             plan.argv, environ, log)
+                                             plan.argv, environ, log,
+                                             template=self._worker_template())
         box = await self.containers.open(env, self.containers.plan(
             env, name=container_name(self.run, worker_id), command=WORKER_COMMAND,
             code_file=code_file, gpus=gpus, controller=self.controller_path(), init=True),
@@ -256,6 +262,18 @@ class LocalEngine(Engine):
         # are in the container's env file.
         return await self._workers.spawn(self._worker_key(env, code_file, gpus), worker_id,
                                          box.argv(), self.client_environ(), log, box=box)
+
+    def _worker_template(self) -> WorkerTemplate | None:
+        """The run's worker template (`templates.py`), started with its first worker: a run
+        that starts none (a gang's, an echo's) starts no template either."""
+        if self._template is None and contract.worker_template() and self._workers is not None \
+                and not self._workers.closing:
+            self._template = WorkerTemplate(
+                {**self.base_environ(), "PYTHONUNBUFFERED": "1",
+                 worker_template.ROOM: "." * worker_template.ROOM_BYTES},
+                self.home / "runs" / self.run / "workers" / "template.log")
+            self._template.start()
+        return self._template
 
     def _worker_key(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...]) -> str:
         # A warm worker sees the GPUs it started with: it serves only calls given the same.

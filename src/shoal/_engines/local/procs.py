@@ -12,11 +12,25 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
 from shoal._storage.private import open_private
 from shoal.errors import EngineError
+
+
+class Proc(Protocol):
+    """A process the engine started: an asyncio subprocess, or a worker its template forked
+    (`templates.Forked`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path,

@@ -18,6 +18,7 @@ from typing import Any
 
 from shoal._engines.local import procs
 from shoal._engines.local.containers import Container
+from shoal._engines.local.templates import WorkerTemplate
 from shoal._runtime import messages as m
 from shoal._runtime.log_files import log_tail
 from shoal._spec.call import ReuseSpec
@@ -45,7 +46,7 @@ class WorkerStartFailed(EngineError):
 class Worker:
     worker_id: str
     env: str  # its key (`plan.worker_key`): the environment and the variables it started with
-    proc: asyncio.subprocess.Process
+    proc: procs.Proc
     log_path: Path
     writer: asyncio.StreamWriter | None = None
     current: asyncio.Future[m.Done] | None = None
@@ -103,6 +104,7 @@ class WorkerSet:
         self._server: asyncio.AbstractServer | None = None
         # Processes that call tasks without being workers (a Ray gang's driver), by id.
         self._callers: dict[str, Worker] = {}
+        self._closing = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._connected, path=self.socket_path)
@@ -138,20 +140,36 @@ class WorkerSet:
                 task.cancel()
             _close_writer(caller)
 
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def new_id(self, env: str) -> str:
         return f"{env}-w{next(self._ids)}"
 
     async def spawn(self, env: str, worker_id: str, argv: tuple[str, ...],
                     environ: dict[str, str], log_path: Path, timeout: float = 120.0,
-                    box: Container | None = None) -> Worker:
+                    box: Container | None = None,
+                    template: WorkerTemplate | None = None) -> Worker:
         """Start a worker and wait for it to connect; ``box``: the container ``argv``
-        starts it in."""
+        starts it in; ``template``: forked from it when it can (else started afresh)."""
         hello = asyncio.get_running_loop().create_future()
-        self._hello[worker_id] = hello
-        proc = await procs.spawn(argv, environ, log_path,
-                                 cwd=None if box is None else str(box.folder))
-        if box is not None:
-            box.attach(proc)
+        self._hello[worker_id] = hello  # before it starts: a forked one says hello at once
+        proc: procs.Proc | None = None
+        if template is not None and box is None and template.can_fork(argv, environ):
+            proc = await template.fork(worker_id, environ, log_path)
+        if proc is None and not self._closing:
+            started = await procs.spawn(argv, environ, log_path,
+                                        cwd=None if box is None else str(box.folder))
+            if box is not None:
+                box.attach(started)
+            proc = started
+        if self._closing:  # `close` ended the workers it knew of while this one started
+            self._hello.pop(worker_id, None)
+            if proc is not None:
+                await procs.kill_tree(proc.pid)
+            raise EngineError(f"worker {worker_id} was not started: the engine is closing")
+        assert proc is not None
         worker = Worker(worker_id, env, proc, log_path, box=box)
         self._all[worker_id] = worker
         exited = asyncio.ensure_future(proc.wait())
@@ -263,6 +281,7 @@ class WorkerSet:
         return len(self._idle.get(env, []))
 
     async def close(self) -> None:
+        self._closing = True
         for caller_id in list(self._callers):
             self.forget_caller(caller_id)
         for w in list(self._all.values()):
