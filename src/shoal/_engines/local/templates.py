@@ -1,11 +1,11 @@
 """The engine's side of the worker template (`_runtime/worker_template.py`): one process per
 engine that has imported Shoal's worker runtime and forks the run's workers.
 
-Started with the engine, it imports while the run's first workers are planned; a worker it
+Started with the run's first worker (a run that starts none starts no template); a worker it
 forks costs a fork and the user's imports instead of an interpreter start plus Shoal's imports
 (benchmarks/dispatch.py: the second worker of a fan-out). A worker is forked only when
-nothing an interpreter reads as it starts differs from the template's (`STARTUP_VARIABLES`)
-and its command is the plain worker's; otherwise, or when the template could not start or
+nothing a process reads as it starts differs from the template's (`STARTUP_PREFIXES`,
+`STARTUP_VARIABLES`) and its command is the plain worker's; otherwise, or when the template could not start or
 is gone, `procs.spawn` starts it afresh, as before. ``SHOAL_WORKER_TEMPLATE=0`` turns it off.
 
 A forked worker is the template's child, not the engine's: the template reaps it and reports
@@ -62,6 +62,8 @@ class Forked:
 
 
 class WorkerTemplate:
+    """One run's template process, and the workers it forked that have not ended."""
+
     def __init__(self, environ: Mapping[str, str], log_path: Path) -> None:
         self.environ = dict(environ)
         self.log_path = log_path
