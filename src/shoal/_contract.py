@@ -133,6 +133,9 @@ RESUMES = "SHOAL_RESUMES"
 PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch and fork ranks
 # "0": the local engine starts every worker afresh, not forked from its worker template
 WORKER_TEMPLATE = "SHOAL_WORKER_TEMPLATE"
+# Padding in the worker template's environment: room for a forked worker's variables in the
+# block /proc/<pid>/environ shows (`_runtime/worker_template._show_as`)
+TEMPLATE_ROOM = "SHOAL_TEMPLATE_ROOM"
 # "1": the task asked for more GPUs than this machine has, so they are emulated on CPU (no
 # CUDA device is visible); torch's NCCL process groups then run on gloo (see frameworks.py).
 GPUS_EMULATED = "SHOAL_GPUS_EMULATED"

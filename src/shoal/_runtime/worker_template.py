@@ -67,9 +67,8 @@ def _reply(message: dict[str, Any]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
-# The engine starts the template with this variable, so that its environment's block (what
-# /proc/<pid>/environ shows) has room for a worker's, which is longer.
-ROOM = "SHOAL_TEMPLATE_ROOM"
+# The engine starts the template with `contract.TEMPLATE_ROOM` this long, so that its
+# environment's block (what /proc/<pid>/environ shows) has room for a worker's, which is longer.
 ROOM_BYTES = 32 * 1024
 _START_CWD = os.getcwd()
 

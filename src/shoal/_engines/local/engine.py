@@ -270,7 +270,7 @@ class LocalEngine(Engine):
                 and not self._workers.closing:
             self._template = WorkerTemplate(
                 {**self.base_environ(), "PYTHONUNBUFFERED": "1",
-                 worker_template.ROOM: "." * worker_template.ROOM_BYTES},
+                 contract.TEMPLATE_ROOM: "." * worker_template.ROOM_BYTES},
                 self.home / "runs" / self.run / "workers" / "template.log")
             self._template.start()
         return self._template

@@ -5,8 +5,9 @@ Started with the run's first worker (a run that starts none starts no template);
 forks costs a fork and the user's imports instead of an interpreter start plus Shoal's imports
 (benchmarks/dispatch.py: the second worker of a fan-out). A worker is forked only when
 nothing a process reads as it starts differs from the template's (`STARTUP_PREFIXES`,
-`STARTUP_VARIABLES`) and its command is the plain worker's; otherwise, or when the template could not start or
-is gone, `procs.spawn` starts it afresh, as before. ``SHOAL_WORKER_TEMPLATE=0`` turns it off.
+`STARTUP_VARIABLES`) and its command is the plain worker's; otherwise, or when the template
+could not start or is gone, `procs.spawn` starts it afresh, as before.
+``SHOAL_WORKER_TEMPLATE=0`` turns it off.
 
 A forked worker is the template's child, not the engine's: the template reaps it and reports
 its exit (`Forked.wait`), and a worker dies with its template, whose EOF ends every wait the
