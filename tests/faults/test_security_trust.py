@@ -189,6 +189,15 @@ def test_a_forged_tensor_archive_is_refused_not_run(store_root: str, tmp_path: P
                                          r"weights_only=True.*weights_only=False"):
         _load(cp, tmp_path, target)
     assert not marker.exists()
+    # A tensor's archive that unpickles weights-only into something else is refused too.
+    cp = Checkpoint(join(store_root, "other"), local_dir=tmp_path / "again" / "writer")
+    cp.save_state_dict(_state()).result()
+    data_uri, data, metadata = _with_evil_value(cp, "w", {"not": "a tensor"})
+    _replace(cp, data_uri, data, forge_commit=True)
+    _replace(cp, _object(cp, "/.metadata"), metadata, forge_commit=True)
+    with pytest.raises(StoreError, match=r"the archive of the tensor 'w' holds a dict, not a "
+                                         r"tensor"):
+        _load(cp, tmp_path / "again", target)
 
 
 def test_a_replaced_data_file_is_refused_by_its_commit_before_unpickling(

@@ -36,7 +36,7 @@ try:
 except ImportError:  # torch runs without numpy: every archive then goes through torch.load
     np = None  # type: ignore[assignment]
 
-__all__ = ["TensorBlobs"]
+__all__ = ["NotATensor", "TensorBlobs"]
 
 _END = struct.Struct("<4s4H2IH")  # end of central directory
 _END_SIGNATURE = b"PK\x05\x06"
@@ -46,6 +46,10 @@ _LOCAL = struct.Struct("<4s5H3I2H")  # a local file header
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 _ZIP64 = 0xFFFFFFFF  # a size or offset kept in a zip64 field instead
 _STORED = 0
+
+
+class NotATensor(Exception):
+    """A tensor's archive that unpickles (weights-only) into something else."""
 
 
 @dataclass(frozen=True)
@@ -61,24 +65,36 @@ class _Layout:
     whole: bool  # contiguous, from the storage's first byte to its last
 
 
+@dataclass(frozen=True)
+class _Known:
+    """An archive whose pickle is known: its layout, and where its storage's bytes start."""
+
+    layout: _Layout
+    start: int
+
+
 class TensorBlobs:
     """Reads the tensor archives of one DCP load; remembers each distinct pickle's layout."""
 
     def __init__(self) -> None:
-        # (data.pkl, byteorder) -> the layout it rebuilds, or None: always torch.load.
-        self.layouts: dict[tuple[bytes, bytes], _Layout | None] = {}
+        # An archive's records but its storages and id, as (name, bytes) -> the layout its
+        # pickle rebuilds, or None: always torch.load.
+        self.layouts: dict[tuple[tuple[str, bytes], ...], _Layout | None] = {}
         self.loads = 0  # archives read by torch.load (the first of each pickle, the rest)
 
     def read_into(self, blob: memoryview, target: torch.Tensor, offsets: Sequence[int],
                   lengths: Sequence[int]) -> torch.Tensor:
         """Copy the tensor saved in ``blob`` (one ``torch.save`` archive), narrowed to
         ``offsets``/``lengths`` as DCP's read item says, into ``target``; the source, on the
-        CPU, for the size check (``target`` itself when copied straight into it)."""
-        found = self._layout(blob)
-        if isinstance(found, torch.Tensor):
+        CPU, for the size check (``target`` itself when copied straight into it). Raises
+        `NotATensor` for an archive that holds no tensor, and what torch.load raises."""
+        found = self._known(blob)
+        if not isinstance(found, _Known):
+            if not isinstance(found, torch.Tensor):
+                raise NotATensor(f"holds a {type(found).__name__}, not a tensor")
             source = narrow_tensor_by_index(found, offsets, lengths)
         else:
-            layout, start = found
+            layout, start = found.layout, found.start
             if _straight(layout, target, offsets, lengths):
                 _bytes_of(target)[:] = np.frombuffer(blob, np.uint8, layout.nbytes, start)
                 return target
@@ -91,37 +107,39 @@ class TensorBlobs:
             target.copy_(source)
         return source
 
-    def _layout(self, blob: memoryview) -> tuple[_Layout, int] | torch.Tensor:
-        """The layout of ``blob``'s pickle and where its storage's bytes start; or the tensor
-        torch.load gave (a pickle seen for the first time, or an archive the fast path
-        skips)."""
+    def _known(self, blob: memoryview) -> _Known | object:
+        """Where ``blob``'s storage bytes start and its pickle's layout; or what torch.load
+        gave (a pickle seen for the first time, or an archive the fast path skips)."""
         records = _records(blob) if np is not None else None
         if records is None:
             return self._torch_load(blob)
         top = next(iter(records)).split("/", 1)[0]
-        pickle, byteorder = records.get(f"{top}/data.pkl"), records.get(f"{top}/byteorder")
-        if pickle is None or byteorder is None:
+        # Every record that says how to read the archive (the pickle, byte order, format
+        # versions); not the storages' values, nor the id torch.save gives each archive.
+        key = tuple((name, bytes(blob[start:start + size]))
+                    for name, (start, size) in sorted(records.items())
+                    if not name.startswith((f"{top}/data/", f"{top}/.data/")))
+        if not any(name == f"{top}/data.pkl" for name, _ in key):
             return self._torch_load(blob)
-        key = (bytes(blob[pickle[0]:pickle[0] + pickle[1]]),
-               bytes(blob[byteorder[0]:byteorder[0] + byteorder[1]]))
         if key not in self.layouts:
-            tensor = self._torch_load(blob)
+            loaded = self._torch_load(blob)
             storages = [n for n in records if n.startswith(f"{top}/data/")]
-            self.layouts[key] = _layout_of(tensor, top, storages, key[1])
-            return tensor
+            self.layouts[key] = _layout_of(loaded, top, storages, dict(key).get(
+                f"{top}/byteorder"))
+            return loaded
         layout = self.layouts[key]
         found = None if layout is None else records.get(f"{top}/{layout.record}")
         if layout is None or found is None or found[1] != layout.nbytes:
             return self._torch_load(blob)
-        return layout, found[0]
+        return _Known(layout, found[0])
 
-    def _torch_load(self, blob: memoryview) -> torch.Tensor:
+    def _torch_load(self, blob: memoryview) -> object:
         self.loads += 1
-        loaded: Any = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-        return loaded  # type: ignore[no-any-return]
+        loaded: object = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+        return loaded
 
 
-def _layout_of(tensor: object, top: str, storages: list[str], byteorder: bytes
+def _layout_of(tensor: object, top: str, storages: list[str], byteorder: bytes | None
                ) -> _Layout | None:
     """The layout of what ``torch.load`` gave, where the fast path reproduces it exactly: one
     plain CPU tensor on the one storage record of an archive in this machine's byte order."""

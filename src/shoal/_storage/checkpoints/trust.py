@@ -39,7 +39,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.futures import Future
 
 from shoal._storage.checkpoints import reads
-from shoal._storage.checkpoints.tensor_blobs import TensorBlobs
+from shoal._storage.checkpoints.tensor_blobs import NotATensor, TensorBlobs
 from shoal.errors import StoreError
 
 __all__ = ["MetadataUnpickler", "TrustingLoad", "VerifiedFiles", "WeightsOnlyPlanner",
@@ -220,6 +220,10 @@ class WeightsOnlyReader(FileSystemReader):
                 f"{self.where}: the tensor {item.storage_index.fqn!r} is not one torch loads "
                 f"with weights_only=True ({_first_line(e)}); Shoal refuses to unpickle it (a "
                 f"pickle runs what it names). Fix: {_fix('this checkpoint')}")) from None
+        except NotATensor as e:
+            raise self.load.refuse(StoreError(
+                f"{self.where}: the archive of the tensor {item.storage_index.fqn!r} {e}. "
+                f"Fix: {_fix('this checkpoint')}")) from None
         if source.size() != target.size():
             raise ValueError(
                 f"{self.where}: {item.storage_index.fqn!r} was saved with size "
