@@ -175,6 +175,31 @@ def test_a_forged_non_tensor_value_is_loaded_weights_only(store_root: str,
     assert not marker.exists()
 
 
+def test_a_forged_tensor_archive_is_refused_not_run(store_root: str, tmp_path: Path) -> None:
+    """A tensor's ``torch.save`` archive is unpickled weights-only too: the load reads each
+    distinct pickle of the tensors once, and an unknown one goes through
+    ``torch.load(weights_only=True)``, whatever pickles the other tensors had."""
+    cp = _saved(store_root, tmp_path)
+    marker = tmp_path / "pwned"
+    data_uri, data, metadata = _with_evil_value(cp, "w", Boom(marker))
+    _replace(cp, data_uri, data, forge_commit=True)
+    _replace(cp, _object(cp, "/.metadata"), metadata, forge_commit=True)
+    target = _target()
+    with pytest.raises(StoreError, match=r"the tensor 'w' is not one torch loads with "
+                                         r"weights_only=True.*weights_only=False"):
+        _load(cp, tmp_path, target)
+    assert not marker.exists()
+    # A tensor's archive that unpickles weights-only into something else is refused too.
+    cp = Checkpoint(join(store_root, "other"), local_dir=tmp_path / "again" / "writer")
+    cp.save_state_dict(_state()).result()
+    data_uri, data, metadata = _with_evil_value(cp, "w", {"not": "a tensor"})
+    _replace(cp, data_uri, data, forge_commit=True)
+    _replace(cp, _object(cp, "/.metadata"), metadata, forge_commit=True)
+    with pytest.raises(StoreError, match=r"the archive of the tensor 'w' holds a dict, not a "
+                                         r"tensor"):
+        _load(cp, tmp_path / "again", target)
+
+
 def test_a_replaced_data_file_is_refused_by_its_commit_before_unpickling(
         store_root: str, tmp_path: Path) -> None:
     cp = _saved(store_root, tmp_path)

@@ -149,3 +149,39 @@ def test_a_state_dict_load_reads_each_file_once_verified_and_a_large_one_from_it
     assert Checkpoint(cp.uri, local_dir=tmp_path / "disk").load_state_dict(target) == 0
     assert torch.equal(target["w"], state["w"])
     _refused_with_a_flipped_shard(cp, lambda n: n // 3, 0x04, tmp_path / "again")
+
+
+def test_a_state_dicts_tensors_load_with_one_torch_load_per_distinct_pickle(
+    store_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DCP saves each tensor as its own ``torch.save`` archive, whose pickle holds only the
+    layout: the load unpickles each distinct one once (``weights_only=True``) and copies the
+    others' bytes with its layout. Every layout lands as torch.load would have it: six of one
+    shape, a transposed view (saved non-contiguous), bf16, int64, a 0-d tensor, and a
+    non-contiguous target."""
+    gen = torch.Generator().manual_seed(1)
+    state: dict[str, Any] = {f"a{i}": torch.randn(64, 32, generator=gen) for i in range(6)}
+    state |= {"t": torch.randn(32, 64, generator=gen).t(), "h": torch.randn(9).bfloat16(),
+              "i": torch.arange(10), "s": torch.tensor(3.5), "n": 3}
+    assert not state["t"].is_contiguous()
+    cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
+    cp.save_state_dict(state).result()
+    target = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else 0
+              for k, v in state.items()}
+    target["a5"] = torch.zeros(32, 64).t()  # a target of another layout: copied, not viewed
+    loads: list[object] = []
+    real = torch.load
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        assert kwargs.get("weights_only") is True
+        loads.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
+    # One per pickle: (64, 32) float, its transpose, bf16, int64, 0-d; and the value n.
+    assert len(loads) == 6
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            assert target[key].dtype == value.dtype and torch.equal(target[key], value), key
+    assert target["n"] == 3

@@ -42,12 +42,17 @@ _PR_SET_PDEATHSIG = 1
 # runtime with what `rank.run_rank` imports as it starts (the task loader, the inputs' codecs
 # and store: ~0.17 s a rank on 2 busy cores, paid again at every restart when not here), and
 # what a task file's own imports of Shoal load (`shoal.clustered`; `packaging`, which reads
-# an Image's pip requirements; the checkpoints' CRC32C). None of them starts a thread at
-# import (checked after importing, in `preimport`).
+# an Image's pip requirements; the checkpoints' CRC32C). And what a restarted rank's first
+# state-dict load imports: DCP's `get_state_dict`/`set_state_dict`, the config torch.load
+# reads on its first call, and Shoal's state-dict load (`state_dicts`, `trust`: torch-only
+# modules a load imports when called, ~9 ms a rank where bytecode is not cached). None of
+# them starts a thread at import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
+              "torch.distributed.checkpoint.state_dict", "torch.utils.serialization.config",
               "shoal._runtime.rank", "shoal._runtime.loader", "shoal._runtime.reports",
               "shoal._storage.codecs", "shoal._storage.blobs", "shoal._storage.call_io",
-              "shoal.clustered", "packaging.requirements", "shoal._storage.checkpoints")
+              "shoal.clustered", "packaging.requirements", "shoal._storage.checkpoints",
+              "shoal._storage.checkpoints.state_dicts", "shoal._storage.checkpoints.trust")
 
 
 def os_threads() -> int:

@@ -11,8 +11,9 @@ the names in ``__all__`` from ``shoal._storage.checkpoints`` and never one of it
   pieces in a pool of threads) and ``checksums.py`` (CRC32C, combinable);
 - ``loaded_bytes.py``: the ``bytes`` a load returns, filled in place;
 - ``writer.py``: the background writer of asynchronous saves, below training's priority;
-- ``state_dicts.py`` + ``trust.py``: torch state dicts through DCP, and what their loads may
-  unpickle. These two import torch.
+- ``state_dicts.py`` + ``trust.py`` + ``tensor_blobs.py``: torch state dicts through DCP, what
+  their loads may unpickle, and their tensors read with one ``torch.load`` per distinct
+  pickle. These three import torch.
 
 The rule for what loads with the package: this file imports only modules that import no
 heavy library (``import shoal`` loads it, and must stay light). A module that imports torch

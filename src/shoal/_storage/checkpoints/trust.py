@@ -35,8 +35,11 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+from torch.futures import Future
 
+from shoal._storage.checkpoints import reads
+from shoal._storage.checkpoints.tensor_blobs import NotATensor, TensorBlobs
 from shoal.errors import StoreError
 
 __all__ = ["MetadataUnpickler", "TrustingLoad", "VerifiedFiles", "WeightsOnlyPlanner",
@@ -60,6 +63,10 @@ _ALLOWED: dict[str, frozenset[str]] = {
 def _fix(what: str) -> str:
     return (f"load an earlier step with load_state_dict(..., step=...), or, if only people you "
             f"trust can write {what}, load it with {OPT_OUT}")
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 class MetadataUnpickler(pickle.Unpickler):
@@ -107,15 +114,17 @@ class VerifiedFiles(FileSystem):
         super().__init__()
         self.root, self.read, self.load = Path(root), read, load
 
+    def held(self, path: str | os.PathLike[str]) -> bytes | None:
+        """The verified bytes of the file at ``path``; None for one too large to hold."""
+        try:
+            return self.read(Path(path).relative_to(self.root).as_posix())
+        except StoreError as e:  # DCP wraps what a read raises: kept to be reported
+            raise self.load.refuse(e) from None
+
     @contextlib.contextmanager
     def create_stream(self, path: str | os.PathLike[str],
                       mode: str) -> Generator[io.IOBase, None, None]:
-        data = None
-        if mode == "rb":
-            try:
-                data = self.read(Path(path).relative_to(self.root).as_posix())
-            except StoreError as e:  # DCP wraps what a read raises: kept to be reported
-                raise self.load.refuse(e) from None
+        data = self.held(path) if mode == "rb" else None
         if data is None:
             with super().create_stream(path, mode) as stream:
                 yield stream
@@ -125,7 +134,9 @@ class VerifiedFiles(FileSystem):
 
 class WeightsOnlyReader(FileSystemReader):
     """DCP's ``FileSystemReader`` whose ``.metadata`` goes through `MetadataUnpickler`, its
-    bytes checked by ``verify`` (against the commit) as they are read."""
+    bytes checked by ``verify`` (against the commit) as they are read, and whose tensors load
+    through `TensorBlobs` (one ``torch.load(weights_only=True)`` per distinct pickle, not per
+    tensor)."""
 
     def __init__(self, path: str, *, where: str, verify: Callable[[bytes], bytes],
                  load: TrustingLoad) -> None:
@@ -154,6 +165,72 @@ class WeightsOnlyReader(FileSystemReader):
         metadata.storage_meta.load_id = self.load_id
         return metadata
 
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """DCP's reads, from each file's verified bytes held in memory once (no copy per
+        item), tensors through `TensorBlobs`; the items of a file too large to hold, or saved
+        through a stream transform, go to DCP's own loop."""
+        per_file: dict[str, list[ReadItem]] = {}
+        streamed: list[ReadItem] = []
+        for item in plan.items:
+            info = self.storage_data[item.storage_index]
+            if info.transform_descriptors:
+                streamed.append(item)
+            else:
+                per_file.setdefault(info.relative_path, []).append(item)
+        blobs = TensorBlobs()
+        for relative_path, items in per_file.items():
+            data = self._held(self.fs.concat_path(self.path, relative_path))
+            if data is None:
+                streamed += items
+                continue
+            with memoryview(data) as view:
+                for item in items:
+                    self._read_item(view, item, planner, blobs)
+        if streamed:
+            return super().read_data(LoadPlan(streamed), planner)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+    def _held(self, path: str | os.PathLike[str]) -> bytes | None:
+        if isinstance(self.fs, VerifiedFiles):
+            return self.fs.held(path)
+        # Verified downloads (another store), private to this load: read whole unless large.
+        if os.path.getsize(path) > reads.IN_MEMORY_MAX:
+            return None
+        return Path(path).read_bytes()
+
+    def _read_item(self, view: memoryview, item: ReadItem, planner: LoadPlanner,
+                   blobs: TensorBlobs) -> None:
+        info = self.storage_data[item.storage_index]
+        if info.offset + info.length > len(view):
+            raise self.load.refuse(StoreError(
+                f"{self.where}: {info.relative_path} ends before the {info.length} bytes of "
+                f"{item.storage_index.fqn!r} at offset {info.offset}. Fix: "
+                f"{_fix('the store')}"))
+        blob = view[info.offset:info.offset + info.length]
+        if item.type == LoadItemType.BYTE_IO:
+            planner.load_bytes(item, io.BytesIO(blob))
+            return
+        target = planner.resolve_tensor(item).detach()
+        try:
+            source = blobs.read_into(blob, target, item.storage_offsets, item.lengths)
+        except pickle.UnpicklingError as e:
+            raise self.load.refuse(StoreError(
+                f"{self.where}: the tensor {item.storage_index.fqn!r} is not one torch loads "
+                f"with weights_only=True ({_first_line(e)}); Shoal refuses to unpickle it (a "
+                f"pickle runs what it names). Fix: {_fix('this checkpoint')}")) from None
+        except NotATensor as e:
+            raise self.load.refuse(StoreError(
+                f"{self.where}: the archive of the tensor {item.storage_index.fqn!r} {e}. "
+                f"Fix: {_fix('this checkpoint')}")) from None
+        if source.size() != target.size():
+            raise ValueError(
+                f"{self.where}: {item.storage_index.fqn!r} was saved with size "
+                f"{tuple(source.size())}, the state dict's is {tuple(target.size())}; load it "
+                "into a state dict of the model it was saved from")
+        planner.commit_tensor(item, target)
+
 
 class WeightsOnlyPlanner(DefaultLoadPlanner):
     """DCP's ``DefaultLoadPlanner`` that loads non-tensor values with ``weights_only=True``."""
@@ -167,11 +244,10 @@ class WeightsOnlyPlanner(DefaultLoadPlanner):
         try:
             obj = torch.load(value, weights_only=True)
         except pickle.UnpicklingError as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise self.load.refuse(StoreError(
                 f"{self.where}: the value {fqn!r} is not one torch loads with "
-                f"weights_only=True ({first}); Shoal refuses to unpickle it (a pickle runs "
-                f"what it names). Fix: {_fix('this checkpoint')}")) from None
+                f"weights_only=True ({_first_line(e)}); Shoal refuses to unpickle it (a "
+                f"pickle runs what it names). Fix: {_fix('this checkpoint')}")) from None
         # Where DefaultLoadPlanner puts what it loads (set_element: its own helper).
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
