@@ -19,7 +19,9 @@ figure is the median. "amortized ms/call" is (t(N) - t(1)) / (N - 1): what one m
 once the run is going; "total ms/call" is t(N) / N, run start-up included. Ratios divide this
 row's amortized ms/call by the reference row's at the same N (above 1 is slower).
 
-Also measured: ``import shoal`` wall time over a bare interpreter (median of ``--import-runs``
+Also measured: N calls one after another, each in a fresh worker process (``reusable="off"``),
+their workers forked from the run's worker template and started afresh, side by side; and
+``import shoal`` wall time over a bare interpreter (median of ``--import-runs``
 runs of ``python -c "import shoal"`` minus ``python -c "pass"``) and ``-X importtime``'s
 cumulative figure for ``shoal``; the same for ``import flyte``, for scale.
 
@@ -58,6 +60,9 @@ ENGINES = ("in-process", "shoal local", "flyte 2 local")
 # The issue's goal for the shoal row.
 GOAL_MS_PER_CALL = 2.0
 GOAL_IMPORT_S = 0.15
+# Calls one after another in fresh worker processes (``reusable="off"``), per setting.
+FRESH_N = 10
+FRESH_SETTINGS = {"forked from the template": "1", "started afresh": "0"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,6 +114,39 @@ def _child_shoal(ns: list[int], rounds: int) -> dict[str, list[float]]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _child_shoal_fresh(rounds: int) -> dict[str, dict[str, list[float]]]:
+    """t(1) and t(FRESH_N) of ``fresh_one_by_one`` with workers forked from the run's worker
+    template and started afresh (``SHOAL_WORKER_TEMPLATE``), the settings alternating."""
+    import shutil
+
+    home = tempfile.mkdtemp(prefix="shoal-bench-fresh-")
+    os.environ["SHOAL_HOME"] = home
+    os.environ["SHOAL_MACHINE_DIR"] = os.path.join(home, "machine")
+    try:
+        import programs_dispatch as prog
+
+        import shoal
+        from shoal import _contract as contract
+
+        def call(n: int) -> int:
+            return int(shoal.run(prog.fresh_one_by_one, n).outputs()[0])
+
+        call(1)  # warm-up
+        out: dict[str, dict[str, list[float]]] = {k: {"1": [], str(FRESH_N): []}
+                                                  for k in FRESH_SETTINGS}
+        for _ in range(rounds):
+            for name, value in FRESH_SETTINGS.items():
+                os.environ[contract.WORKER_TEMPLATE] = value
+                for n in (1, FRESH_N):
+                    t0 = time.perf_counter()
+                    if call(n) != n * (n - 1) // 2:
+                        raise RuntimeError(f"fresh_one_by_one({n}) returned a wrong sum")
+                    out[name][str(n)].append(time.perf_counter() - t0)
+        return out
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
 
     import flyte
@@ -136,7 +174,9 @@ def _child_flyte(ns: list[int], rounds: int) -> dict[str, list[float]]:
 def child(kind: str, ns: list[int], rounds: int) -> None:
     fn = {"in-process": _child_in_process, "shoal": _child_shoal, "flyte": _child_flyte}[kind]
     times = fn(ns, rounds)
-    extra = {}
+    extra: dict[str, Any] = {}
+    if kind == "shoal":
+        extra["fresh"] = _child_shoal_fresh(rounds)
     if kind == "flyte":
         import flyte
 
@@ -265,12 +305,14 @@ def main() -> None:
 
     frame = Frame.start("dispatch.py", warn_busy=False)
     results: dict[str, dict[int, dict[str, float]] | str] = {}
+    fresh: dict[str, dict[str, list[float]]] = {}
     flyte_version = "-"
     flyte_problem = "--no-flyte" if args.no_flyte else ensure_flyte_venv()
 
     for engine, kind in (("in-process", "in-process"), ("shoal local", "shoal")):
         got = run_child(kind, sys.executable, child_env(), ns, args.rounds)
         results[engine] = summarize(got["times"], ns)
+        fresh = got.get("fresh", fresh)
     if flyte_problem is None:
         try:
             got = run_child("flyte", str(flyte_python()), flyte_env(), ns, args.rounds)
@@ -282,12 +324,25 @@ def main() -> None:
         results["flyte 2 local"] = flyte_problem
     imports = import_times(args.import_runs, flyte_problem is None)
     frame.stop()
-    report(results, imports, ns, flyte_version, frame, args)
+    report(results, imports, ns, flyte_version, frame, args, fresh_table(fresh))
+
+
+def fresh_table(fresh: dict[str, dict[str, list[float]]]) -> list[str]:
+    """The fresh-process rows: the time one more such call adds, each setting side by side."""
+    lines = table(["worker of each call", "t(1) s", f"t({FRESH_N}) s", "ms a call",
+                   "vs started afresh"])
+    per_call = {name: (statistics.median(t[str(FRESH_N)]) - statistics.median(t["1"]))
+                / (FRESH_N - 1) * 1e3 for name, t in fresh.items()}
+    for name, t in fresh.items():
+        lines.append(f"| {name} | {statistics.median(t['1']):.3f} | "
+                     f"{statistics.median(t[str(FRESH_N)]):.3f} | {per_call[name]:.1f} | "
+                     f"{ratio(per_call[name], per_call.get('started afresh'))} |")
+    return lines
 
 
 def report(results: dict[str, dict[int, dict[str, float]] | str],
            imports: dict[str, dict[str, float]], ns: list[int], flyte_version: str,
-           frame: Frame, args: argparse.Namespace) -> None:
+           frame: Frame, args: argparse.Namespace, fresh: list[str]) -> None:
     """The table, goals and import times: printed, as headlines, and written."""
     rows = engine_table(results, ns)
     sh = imports["shoal"]
@@ -327,6 +382,8 @@ def report(results: dict[str, dict[int, dict[str, float]] | str],
     print()
     print("\n".join(rows))
     print()
+    print("\n".join(fresh))
+    print()
     for line in [*goal_lines, t1_line, *import_lines]:
         print(line)
     print(f"whole benchmark {frame.elapsed:.0f} s")
@@ -348,6 +405,12 @@ def report(results: dict[str, dict[int, dict[str, float]] | str],
         "local runs every call in-process with no isolation; shoal local runs every call in "
         "its environment's process.", "",
         *[f"- {line}" for line in goal_lines], f"- {t1_line}", "",
+        f'## A fresh process per call (`reusable="off"`): {FRESH_N} calls one by one', "",
+        *fresh, "",
+        "ms a call = (t(N) - t(1)) / (N - 1): what one more call in a fresh worker process "
+        "adds. Forked: the run's worker template (`_engines/local/templates.py`) forks it; "
+        "afresh (`SHOAL_WORKER_TEMPLATE=0`): an interpreter starts and imports Shoal. The two "
+        "settings alternate round by round in one process.", "",
         "## Import time", "",
         *[f"- {line}" for line in import_lines], "",
     ])

@@ -20,3 +20,13 @@ async def noop(i: int) -> int:
 async def fan_out(n: int) -> int:
     results = await asyncio.gather(*(noop(i) for i in range(n)))
     return sum(results)
+
+
+@driver.task
+async def fresh_one_by_one(n: int) -> int:
+    """N calls one after another, each in a fresh worker process (``reusable="off"``)."""
+    fresh = noop.override(reusable="off")
+    total = 0
+    for i in range(n):
+        total += await fresh(i)
+    return total
