@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 from shoal._runtime.log_files import redirect_output
-from shoal._runtime.zygote import die_with_parent, os_threads
+from shoal._runtime.zygote import as_fresh, die_with_parent, exit_after, os_threads
 
 # What a worker imports as it starts and at its first call (the task loader, the inputs'
 # codecs, the store, the context and its checkpoint, metrics), and what a task file's own
@@ -102,15 +102,13 @@ def _show_as(argv: list[str], environ: dict[str, str]) -> None:
 def _worker_child(request: dict[str, Any], template: int, close: tuple[int, ...]) -> None:
     """In the forked worker: become what a fresh worker process is, then run it; never
     returns."""
-    code = 1
-    try:
+
+    def body() -> None:
         os.setsid()
         die_with_parent()
         if os.getppid() != template:  # it died before the signal was armed
-            os._exit(1)
+            raise SystemExit(1)
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the template's, not a fresh process's
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         for fd in close:
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -119,30 +117,15 @@ def _worker_child(request: dict[str, Any], template: int, close: tuple[int, ...]
         redirect_output(str(request["log"]))
         env = request["env"]
         assert isinstance(env, dict)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(str(request["cwd"]))
-        if sys.path and sys.path[0] == _START_CWD:  # `-m` put the folder it started in first
-            sys.path[0] = os.getcwd()
         from shoal._runtime import worker
 
-        sys.argv = [worker.__file__ or ""]  # as `python -m shoal._runtime.worker` sets it
+        as_fresh(env, str(request["cwd"]), worker.__file__ or "")
+        if sys.path and sys.path[0] == _START_CWD:  # `-m` put the folder it started in first
+            sys.path[0] = os.getcwd()
         _show_as([sys.executable, "-m", "shoal._runtime.worker"], env)
-        if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
-            sys.modules["numpy"].random.seed()
         worker.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # the worker's process boundary: shown in its log, exit code 1
-        import traceback
 
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+    exit_after(body)
 
 
 def _reap() -> None:

@@ -31,7 +31,8 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from shoal._runtime.log_files import redirect_output
 
@@ -88,40 +89,60 @@ def preimport() -> str:
     return ""
 
 
-def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> None:
-    """In the forked rank: become what a fresh rank process is, then run it; never returns."""
+def as_fresh(env: dict[str, str], cwd: str, module_file: str) -> None:
+    """In a forked child: the environment ``env`` exactly, the working directory, ``sys.argv``
+    as ``python -m <module>`` sets it, Python's default SIGCHLD and an empty signal mask,
+    numpy's global generator reseeded (``random`` reseeds itself at fork): what a fresh
+    interpreter started for that module would have."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the parent's, not a fresh process's
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = [module_file]
+    if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
+        sys.modules["numpy"].random.seed()
+
+
+def exit_after(body: Callable[[], None]) -> NoReturn:
+    """Run a forked child's ``body`` and end the process with its exit code (0, a
+    ``SystemExit``'s, or 1 with the traceback in its log for anything else: the child's
+    process boundary), its output flushed; never returns to the parent's code."""
     code = 1
     try:
-        for fd in fds:
-            os.close(fd)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's, not a fresh process's
-        signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        if request["log"]:  # "": the node's first log, which the zygote writes to already
-            redirect_output(str(request["log"]))
-        env = request["env"]
-        assert isinstance(env, dict)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(str(request["cwd"]))
-        from shoal._runtime import rank
-
-        sys.argv = [rank.__file__ or ""]  # as `python -m shoal._runtime.rank` sets it
-        if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
-            sys.modules["numpy"].random.seed()
-        os.read(go, 1)  # until the last rank of the node is forked too
-        os.close(go)
-        rank.main()
+        body()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # the rank's process boundary: shown in its log, exit code 1
+    except BaseException:  # the process boundary: shown in its log, exit code 1
         import traceback
 
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(code)
+
+
+def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> None:
+    """In the forked rank: become what a fresh rank process is, then run it; never returns."""
+
+    def body() -> None:
+        for fd in fds:
+            os.close(fd)
+        if request["log"]:  # "": the node's first log, which the zygote writes to already
+            redirect_output(str(request["log"]))
+        env = request["env"]
+        assert isinstance(env, dict)
+        from shoal._runtime import rank
+
+        as_fresh(env, str(request["cwd"]), rank.__file__ or "")
+        os.read(go, 1)  # until the last rank of the node is forked too
+        os.close(go)
+        rank.main()
+
+    exit_after(body)
 
 
 def serve(req_fd: int, rep_fd: int) -> None:
