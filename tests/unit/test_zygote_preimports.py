@@ -17,7 +17,11 @@ import ast, importlib, inspect, sys, textwrap
 from shoal._runtime import zygote
 for name in zygote.PREIMPORTS:
     if name.startswith("shoal."):
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:  # a state dict's modules need torch, as ranks do
+            if e.name != "torch":
+                raise
 print("THREADS", zygote.os_threads())
 from shoal._runtime import rank
 tree = ast.parse(textwrap.dedent(inspect.getsource(rank.run_rank)))
