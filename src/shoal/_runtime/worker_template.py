@@ -36,30 +36,14 @@ import sys
 from typing import Any
 
 from shoal._runtime.log_files import redirect_output
-from shoal._runtime.zygote import as_fresh, die_with_parent, exit_after, os_threads
+from shoal._runtime.zygote import as_fresh, die_with_parent, exit_after, preimport
 
 # What a worker imports as it starts and at its first call (the task loader, the inputs'
 # codecs, the store, the context and its checkpoint, metrics), and what a task file's own
-# imports of Shoal load. None of them starts a thread at import (checked in `preimport`).
+# imports of Shoal load. None of them starts a thread at import (checked by `zygote.preimport`).
 PREIMPORTS = ("shoal", "shoal._runtime.worker", "shoal._runtime.loader", "shoal._storage.codecs",
               "shoal._storage.blobs", "shoal._storage.call_io", "shoal._runtime.context",
               "shoal._runtime.metrics", "shoal._runtime.report_scope")
-
-
-def preimport() -> str:
-    """Import `PREIMPORTS`; '' when done, else why not (the engine then starts workers
-    afresh)."""
-    import importlib
-
-    try:
-        for name in PREIMPORTS:
-            importlib.import_module(name)
-    except Exception as e:
-        return f"could not pre-import {name} ({type(e).__name__}: {e})"
-    threads = os_threads()
-    if threads > 1:
-        return f"{threads} threads run after its imports: forking would copy their locks"
-    return ""
 
 
 def _reply(message: dict[str, Any]) -> None:
@@ -141,7 +125,7 @@ def _reap() -> None:
 
 def serve() -> None:
     die_with_parent()
-    why = preimport()
+    why = preimport(PREIMPORTS)
     _reply({"ready": not why, "why": why})
     if why:
         return

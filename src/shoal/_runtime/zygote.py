@@ -72,20 +72,20 @@ def die_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def preimport() -> str:
-    """Import `PREIMPORTS`; '' when done, else why not (the launcher then starts ranks
-    afresh)."""
+def preimport(names: tuple[str, ...] = PREIMPORTS) -> str:
+    """Import ``names`` (the rank zygote's `PREIMPORTS` by default); '' when done, else why
+    not (the caller then starts its processes afresh)."""
     import importlib
 
     try:
-        for name in PREIMPORTS:
+        for name in names:
             importlib.import_module(name)
-    except Exception as e:  # a broken torch install: the ranks will say it in their own logs
+    except Exception as e:  # a broken install: the processes started afresh say it in their logs
         return f"could not pre-import {name} ({type(e).__name__}: {e})"
     threads = os_threads()
     if threads > 1:
-        return (f"{threads} threads run after importing torch (set OMP_NUM_THREADS=1): forking "
-                "would copy their locks but not them")
+        return (f"{threads} threads run after the pre-imports (set OMP_NUM_THREADS=1 for torch): "
+                "forking would copy their locks but not them")
     return ""
 
 
