@@ -164,11 +164,17 @@ SERIAL_TIERS: dict[str, str] = {
     # both again, and two builders' layer caches would race on one machine's disk.
     "containers": "containers",
 }
+# A module whose tests build on each other's state runs as one unit too, in file order.
+SERIAL_MODULES: dict[str, str] = {
+    # Its later runs reuse the data step the first run cached in the module's SHOAL_HOME;
+    # split across workers, each worker's home would start empty.
+    "tests/process/test_pretrain_example.py": "the pretraining example's shared home",
+}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Each test its own unit of work, but a serial tier's tests one unit (xdist's
+    """Each test its own unit of work, but a serial tier's or module's tests one unit (xdist's
     ``--dist loadgroup`` cannot be used: with pytest 9 its group marks are lost). The
     largest unit is handed out first, so the serial tier starts at once on one worker
     while the other takes everything else."""
@@ -176,6 +182,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module in SERIAL_MODULES:
+                return module
             parts = nodeid.split("/")
             tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
             return SERIAL_TIERS.get(tier, nodeid)

@@ -77,7 +77,8 @@ def test_pipeline_trains_evaluates_and_caches_its_data(home: Path) -> None:
 def test_killed_rank_costs_at_most_one_checkpoint_interval(home: Path) -> None:
     summary, log = shoal_run(home, "main", "--steps", "60", "--checkpoint-every", "20",
                              "--kill-rank-at-step", "50")
-    assert "cache hit" in log  # the data from the first test
+    # The data the first test cached (the module runs in one worker: SERIAL_MODULES).
+    assert "cache hit" in log, "run the whole module: its first test caches the data"
     assert "fault injection: rank 3 kills itself (SIGKILL) before step 50" in log
     assert "restart" in log
     # Killed before step 50 with checkpoints every 20: the restart resumes from step 40.
