@@ -34,6 +34,7 @@ def test_a_forked_worker_starts_as_a_fresh_one_would(shoal_home: Path) -> None:
     assert facts["sigint"] == facts["sigchld"] == "True" and int(facts["blocked"], 16) == 0
     # A variable an interpreter reads only as it starts differs: that worker starts afresh.
     assert TEMPLATE not in facts["own_path_parent"]
+    assert facts["checkpoint_imported"] == "False"  # the driver's calls made no checkpoint
     logs = "".join(p.read_text() for p in (shoal_home / "runs" / run.name).rglob("*.log"))
     assert "a line in the call's log" in logs
 

@@ -37,3 +37,19 @@ def test_a_deferred_checkpoint_is_made_once_on_its_first_read() -> None:
             t.join()
     assert len(made) == 1 and seen == made * 4 and deferred.value is made[0]
     assert shoal.ctx().checkpoint is None  # outside the call
+
+
+def test_calling_a_task_reads_the_context_but_makes_no_checkpoint() -> None:
+    made: list[object] = []
+    env = shoal.TaskEnvironment(name="ctx-env")
+
+    @env.task
+    def plain(x: int) -> int:
+        return x + 1
+
+    deferred = Deferred(lambda: made.append(object()))
+    with running(TaskContext(run_name="r", action="a0", checkpoint=deferred)):
+        assert plain(1) == 2  # no client in this context: the plain function
+        assert not made and not deferred.made
+        shoal.ctx()  # the user's read makes it
+        assert deferred.made

@@ -32,7 +32,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from shoal._runtime.context import ctx
+from shoal._runtime.context import current
 from shoal.errors import SpecError
 
 __all__ = ["ElasticSampler"]
@@ -101,7 +101,7 @@ class ElasticSampler:
             raise SpecError(f"{_WHERE}.seed", seed, "must be an int (the same on every rank)",
                             "e.g. seed=0")
         self.seed = seed
-        context = ctx()
+        context = current()
         worlds: set[int] = set()
         if world_size is None:
             world_size = context.world_size or 1

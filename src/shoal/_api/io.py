@@ -56,7 +56,7 @@ from typing import IO, Any
 
 from shoal import _contract as contract
 from shoal._api import io_streams
-from shoal._runtime.context import ctx
+from shoal._runtime.context import current
 from shoal._spec.names import check_object_name
 from shoal._storage.store import (
     SCHEMES,
@@ -169,7 +169,7 @@ class File:
     def named_remote(cls, name: str) -> File:
         """A reference to ``name`` in this task call's own prefix: the same path on every
         attempt (a retry finds what an earlier attempt wrote), another one in every call."""
-        here = ctx()
+        here = current()
         if not here or here.run_name is None:
             raise SpecError(field="File.named_remote", value=name,
                             rule="needs a running task (the path is derived from its call)",

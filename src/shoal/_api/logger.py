@@ -18,7 +18,7 @@ import sys
 from typing import TextIO
 
 from shoal import _contract as contract
-from shoal._runtime.context import ctx
+from shoal._runtime.context import current
 
 NAME = "shoal.user"
 DEFAULT_LEVEL = logging.INFO
@@ -32,7 +32,7 @@ class _Where(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        c = ctx()
+        c = current()
         if c.run_name is None or c.action is None:
             return line
         rank = f"[rank {c.rank}]" if c.in_gang and c.rank is not None else ""

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from shoal._api.group import group
-from shoal._runtime.context import ctx
+from shoal._runtime.context import current
 from shoal.errors import InputError, SpecError
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class _Mapped:
 
     def submit(self, item: tuple[Any, ...]) -> concurrent.futures.Future[Any]:
         """Submit one call to the controller; the future holds the output literal."""
-        c = ctx()
+        c = current()
         task = self.task
         task._refuse_from_gang(c)
         task._check_reachable(c.env)
@@ -180,8 +180,8 @@ class _Mapper:
         if not iterables:
             return
         items = zip(*iterables, strict=False)  # as zip and Flyte: the shortest ends it
-        mapped.task._refuse_from_gang(ctx())
-        if ctx().client is None:
+        mapped.task._refuse_from_gang(current())
+        if current().client is None:
             for item in items:
                 try:
                     yield _run_coroutine(mapped.call_plain(item))
@@ -219,8 +219,8 @@ class _Mapper:
         if not iterables:
             return
         items = zip(*iterables, strict=False)  # as zip and Flyte: the shortest ends it
-        mapped.task._refuse_from_gang(ctx())
-        if ctx().client is None:
+        mapped.task._refuse_from_gang(current())
+        if current().client is None:
             for item in items:
                 try:
                     with group(mapped.group):

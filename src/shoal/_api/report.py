@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable
 from typing import Generic, ParamSpec, TypeVar
 
-from shoal._runtime.context import ctx
+from shoal._runtime.context import current
 from shoal._runtime.report_page import MAIN_TAB, Report, Tab
 from shoal._runtime.report_scope import ReportSession, current_session
 
@@ -64,7 +64,7 @@ def _session(api: str) -> ReportSession | None:
             session.warned = True
             _warn(session.not_stored)
         return session
-    c = ctx()
+    c = current()
     if c:
         _warn_once((c.run_name, c.action, c.attempt),
                    f"shoal.report.{api}: task {c.task!r} (action {c.action}) was declared "

@@ -23,7 +23,7 @@ from shoal._api.plugin_config import PluginConfig
 from shoal._api.task_options import retry_settings, timeout_settings
 from shoal._api.task_settings import TaskSettings
 from shoal._runtime import task_registry
-from shoal._runtime.context import ctx
+from shoal._runtime.context import current
 from shoal._runtime.task_registry import LoadableTask
 from shoal._spec.call import CallSpec, TaskSpec, frozen_map
 from shoal._spec.code import code_hash
@@ -247,7 +247,7 @@ class TaskTemplate(LoadableTask, Generic[F]):
         body it blocks that body's event loop until the output is back (the calls in flight
         go on in the call client's own thread; their results are taken up once the loop runs
         again). ``await task.aio(...)`` is the call that lets the loop run meanwhile."""
-        c = ctx()
+        c = current()
         self._refuse_from_gang(c)
         if c.client is None:
             return self.func(*args, **kwargs)
@@ -259,7 +259,7 @@ class TaskTemplate(LoadableTask, Generic[F]):
 
     async def aio(self, *args: Any, **kwargs: Any) -> Any:
         """Call the task and await it, whether its function is sync or async."""
-        c = ctx()
+        c = current()
         self._refuse_from_gang(c)
         if c.client is None:
             result = self.func(*args, **kwargs)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from shoal._api.group import current_group
-from shoal._runtime.context import TaskContext, ctx, running
+from shoal._runtime.context import TaskContext, current, running
 from shoal._spec.trace import TraceCall, TraceOutcome, TraceReplay
 from shoal.errors import InputError, SpecError
 
@@ -122,7 +122,7 @@ def recording_scope(traced: Traced) -> Scope | None:
     scope = _scope.get()
     if scope is not None:
         return scope
-    c = ctx()
+    c = current()
     if c.in_gang and c.client is None:  # a Ray gang's driver records its traces
         if not _warned_in_gang[0]:
             _warned_in_gang[0] = True

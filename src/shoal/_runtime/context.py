@@ -124,12 +124,21 @@ custom_block: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Con
 
 def ctx() -> TaskContext:
     """The context of the task running in this process, or an empty (falsy) one."""
-    current = _current.get()
-    if type(current.checkpoint) is Deferred:  # made now, kept on the (shared) context
-        object.__setattr__(current, "checkpoint", current.checkpoint.get())
+    here = _current.get()
+    if type(here.checkpoint) is Deferred:  # made now, kept on the (shared) context
+        object.__setattr__(here, "checkpoint", here.checkpoint.get())
+    return current()
+
+
+def current() -> TaskContext:
+    """`ctx()` for Shoal's own reads, which never touch ``checkpoint``: it stays unmade
+    (possibly a `Deferred`). A driver's task call reads the context, and making the
+    checkpoint there imported the checkpoint package into every driver worker (~40% of a
+    one-call run's worker CPU)."""
+    here = _current.get()
     block = custom_block.get()
     # As in Flyte, a custom_context block shows in ctx().custom_context too.
-    return current if block is None or not current else replace(current, custom_context=block)
+    return here if block is None or not here else replace(here, custom_context=block)
 
 
 def called_with() -> Mapping[str, str]:

@@ -57,7 +57,9 @@ def dies(code: int) -> None:
 
 @parent.task
 async def tour() -> dict[str, str]:
-    return {**await facts(), "own_path_parent": await parent_name()}
+    called = {**await facts(), "own_path_parent": await parent_name()}
+    # Calling tasks reads this call's context, not its checkpoint: nothing made, nothing imported.
+    return {**called, "checkpoint_imported": str("shoal._storage.checkpoints" in sys.modules)}
 
 
 @afresh.task
