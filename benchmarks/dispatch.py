@@ -46,6 +46,7 @@ from typing import Any
 from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     child_env,
+    compile_shoal,
     headline,
     run_marked,
 )
@@ -302,6 +303,7 @@ def main() -> None:
     if args.child:
         child(args.child, ns, args.rounds)
         return
+    compile_shoal()
 
     frame = Frame.start("dispatch.py", warn_busy=False)
     results: dict[str, dict[int, dict[str, float]] | str] = {}

@@ -64,6 +64,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     REPO,
     CpuMeter,
     child_env,
+    compile_shoal,
     free_port,
     headline,
     ncpu,
@@ -579,6 +580,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
+    compile_shoal()
 
     frame = Frame.start("gang_launch.py")
     interval = args.sample_ms / 1000

@@ -43,6 +43,7 @@ from typing import Any
 from _common import (  # benchmarks/_common.py, next to this script
     CpuMeter,
     child_env,
+    compile_shoal,
     headline,
     interleaved_rounds,
     ncpu,
@@ -184,6 +185,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.n)
         return
+    compile_shoal()
 
     frame, meter = Frame.start("map_scale.py", warn_busy=False), CpuMeter()
     problems: dict[str, str] = {}

@@ -58,6 +58,7 @@ from _common import (  # benchmarks/_common.py, next to this script
     CpuMeter,
     build_pretrain_data,
     child_env,
+    compile_shoal,
     headline,
     interleaved_rounds,
     run_logged,
@@ -255,6 +256,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     ap.add_argument("--no-write", action="store_true", help="print only, write no results file")
     args = ap.parse_args()
+    compile_shoal()
     if not 0 < args.kill_at < args.steps:
         ap.error("--kill-at must be inside the run: 0 < kill-at < steps")
 
