@@ -16,7 +16,7 @@ DEEPSPEED ?= deepspeed==0.19.8
 
 # An editable install byte-compiles nothing (a wheel's install does): compile once here, or
 # where PYTHONDONTWRITEBYTECODE is set every process (each worker, each rank) compiles the
-# modules it imports anew, ~35 ms of CPU a worker process.
+# modules it imports anew.
 $(BIN)/shoal: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

@@ -29,8 +29,8 @@ def compile_shoal() -> None:
     """Byte-compile Shoal's modules and the benchmark programs where their ``.pyc`` is missing
     or stale, as a wheel's install leaves them (the Flyte side is installed from wheels). An
     editable install writes none up front, and where ``PYTHONDONTWRITEBYTECODE`` is set (this
-    machine) every process would compile the modules it imports anew: ~0.1 s of CPU in a
-    one-call run's three processes, charged to Shoal and not to what it is compared with."""
+    machine) every process would compile the modules it imports anew, a cost charged to
+    Shoal and not to what it is compared with."""
     import compileall
     import importlib.util
 

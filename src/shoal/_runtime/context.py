@@ -132,9 +132,8 @@ def ctx() -> TaskContext:
 
 def current() -> TaskContext:
     """`ctx()` for Shoal's own reads, which never touch ``checkpoint``: it stays unmade
-    (possibly a `Deferred`). A driver's task call reads the context, and making the
-    checkpoint there imported the checkpoint package into every driver worker (~40% of a
-    one-call run's worker CPU)."""
+    (possibly a `Deferred`). A driver's task calls read the context; making the checkpoint
+    there would import the checkpoint package into every driver worker."""
     here = _current.get()
     block = custom_block.get()
     # As in Flyte, a custom_context block shows in ctx().custom_context too.
