@@ -1,9 +1,11 @@
 """The local engine: task calls as real processes on this machine.
 
 Each call is admitted against the machine's pool, which every local run of this machine shares
-(`shared_pool.py`; GPUs by index, as CUDA_VISIBLE_DEVICES), given a warm worker process of its
-environment (`workers.py`), and watched until it ends: its result, its crash (exit code or
-signal, log tail) or its timeout (the whole process tree is killed).
+(`shared_pool.py`; GPUs by index, as CUDA_VISIBLE_DEVICES). A plain call's attempt
+(`plain_call.py`) runs in a warm worker process of its environment (`workers.py`), forked from
+the run's template (`templates.py`) or started afresh, or in a container (`containers/`); a
+clustered call's (`gang.py`, `elastic.py`) in node launchers. This module plans those
+processes, starts and ends the engine, and serves the calls running tasks make.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from shoal import _contract as contract
 from shoal._contract import WorkerEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef, Engine, default_launch
 from shoal._engines.host_secrets import SecretMissing, secret_environ
-from shoal._engines.local import procs
 from shoal._engines.local.containers import (
     LAUNCHER_COMMAND,
     WORKER_COMMAND,
@@ -37,6 +38,7 @@ from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
 from shoal._engines.local.gang_limits import check_gang
 from shoal._engines.local.kept_clusters import KeptClusters
 from shoal._engines.local.node_net import node_nets
+from shoal._engines.local.plain_call import PlainCall
 from shoal._engines.local.plan import (
     ProcessPlan,
     format_bytes,
@@ -47,28 +49,14 @@ from shoal._engines.local.plan import (
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.shared_pool import SharedPool
 from shoal._engines.local.templates import WorkerTemplate
-from shoal._engines.local.workers import Worker, WorkerDied, WorkerSet, WorkerStartFailed
+from shoal._engines.local.workers import Worker, WorkerSet
 from shoal._runtime import messages as m
 from shoal._runtime import worker_template
-from shoal._runtime.log_files import log_tail
-from shoal._runtime.metrics import open_writer
-from shoal._runtime.system_metrics import CallSampler
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec
 from shoal._spec.names import shown
 from shoal.errors import EngineError, FailureInfo, ShoalError
 
-# Seconds between SIGTERM and SIGKILL when a call times out or is cancelled.
-KILL_GRACE = 2.0
-# How often a running task's memory is compared with its limit: a task that overshoots by a
-# lot within one interval is caught at the next sample, as a cgroup would have killed it.
-MEMORY_SAMPLE_SECONDS = 0.25
-# A call still running this long is watched (memory limit, system metrics); one that ends
-# sooner, as most calls of a fan-out do, costs no look at the machine's process table, which
-# takes milliseconds of CPU, more than the call itself.
-WATCH_AFTER_SECONDS = 0.05
-
-
-# Spec objects whose facts an engine keeps (`LocalEngine._facts`); past it, it starts over.
+# Spec objects whose facts an engine keeps (`LocalEngine.facts`); past it, it starts over.
 _ENV_FACTS_KEPT = 256
 
 
@@ -78,10 +66,6 @@ class _EnvFacts:
     worker_key: str
     request: Request
     priority: int
-
-
-class OutOfMemory(Exception):
-    """A task's processes went past its memory limit (internal; becomes kind "oom")."""
 
 
 class LocalEngine(Engine):
@@ -112,9 +96,9 @@ class LocalEngine(Engine):
         self.isolate_nodes = isolate_nodes  # each node in its own PID namespace, if possible
         self._namespace: tuple[str, ...] | None = None
         # action -> (its reservation, children in flight) while the action runs
-        self._running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
+        self.running: dict[str, tuple[Reservation, set[asyncio.Task[Any]]]] = {}
         self._traces: set[asyncio.Future[Any]] = set()
-        self._system_every: float | None = None  # `_system_interval`
+        self._system_every: float | None = None  # `system_interval`
         # `--containers`: each worker and node launcher runs inside its environment's image.
         cap = self.pool.capacity
         self.containers = ContainerSet(
@@ -221,10 +205,10 @@ class LocalEngine(Engine):
         if request_for(env).gpu and not self.gpus_emulated(env):
             return  # its worker must see the GPUs its call is given, known only when admitted
         with contextlib.suppress(EngineError):
-            self._workers.give_back(await self._spawn(env, code_file), env.reuse)
+            self._workers.give_back(await self.spawn(env, code_file), env.reuse)
 
     async def _close(self) -> None:
-        for _, children in list(self._running.values()):
+        for _, children in list(self.running.values()):
             for t in children:
                 t.cancel()
         await self.ray_clusters.close()
@@ -243,15 +227,21 @@ class LocalEngine(Engine):
                     os.close(fd)
             self.lifeline = None
 
+    @property
+    def workers(self) -> WorkerSet:
+        """The run's worker processes (`workers.py`), once the engine started."""
+        assert self._workers is not None  # started: run_attempt's guard
+        return self._workers
+
     # -- running -------------------------------------------------------------------------
-    async def _spawn(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...] = ()) -> Worker:
+    async def spawn(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...] = ()) -> Worker:
         assert self._workers is not None  # started
         worker_id = self._workers.new_id(env.name)
         plan = self.plan(env, code_file, worker_id, gpus)
         log = self.home / "runs" / self.run / "workers" / f"{worker_id}.log"
         environ = {**plan.environ, **self.secret_env(env), **self.gpu_environ(env, gpus)}
         if self.containers is None:
-            return await self._workers.spawn(self._worker_key(env, code_file, gpus), worker_id,
+            return await self._workers.spawn(self.warm_key(env, code_file, gpus), worker_id,
                                              plan.argv, environ, log,
                                              template=self._worker_template())
         box = await self.containers.open(env, self.containers.plan(
@@ -260,7 +250,7 @@ class LocalEngine(Engine):
             environ)
         # The client (podman) runs with this process's environment; the task's variables
         # are in the container's env file.
-        return await self._workers.spawn(self._worker_key(env, code_file, gpus), worker_id,
+        return await self._workers.spawn(self.warm_key(env, code_file, gpus), worker_id,
                                          box.argv(), self.client_environ(), log, box=box)
 
     def _worker_template(self) -> WorkerTemplate | None:
@@ -275,12 +265,12 @@ class LocalEngine(Engine):
             self._template.start()
         return self._template
 
-    def _worker_key(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...]) -> str:
+    def warm_key(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...]) -> str:
         # A warm worker sees the GPUs it started with: it serves only calls given the same.
-        key = self._facts(env, code_file).worker_key
+        key = self.facts(env, code_file).worker_key
         return f"{key}#gpu{','.join(map(str, gpus))}" if gpus else key
 
-    def _facts(self, env: EnvSpec, code_file: str) -> _EnvFacts:
+    def facts(self, env: EnvSpec, code_file: str) -> _EnvFacts:
         """What every plain call of ``env`` needs, worked out once per spec object: a
         worker's connection hands the same one for every call of a task (`messages.SpecReceiver`),
         so a fan-out pays for its key, request and priority once."""
@@ -391,9 +381,9 @@ class LocalEngine(Engine):
         each call lends it, as a plain parent's does, so a child is never queued behind its
         own parent; None: it holds none now, and the calls it made are cancelled."""
         if reservation is not None:
-            self._running[action] = (reservation, set())
+            self.running[action] = (reservation, set())
             return
-        _, children = self._running.pop(action, (None, set()))
+        _, children = self.running.pop(action, (None, set()))
         for t in children:
             t.cancel()
 
@@ -456,7 +446,6 @@ class LocalEngine(Engine):
             self._gangs.pop(ref.action, None)
 
     async def _run_attempt(self, call: CallSpec, ref: AttemptRef) -> AttemptOutcome:
-        assert self._workers is not None  # checked by run_attempt's guard
         try:
             self.secret_env(call.task.env)
         except SecretMissing as e:
@@ -466,117 +455,9 @@ class LocalEngine(Engine):
                 message=str(e), error_type="NonRecoverableError"))
         if call.task.env.cluster is not None:
             return await self._run_gang(call, ref)
-        facts = self._facts(call.task.env, call.task.code_file)
-        request, priority = facts.request, facts.priority
-        reservation = await self.admit_within(call, request, priority=priority,
-                                              label=ref.action)
-        if reservation is None:
-            return self.queued_too_long(call, ref)
-        worker: Worker | None = None
-        self._running[ref.action] = (reservation, set())
-        try:
-            fresh = call.task.env.reuse is not None and call.task.env.reuse.max_workers == 0
-            worker = (None if fresh  # task.override(reusable="off")
-                      else self._workers.take_idle(self._worker_key(
-                          call.task.env, call.task.code_file, reservation.gpus)))
-            try:
-                worker = worker or await self._spawn(call.task.env, call.task.code_file,
-                                                     reservation.gpus)
-            except WorkerStartFailed as e:  # killed while starting: this attempt crashed
-                code, sig = procs.describe_exit(e.returncode)
-                return AttemptOutcome(failure=FailureInfo(
-                    task=call.task.name, action=ref.action, attempt=ref.attempt, kind="crash",
-                    message=f"{e.why} before it took the call", exit_code=code, signal=sig,
-                    log_tail=e.log_tail))
-            order = m.Run(run=ref.run, action=ref.action, attempt=ref.attempt,
-                          task=call.task.name, code_file=call.task.code_file,
-                          inputs=dict(call.inputs), log_path=str(ref.log_path),
-                          checkpoint_uri=contract.checkpoint_uri(self.store, self.lineage,
-                                                                 ref.action),
-                          run_start=self.started_at,
-                          custom_context=dict(call.custom_context))
-            try:
-                done = await asyncio.wait_for(self._within_memory(worker, order, call),
-                                              call.task.timeout)
-            except OutOfMemory as oom:
-                await worker.kill()
-                return self._failed(call, ref, "oom", str(oom), worker, signal="SIGKILL")
-            except asyncio.TimeoutError:
-                await worker.kill(KILL_GRACE)
-                return self._failed(call, ref, "timeout",
-                                    f"ran past its timeout of {call.task.timeout:g}s; its "
-                                    "process tree was killed", worker)
-            except WorkerDied as died:
-                if worker.box is not None and (await worker.box.exit()).oom:
-                    return self._failed(call, ref, "oom", self._oom_message(call), worker,
-                                        signal="SIGKILL")
-                code, sig = procs.describe_exit(died.returncode)
-                return self._failed(call, ref, "crash", died.why, worker,
-                                    exit_code=code, signal=sig)
-            except asyncio.CancelledError:
-                await worker.kill(KILL_GRACE)
-                raise
-            if done.failure is not None:
-                if done.failure.origin_action:  # it carries the log of the call that failed
-                    return AttemptOutcome(failure=done.failure)
-                tail = log_tail(ref.log_path)
-                return AttemptOutcome(failure=_with(done.failure, log_tail=tail))
-            return AttemptOutcome(output=done.output)
-        finally:
-            _, children = self._running.pop(ref.action, (None, set()))
-            for t in children:
-                t.cancel()
-            reservation.release()
-            if worker is not None:
-                self._workers.give_back(worker, call.task.env.reuse)
+        return await PlainCall(self, call, ref).run()
 
-    async def _within_memory(self, worker: Worker, order: m.Run, call: CallSpec) -> m.Done:
-        """The worker's answer to ``order``; `OutOfMemory` once its process tree holds more than
-        the environment's memory limit, as a container past its cgroup limit is OOM-killed.
-        Meanwhile the tree's CPU and memory are written as the call's system metrics."""
-        resources = call.task.env.resources
-        limit = resources.memory_limit_bytes if resources is not None else None
-        if worker.box is not None:  # the kernel holds a container to its limit
-            limit = None
-        interval = self._system_interval()
-        answer = worker.order(order)
-        if limit is None and not interval:
-            return await answer
-        started = time.monotonic()
-        done, _ = await asyncio.wait({answer}, timeout=min(WATCH_AFTER_SECONDS, interval or 1.0))
-        if done:
-            return answer.result()
-        system = None if not interval else CallSampler(
-            open_writer(self.home, order.run, order.action, order.attempt, source="system"),
-            interval, started=started)
-        tick = MEMORY_SAMPLE_SECONDS if limit is not None or system is None \
-            else system.interval
-        primed: int | None = None
-        try:
-            while True:
-                # A container's processes are outside this process's tree: its PID 1's tree,
-                # sampled once podman said which pid that is.
-                pid = worker.pid if worker.box is None else worker.box.known_pid()
-                if system is not None and pid is not None and pid != primed:
-                    await asyncio.to_thread(system.prime, pid)
-                    primed = pid
-                done, _ = await asyncio.wait({answer}, timeout=tick)
-                if done:
-                    return answer.result()
-                if limit is not None:
-                    used = await asyncio.to_thread(procs.tree_memory, worker.pid)
-                    if used > limit:
-                        raise OutOfMemory(
-                            f"its processes held {used / 2**20:.0f} MiB, over its memory limit "
-                            f"of {limit / 2**20:.0f} MiB; they were killed "
-                            "(raise Resources(memory=...) or use less)")
-                if system is not None and primed is not None and system.due():
-                    await asyncio.to_thread(system.sample, primed)
-        finally:
-            if system is not None:
-                system.close()
-
-    def _system_interval(self) -> float:
+    def system_interval(self) -> float:
         """Seconds between system-metric samples of a plain call, 0 for none
         (``SHOAL_SYSTEM_METRICS_INTERVAL``, checked by the driver before the run starts; a bad
         value here means none); read once per engine."""
@@ -587,28 +468,13 @@ class LocalEngine(Engine):
                 self._system_every = 0.0
         return self._system_every
 
-    @staticmethod
-    def _oom_message(call: CallSpec) -> str:
-        resources = call.task.env.resources
-        limit = resources.memory_limit_bytes if resources is not None else None
-        size = f" of {limit / 2**20:.0f} MiB" if limit else ""
-        return (f"the kernel killed it at its container's memory limit{size} (raise "
-                "Resources(memory=...) or use less)")
-
-    def _failed(self, call: CallSpec, ref: AttemptRef, kind: str, message: str, worker: Worker,
-                exit_code: int | None = None, signal: str | None = None) -> AttemptOutcome:
-        tail = log_tail(ref.log_path) or log_tail(worker.log_path)
-        return AttemptOutcome(failure=FailureInfo(
-            task=call.task.name, action=ref.action, attempt=ref.attempt, kind=kind,
-            message=message, exit_code=exit_code, signal=signal, log_tail=tail))
-
     # -- calls made by running tasks ------------------------------------------------------
     def _on_submit(self, worker: Worker, msg: m.Submit | m.TraceStart | m.TraceEnd) -> None:
         if not isinstance(msg, m.Submit):
             self._on_trace(worker, msg)
             return
         parent = msg.call.parent_action
-        entry = self._running.get(parent or "")
+        entry = self.running.get(parent or "")
         task = asyncio.ensure_future(self._serve_child(worker, msg, entry))
         if entry is not None:
             entry[1].add(task)
@@ -649,10 +515,4 @@ class LocalEngine(Engine):
             reply = m.Result(msg.request_id, error=e)
         with contextlib.suppress(EngineError, ConnectionError):
             worker.send(reply)
-
-
-def _with(info: FailureInfo, **changes: Any) -> FailureInfo:
-    from dataclasses import replace
-
-    return replace(info, **changes)
 
