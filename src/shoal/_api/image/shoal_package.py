@@ -13,7 +13,6 @@ there, where neither a source tree nor metadata is.
 
 from __future__ import annotations
 
-import importlib.metadata
 import shlex
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,8 @@ def shoal_source() -> Path | None:
     """The Shoal package folder to copy into images, when this Shoal cannot be pip-installed
     by version: it runs from a source tree, or was installed from a local path or a VCS.
     None when it came from a package index."""
+    import importlib.metadata  # here: `import shoal` does not pay for it
+
     try:
         dist = importlib.metadata.distribution("shoal")
     except importlib.metadata.PackageNotFoundError:
@@ -65,6 +66,8 @@ def shoal_install_lines() -> list[str]:
 
 def shoal_requirement() -> str:
     """``shoal==<version running here>``, so pods run the Shoal that compiled their manifests."""
+    import importlib.metadata
+
     try:
         return f"shoal=={importlib.metadata.version('shoal')}"
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
@@ -93,6 +96,8 @@ def runtime_requirements(package: Path = _PACKAGE) -> list[str]:
     recorded = package.parent / Path(IMAGE_REQUIREMENTS).name  # in an image: what it installed
     if recorded.is_file():
         return [line for line in recorded.read_text().splitlines() if line.strip()]
+    import importlib.metadata
+
     try:
         requires = importlib.metadata.distribution("shoal").requires or []
     except importlib.metadata.PackageNotFoundError:
