@@ -9,7 +9,7 @@ store folder, and each node launcher's hang report (``hang-node<i>.json``, `hang
 process state, status and a py-spy-like stack per rank), taken before the timeout at
 `hang.early_at`, as launchers do on their own. Then the engine's code runs as
 ``gang.GangRun`` runs it once a node's rank exits: the trigger (`first_failure`, the status
-of the rank that failed first, `hang.timed_out`), `gang_hang.diagnose` (reports read, the
+of the rank that failed first, `hang.timed_out`), `gangs/hang.diagnose` (reports read, the
 verdict, ``stacks-rank<N>.txt`` and ``hang.txt`` written) and the culprit named. The clock
 starts when the last report is in the store: the moment the timeout is known.
 
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from _scale.curves import Curve
-from shoal._engines.local import gang_hang
+from shoal._engines.local.gangs import hang as gang_hang
 from shoal._runtime.hang import node_report_name, timed_out
 from shoal._runtime.rank_status import read_status, status_path
 from shoal._runtime.reports import first_failure

@@ -8,7 +8,7 @@ Per run, a fresh ``SHOAL_HOME``: wall seconds from just before ``shoal run`` sta
 first and to the last rank's first line, and to its exit; the CPU seconds of the whole tree
 (``RUSAGE_CHILDREN`` of this process: every level waits for its children, so their CPU adds
 up into ours) per rank; and the CPU other work took meanwhile (`CpuMeter`), the noise.
-Bounded by memory: the engine admits ``memory // 256Mi`` ranks (`gang_limits`).
+Bounded by memory: the engine admits ``memory // 256Mi`` ranks (`gangs/limits.py`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import shoal
 from shoal import _contract as contract
 from shoal._api.resources import MAX_CPU, MAX_GPU, MAX_MEMORY
-from shoal._engines.local.gang_limits import RANK_MEMORY, check_gang, fitting_nodes, most_ranks
+from shoal._engines.local.gangs.limits import RANK_MEMORY, check_gang, fitting_nodes, most_ranks
 from shoal._engines.local.pool import Request
 from shoal._storage.records import Records
 from shoal.cli.main import main

@@ -368,12 +368,13 @@ STORAGE_PACKAGES = ("checkpoints", "codecs", "records")
 
 
 def _exported(package: str) -> set[str]:
-    tree = ast.parse((SRC / "_storage" / package / "__init__.py").read_text())
+    """The ``__all__`` of the package at ``package`` (a folder under src/shoal)."""
+    tree = ast.parse((SRC / package / "__init__.py").read_text())
     for node in tree.body:
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
                                                  for t in node.targets)):
             return {e.value for e in node.value.elts}  # type: ignore[attr-defined]
-    pytest.fail(f"_storage/{package}/__init__.py: no __all__")
+    pytest.fail(f"{package}/__init__.py: no __all__")
 
 
 def _storage_door_breaches(where: str, source: str) -> tuple[list[str], Counter[str]]:
@@ -411,13 +412,13 @@ def _storage_door_breaches(where: str, source: str) -> tuple[list[str], Counter[
                            f"_storage/{package}/: import from shoal._storage.{package})")
                 continue
             bad += [f"{where}: {a.name} is not in shoal._storage.{package}.__all__"
-                    for a in node.names if a.name not in _exported(package)]
+                    for a in node.names if a.name not in _exported(f"_storage/{package}")]
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                 and node.value.id in aliases):
             package = aliases[node.value.id]
             checked[package] += 1
-            if node.attr not in _exported(package):
+            if node.attr not in _exported(f"_storage/{package}"):
                 bad.append(f"{where}: {node.value.id}.{node.attr} is not in "
                            f"shoal._storage.{package}.__all__")
     return bad, checked
@@ -464,50 +465,51 @@ def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
     assert inside == []  # a package's own modules import each other directly
 
 
-# `_engines/local/containers/` (`--containers`) is a package of the local engine with one door:
-# the local engine's other modules import the names of its `__init__`'s `__all__`, never one
-# of its modules (STYLE: a folder past ~15 modules gets sub-packages, each with one door).
-CONTAINERS = "shoal._engines.local.containers"
+# The local engine's sub-packages, each with one door: the engine's other modules import the
+# names of its `__init__`'s `__all__`, never one of its modules (STYLE: a folder past ~15
+# modules gets sub-packages, each with one door). `containers/` is `--containers`; `gangs/`
+# the clustered calls. Each with the fewest imports of it the check must see (not vacuous).
+LOCAL_PACKAGES = {"containers": 4, "gangs": 1}
 
 
-def _containers_door_breaches(where: str, source: str) -> tuple[list[str], int]:
-    """Imports in ``source`` (the file ``where``) around the containers package's door, and
-    how many imports of the package were checked."""
-    if where.startswith("_engines/local/containers/"):
+def _door_breaches(package: str, where: str, source: str) -> tuple[list[str], int]:
+    """Imports in ``source`` (the file ``where``) around the door of the local engine's
+    sub-package ``package``, and how many imports of the package were checked."""
+    if where.startswith(f"_engines/local/{package}/"):
         return [], 0
-    init = SRC / "_engines" / "local" / "containers" / "__init__.py"
-    exported = next({e.value for e in n.value.elts}  # type: ignore[attr-defined]
-                    for n in ast.parse(init.read_text()).body if isinstance(n, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets))
+    door = f"shoal._engines.local.{package}"
+    exported = _exported(f"_engines/local/{package}")
     bad: list[str] = []
     checked = 0
     for node in ast.walk(ast.parse(source)):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module or ""] if isinstance(node, ast.ImportFrom) else []
         for name in names:
-            if name == CONTAINERS or name.startswith(CONTAINERS + "."):
+            if name == door or name.startswith(door + "."):
                 checked += 1
-                if name != CONTAINERS or isinstance(node, ast.Import):
-                    bad.append(f"{where}: imports {name} (use from {CONTAINERS} import NAME)")
+                if name != door or isinstance(node, ast.Import):
+                    bad.append(f"{where}: imports {name} (use from {door} import NAME)")
                 elif isinstance(node, ast.ImportFrom):
                     bad += [f"{where}: {a.name} is not in its __all__" for a in node.names
                             if a.name not in exported]
     return bad, checked
 
 
-def test_the_containers_package_is_used_only_through_its_init() -> None:
+@pytest.mark.parametrize(("package", "users"), LOCAL_PACKAGES.items())
+def test_a_local_sub_package_is_used_only_through_its_init(package: str, users: int) -> None:
     bad: list[str] = []
     checked = 0
     for path in _sources():
-        breaches, seen = _containers_door_breaches(path.relative_to(SRC).as_posix(),
-                                                   path.read_text())
+        breaches, seen = _door_breaches(package, path.relative_to(SRC).as_posix(),
+                                        path.read_text())
         bad += breaches
         checked += seen
     assert not bad, "\n".join(bad)
-    assert checked >= 4  # the engine, workers, gangs and node links use it: not vacuous
-    probe = (f"from {CONTAINERS}.plan import RUNTIME\nimport {CONTAINERS}.oom\n"
-             f"from {CONTAINERS} import _secret\nfrom {CONTAINERS} import ContainerSet\n")
-    assert len(_containers_door_breaches("_engines/local/engine.py", probe)[0]) == 3
+    assert checked >= users
+    door, door_dir = f"shoal._engines.local.{package}", f"_engines/local/{package}"
+    probe = (f"from {door}.plan import RUNTIME\nimport {door}.oom\n"
+             f"from {door} import _secret\nfrom {door} import {min(_exported(door_dir))}\n")
+    assert len(_door_breaches(package, "_engines/local/engine.py", probe)[0]) == 3
 
 
 # Plugins: `shoal/plugins/<name>/` is a plugin's public, Flyte-shaped surface (configs,
@@ -549,9 +551,10 @@ def test_the_plugin_rule_sees_each_breach() -> None:
                "from shoal._spec.env import EnvSpec\nfrom shoal.plugins.other import Cfg\n")
     assert _plugin_breaches("plugins/pytorch/__init__.py", surface) == []
     assert len(_plugin_breaches("plugins/pytorch/elastic.py",
-                                "import shoal._engines.local.gang\nfrom shoal import _plugins\n"
-                                "from shoal._runtime import rank\n")) == 3
-    assert len(_plugin_breaches("_engines/local/gang.py",
+                                "import shoal._engines.local.gangs.gang\n"
+                                "from shoal import _plugins\nfrom shoal._runtime import rank\n"
+                                )) == 3
+    assert len(_plugin_breaches("_engines/local/gangs/gang.py",
                                 "from shoal.plugins.pytorch import Elastic\n"
                                 "from shoal._plugins.pytorch.local import part\n"
                                 "from shoal._plugins import part_for\n")) == 2

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from shoal._engines.local.node_link import NodeLink
+from shoal._engines.local.gangs.node_link import NodeLink
 from shoal._runtime.node_control import Control
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shoal import _contract as contract
-from shoal._engines.local.node_net import NodeNet, node_nets, partition
+from shoal._engines.local.gangs.node_net import NodeNet, node_nets, partition
 from shoal.errors import SpecError
 
 

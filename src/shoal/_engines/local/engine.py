@@ -33,11 +33,15 @@ from shoal._engines.local.containers import (
     container_name,
     passed_environ,
 )
-from shoal._engines.local.elastic import ElasticGangRunner
-from shoal._engines.local.gang import LAUNCHER, GangRunner, pid_namespace_prefix
-from shoal._engines.local.gang_limits import check_gang
-from shoal._engines.local.kept_clusters import KeptClusters
-from shoal._engines.local.node_net import node_nets
+from shoal._engines.local.gangs import (
+    LAUNCHER,
+    ElasticGangRunner,
+    GangRunner,
+    KeptClusters,
+    check_gang,
+    node_nets,
+    pid_namespace_prefix,
+)
 from shoal._engines.local.plain_call import PlainCall
 from shoal._engines.local.plan import (
     ProcessPlan,

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shoal._engines.base import AttemptOutcome, latest_commit
-from shoal._engines.local.gang import FAILURE_GRACE, Gang, GangRunner
-from shoal._engines.local.gang_limits import fitting_nodes
-from shoal._engines.local.node_link import NodeLink
-from shoal._engines.local.node_net import node_nets
+from shoal._engines.local.gangs.gang import FAILURE_GRACE, Gang, GangRunner
+from shoal._engines.local.gangs.limits import fitting_nodes
+from shoal._engines.local.gangs.node_link import NodeLink
+from shoal._engines.local.gangs.node_net import node_nets
 from shoal._spec.call import START_CAUSES
 from shoal._storage.call_io import put_call_io
 from shoal._storage.private import private_dir
@@ -91,7 +91,7 @@ class ElasticGangRunner(GangRunner):
         self._claimed: set[int] = set()  # slots of launchers being started
         self.size = 0  # the nodes of the last start
         # The most nodes a start may have here: replicas, or fewer where the machine holds
-        # fewer ranks or addresses (`gang_limits.fitting_nodes`; MIN always fits).
+        # fewer ranks or addresses (`limits.fitting_nodes`; MIN always fits).
         self.most = self.cluster.replicas
         # A launcher started ahead, its torch imported, that no capacity is held for yet: the
         # next node the gang takes starts from it at once (`_add_spare`), and another is

@@ -21,8 +21,8 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from shoal._engines.local.node_link import NodeLink
-from shoal._engines.local.node_net import NodeNet
+from shoal._engines.local.gangs.node_link import NodeLink
+from shoal._engines.local.gangs.node_net import NodeNet
 
 __all__ = ["KeptCluster", "KeptClusters"]
 

@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shoal._engines.local.kept_clusters import KeptCluster
-from shoal._engines.local.node_link import NodeLink
-from shoal._engines.local.node_net import NodeNet
+from shoal._engines.local.gangs.kept_clusters import KeptCluster
+from shoal._engines.local.gangs.node_link import NodeLink
+from shoal._engines.local.gangs.node_net import NodeNet
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.reports import FirstFailure
 from shoal._spec.call import CallSpec, ClusterSpec

@@ -18,7 +18,7 @@ told through their control sockets (`node_link`), they stop their ranks and fork
 start's from their zygotes, so a restart costs no interpreter start or torch import. A
 preempted gang, a dead launcher, or another call waiting for the machine ends the launchers
 and queues the gang again, as a fresh start. Before a gang whose collective timed out, or that
-made no progress for ``progress_timeout``, is stopped, its ranks are diagnosed (`gang_hang`):
+made no progress for ``progress_timeout``, is stopped, its ranks are diagnosed (`hang.py`):
 the failure then names the rank that stopped answering.
 """
 
@@ -41,11 +41,12 @@ from typing import TYPE_CHECKING, Any
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._engines.base import AttemptOutcome, AttemptRef
-from shoal._engines.local import gang_hang, procs
+from shoal._engines.local import procs
 from shoal._engines.local.containers import LAUNCHER_COMMAND, Container
-from shoal._engines.local.gang_ray import RayGang, ray_shape
-from shoal._engines.local.node_link import NodeLink
-from shoal._engines.local.node_net import NodeNet, node_nets, partition
+from shoal._engines.local.gangs import hang
+from shoal._engines.local.gangs.node_link import NodeLink
+from shoal._engines.local.gangs.node_net import NodeNet, node_nets, partition
+from shoal._engines.local.gangs.ray_gang import RayGang, ray_shape
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime.hang import timed_out
 from shoal._runtime.log_files import log_tail
@@ -133,7 +134,7 @@ class GangRunner(RayGang):
         self.io = join(engine.store, "runs", ref.run, ref.action, str(ref.attempt))
         self.preempted = asyncio.Event()
         self.gang: Gang | None = None
-        self.diagnosis: gang_hang.Diagnosis | None = None  # of the last start, if it hung
+        self.diagnosis: hang.Diagnosis | None = None  # of the last start, if it hung
         self.nets: list[NodeNet] = []  # where the nodes of the last start sit on the network
         self.links: list[NodeLink] = []  # the launchers kept for the next start
         self.slots: list[int] = []  # where each of ``links`` sits: its index in ``nets``
@@ -320,7 +321,7 @@ class GangRunner(RayGang):
         if c.progress_timeout is None:
             await asyncio.Event().wait()  # cancelled with the start
         else:
-            await gang_hang.watch(gang.log_dir, gang.world, c.progress_timeout)
+            await hang.watch(gang.log_dir, gang.world, c.progress_timeout)
 
     async def _diagnose_if_timed_out(self, gang: Gang) -> None:
         first = first_failure(self.store, join(self.io, f"r{gang.restart}"))
@@ -334,7 +335,7 @@ class GangRunner(RayGang):
             await self._diagnose(gang, "collective_timeout")
 
     async def _diagnose(self, gang: Gang, reason: str) -> None:
-        self.diagnosis = await gang_hang.diagnose(
+        self.diagnosis = await hang.diagnose(
             gang.procs, self.store, join(self.io, f"r{gang.restart}"), gang.log_dir,
             gang.world, reason)
         self.engine.notify("gang_hang", self.ref.action, {
@@ -623,7 +624,7 @@ class GangRunner(RayGang):
             log_tail=tail, traceback=first.traceback, error_type=first.error_type,
         )
 
-    def _hang_failure(self, hung: gang_hang.Diagnosis, restart: int, log_dir: Path,
+    def _hang_failure(self, hung: hang.Diagnosis, restart: int, log_dir: Path,
                       first: FirstFailure | None) -> FailureInfo:
         """The failure names the rank that stopped answering (its stack as the traceback,
         its log's tail), not the rank whose collective timed out first."""
