@@ -5,6 +5,7 @@ the names in ``__all__`` from ``shoal._storage.checkpoints`` and never one of it
 (tests/unit/test_layers.py). Its modules:
 
 - ``checkpoint.py``: `Checkpoint`, saves, loads and retention;
+- ``loads.py``: `VersionReader`, a committed version found and read back, verified;
 - ``layout.py``: the store layout of versions, the commit format, what may be removed;
 - ``files.py`` (writes: copies that checksum what they write, staging, uploads) and
   ``reads.py`` (loads verified against their commit), over ``hashing.py`` (checksums of

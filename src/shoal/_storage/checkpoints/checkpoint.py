@@ -6,7 +6,8 @@ version's commit with ``put_if_absent``; readers trust only commits, so a save k
 by a full disk before its commit is never loaded and the previous version stays intact. A load
 hashes what it downloads and names the object that does not match its commit. The layout, the
 commit format and the rules for removing leftovers are in ``layout.py``; moving and
-hashing bytes is ``files.py`` (writes) and ``reads.py`` (verified loads).
+hashing bytes is ``files.py`` (writes) and ``reads.py`` (verified loads); finding and reading a
+committed version back is ``loads.py``.
 
 - Every save writes under a fresh save id, so two writers of the same step (a zombie attempt and
   its retry) never overwrite each other's objects: one commit wins, the other save fails with a
@@ -29,7 +30,6 @@ hashing bytes is ``files.py`` (writes) and ``reads.py`` (verified loads).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from shoal._storage.checkpoints.files import (
-    Entry,
     Payload,
     movable,
     no_space_code,
@@ -57,11 +56,10 @@ from shoal._storage.checkpoints.layout import (
     Versions,
     vname,
 )
-from shoal._storage.checkpoints.loaded_bytes import LoadedBytes
-from shoal._storage.checkpoints.reads import fetch, materialize, verified_read
+from shoal._storage.checkpoints.loads import VersionReader
 from shoal._storage.checkpoints.writer import Writer, WriterSettings
 from shoal._storage.store import TMP_PREFIX, join, store_for
-from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
+from shoal.errors import ObjectNotFound, SpecError, StoreError
 
 __all__ = ["Checkpoint"]
 
@@ -129,6 +127,7 @@ class Checkpoint:
         self._gang = "g" + gang if gang.startswith((".", TMP_PREFIX)) else gang
         self._versions = Versions(store_for(self.uri), self.uri)
         self._store = self._versions.store
+        self._reader = VersionReader(self._versions, self.local_dir)  # the loads
         self._lock = threading.Lock()  # one save at a time through this object
         self._pending: Future[Any] | None = None
         self._writer: Writer | None = None
@@ -520,16 +519,7 @@ class Checkpoint:
         under ``local_dir/loaded`` (read it, do not edit it: a later load may reuse it).
         """
         version = self._find(step)
-        if version is None:
-            return None
-        if version.kind == "sharded":
-            raise SpecError(
-                field="step",
-                value=version.step,
-                rule=f"is a sharded checkpoint ({version.world_size} shards, from save_shard)",
-                fix="load it with load_shard_sync() or load_all_shards_sync()",
-            )
-        return self._load_shard(version, version.shards[0], self._cache(version))
+        return None if version is None else self._reader.whole(version)
 
     def load_shard_sync(
         self, *, step: int | None = None, rank: int | None = None
@@ -538,106 +528,22 @@ class Checkpoint:
         version = self._find(step, sharded=True)
         if version is None:
             return None
-        rank = self.rank if rank is None else rank
-        shard = next((s for s in version.shards if s.rank == rank), None)
-        if shard is None:
-            raise SpecError(
-                field="rank",
-                value=rank,
-                rule=f"step {version.step} has the shards of ranks 0 to {version.world_size - 1}",
-                fix=f"pass a rank from 0 to {version.world_size - 1}",
-            )
-        return self._load_shard(version, shard, self._cache(version) / f"shard-{rank}")
+        return self._reader.shard(version, self.rank if rank is None else rank)
 
     def load_all_shards_sync(self, *, step: int | None = None) -> Path | None:
         """Every shard in one local folder, as ``shard-<rank>/<its files>`` (a bytes shard is
         ``shard-<rank>/data``)."""
         version = self._find(step, sharded=True)
-        return None if version is None else self._all_shards(version)
-
-    def _all_shards(self, version: Version) -> Path:
-        folder = self._cache(version)
-        vuri = self._versions.uri_of(vname(version.step))
-        for shard in version.shards:
-            materialize(
-                self._store, vuri, shard.entries, folder / f"shard-{shard.rank}", version.step
-            )
-        return folder
-
-    def _shards_in_store(self, version: Version) -> list[tuple[Entry, Path]] | None:
-        """Every shard's files of a sharded version where a file:// store holds them, as (its
-        commit entry, file), not read yet (`_verified_read` reads one); None on another
-        store."""
-        vuri = self._versions.uri_of(vname(version.step))
-        found: list[tuple[Entry, Path]] = []
-        for shard in version.shards:
-            for entry in shard.entries:
-                local = self._store.local_path(join(vuri, entry.key))
-                if local is None:
-                    return None
-                found.append((entry, local))
-        return found
-
-    def _verified_read(self, version: Version, entry: Entry) -> bytes | None:
-        """One object of ``version`` on a file:// store, read and verified (`verified_read`:
-        None when it is too large to hold, verified in place instead)."""
-        return verified_read(self._store, self._versions.uri_of(vname(version.step)), entry,
-                             version.step)
-
-    def _load_shard(self, version: Version, shard: Shard, folder: Path) -> bytes | Path:
-        vuri = self._versions.uri_of(vname(version.step))
-        if shard.kind == "bytes":
-            entry = shard.entries[0]
-            data = fetch(self._store, join(vuri, entry.key), entry, None, version.step)
-            assert isinstance(data, LoadedBytes)
-            return data
-        materialize(self._store, vuri, shard.entries, folder, version.step)
-        return folder / shard.entries[0].path if shard.kind == "file" else folder
+        return None if version is None else self._reader.all_shards(version)
 
     def _find(self, step: int | None, *, sharded: bool = False) -> Version | None:
+        """The version a load reads (`VersionReader.find`), once the save in flight is seen:
+        its error stays for ``wait()``."""
         pending = self._pending
-        if pending is not None:  # see the save in flight; its error stays for wait()
+        if pending is not None:
             self._hurry(pending)
             pending.exception()
-        for _ in range(3):  # keep may delete the version found before it is read: look again
-            listing = self._versions.scan()
-            self._forget_loaded(listing)
-            chosen = listing.latest if step is None else step
-            if chosen is None:
-                return None
-            if chosen not in listing.commits:
-                raise NotFoundError(
-                    f"checkpoint {self.uri} has no committed step {chosen!r}; committed steps: "
-                    f"{listing.commits or 'none'}"
-                )
-            try:
-                version = self._versions.read(chosen)
-            except ObjectNotFound:
-                continue
-            if sharded and version.kind != "sharded":
-                raise SpecError(
-                    field="step",
-                    value=chosen,
-                    rule=f"is a whole ({version.kind}) checkpoint, not a sharded one",
-                    fix="load it with load_sync()",
-                )
-            return version
-        raise StoreError(f"checkpoint {self.uri}: the versions found kept vanishing (keep=)")
-
-    def _cache(self, version: Version) -> Path:
-        # Named for the commit's content too: a step removed and saved again gets a new folder.
-        tag = hashlib.sha256(repr(version.shards).encode()).hexdigest()[:10]
-        return self.local_dir / "loaded" / f"{vname(version.step)}-{tag}"
-
-    def _forget_loaded(self, listing: Listing) -> None:
-        """Drop downloads of versions no longer committed (deleted by keep)."""
-        loaded = self.local_dir / "loaded"
-        if not loaded.is_dir():
-            return
-        live = {vname(s) for s in listing.commits}
-        for entry in loaded.iterdir():
-            if entry.name.startswith("v") and entry.name.split("-")[0] not in live:
-                shutil.rmtree(entry, ignore_errors=True)
+        return self._reader.find(step, sharded=sharded)
 
 
 def _start_of(gang_id: str | None) -> dict[str, Any] | None:

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shoal._storage.checkpoints.layout import vname
 from shoal._storage.checkpoints.reads import verified_bytes
 from shoal._storage.checkpoints.writer import Writer, WriterSettings
 from shoal._storage.store import join
@@ -145,7 +144,7 @@ def load_into(cp: Checkpoint, state: Any, step: int | None, *,
         # as links to the store's own files (file://) or to verified copies. Either way DCP
         # reads nothing that was not verified against the commit: a store's own file is read
         # once and verified as DCP opens it (only the files this rank's plan reads).
-        in_store = cp._shards_in_store(version)
+        in_store = cp._reader.shards_in_store(version)
         read: Callable[[str], bytes | None] | None = None
         if in_store is not None:
             for entry, file in in_store:
@@ -184,7 +183,7 @@ METADATA = ".metadata"  # DCP's index of a version, in rank 0's shard
 def _metadata_check(cp: Checkpoint, version: Version) -> Callable[[bytes], bytes]:
     """Checks the bytes of the version's ``.metadata`` against its commit, as they are read."""
     found = [e for s in version.shards for e in s.entries if e.path == METADATA]
-    vuri = cp._versions.uri_of(vname(version.step))
+    vuri = cp._reader.version_uri(version)
 
     def check(data: bytes) -> bytes:
         if len(found) != 1:
@@ -198,7 +197,7 @@ def _metadata_check(cp: Checkpoint, version: Version) -> Callable[[bytes], bytes
 def _verified_reads(cp: Checkpoint, version: Version,
                     entries: list[Entry]) -> Callable[[str], bytes | None]:
     """Reads a file of ``version`` by its path in the load's folder, verified against the
-    commit (`Checkpoint._verified_read`)."""
+    commit (`VersionReader.verified_read`)."""
     by_path = {e.path: e for e in entries}
 
     def read(rel: str) -> bytes | None:
@@ -206,14 +205,14 @@ def _verified_reads(cp: Checkpoint, version: Version,
         if entry is None:
             raise StoreError(f"checkpoint {cp.uri} step {version.step}: DCP reads {rel!r}, "
                              "which its commit does not list")
-        return cp._verified_read(version, entry)
+        return cp._reader.verified_read(version, entry)
 
     return read
 
 
 def _link_downloads(cp: Checkpoint, version: Version, flat: Path) -> None:
     """Download every shard of ``version`` (verified), and link their files into ``flat``."""
-    folder = cp._all_shards(version)
+    folder = cp._reader.all_shards(version)
     for shard in sorted(Path(folder).glob("shard-*")):
         for f in shard.rglob("*"):
             if f.is_file():
