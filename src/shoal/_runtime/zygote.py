@@ -31,7 +31,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from shoal import _contract as contract
@@ -55,37 +55,6 @@ PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.
               "shoal._storage.codecs", "shoal._storage.blobs", "shoal._storage.call_io",
               "shoal.clustered", "packaging.requirements", "shoal._storage.checkpoints",
               "shoal._storage.checkpoints.state_dicts", "shoal._storage.checkpoints.trust")
-
-
-# glibc's malloc hands a freed block over 128 KiB back to the kernel and raises that threshold
-# only as such blocks are freed, up to 32 MiB (on 64 bits), keeping up to twice it at the heap's
-# top. A new rank so takes fresh pages for the same tensors over its first steps, and on a VM a
-# fresh page costs ~3 µs (a restarted tiny GPT on 2 CPUs: 28k page faults in its first step,
-# 22k in its second, 0-4k once glibc has adapted). Forked ranks start from where that adaptation
-# ends; a user's own MALLOC_* or GLIBC_TUNABLES malloc settings are left to decide.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_MALLOC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-                     "MALLOC_MMAP_MAX_")
-
-
-def warm_allocator(environ: Mapping[str, str]) -> bool:
-    """Set glibc's malloc thresholds to the values its own adaptation ends at (blocks up to
-    32 MiB from the heap, up to 64 MiB of free heap kept), here and so in every process forked
-    from here; whether it did (not where ``environ`` sets malloc's options, nor off glibc)."""
-    import ctypes
-
-    from shoal._storage.local import libc_function
-
-    if any(k in environ for k in _MALLOC_VARIABLES) \
-            or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
-        return False
-    glibc = libc_function("gnu_get_libc_version", (), ctypes.c_char_p)
-    mallopt = libc_function("mallopt", (ctypes.c_int, ctypes.c_int), ctypes.c_int)
-    if glibc is None or mallopt is None:
-        return False
-    largest = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)  # glibc's DEFAULT_MMAP_THRESHOLD_MAX
-    return bool(mallopt(_M_MMAP_THRESHOLD, largest) and mallopt(_M_TRIM_THRESHOLD, 2 * largest))
 
 
 def os_threads() -> int:
@@ -183,7 +152,6 @@ def serve(req_fd: int, rep_fd: int) -> None:
     os.write(rep_fd, (json.dumps({"ready": not why, "why": why}) + "\n").encode())
     if why:
         return
-    warm_allocator(os.environ)
     if code_file := os.environ.get(contract.CODE_FILE):
         from shoal._runtime.loader import precompile
 
