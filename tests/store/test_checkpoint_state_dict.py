@@ -4,6 +4,7 @@ corrupted shard is still caught."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,12 @@ torch = pytest.importorskip("torch")
 
 # DCP's note that it saves from a single process when no process group exists.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+def _saved(value: object) -> bytes:
+    out = io.BytesIO()
+    torch.save(value, out)
+    return out.getvalue()
 
 
 def _state() -> dict[str, object]:
@@ -158,16 +165,23 @@ def test_a_state_dicts_tensors_load_with_one_torch_load_per_distinct_pickle(
     layout: the load unpickles each distinct one once (``weights_only=True``) and copies the
     others' bytes with its layout. Every layout lands as torch.load would have it: six of one
     shape, a transposed view (saved non-contiguous), bf16, int64, a 0-d tensor, and a
-    non-contiguous target."""
+    non-contiguous target. Values that are not tensors are archives too: once torch.load has
+    read one, the others made of numbers, strings and containers of them are unpickled without
+    it (a set, which names a global, still goes to torch.load), each as torch.load gives it."""
     gen = torch.Generator().manual_seed(1)
     state: dict[str, Any] = {f"a{i}": torch.randn(64, 32, generator=gen) for i in range(6)}
     state |= {"t": torch.randn(32, 64, generator=gen).t(), "h": torch.randn(9).bfloat16(),
               "i": torch.arange(10), "s": torch.tensor(3.5), "n": 3}
+    values = {"lr": 3e-3, "betas": (0.9, 0.95), "amsgrad": False, "fused": None,
+              "name": "adamw", "params": [0, 1, 2], "big": 10**20, "kinds": {1, 2}}
+    state |= values
     assert not state["t"].is_contiguous()
     cp = Checkpoint(join(store_root, "ck"), local_dir=tmp_path / "local")
     cp.save_state_dict(state).result()
     target = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else 0
               for k, v in state.items()}
+    expected = {k: torch.load(io.BytesIO(_saved(v)), weights_only=True)
+                for k, v in values.items()}
     target["a5"] = torch.zeros(32, 64).t()  # a target of another layout: copied, not viewed
     loads: list[object] = []
     real = torch.load
@@ -179,9 +193,12 @@ def test_a_state_dicts_tensors_load_with_one_torch_load_per_distinct_pickle(
 
     monkeypatch.setattr(torch, "load", spy)
     assert Checkpoint(cp.uri, local_dir=tmp_path / "other").load_state_dict(target) == 0
-    # One per pickle: (64, 32) float, its transpose, bf16, int64, 0-d; and the value n.
-    assert len(loads) == 6
+    # One per pickle: (64, 32) float, its transpose, bf16, int64, 0-d; the first value read
+    # (the values load in DCP's order) and the set.
+    assert len(loads) == 7
     for key, value in state.items():
         if isinstance(value, torch.Tensor):
             assert target[key].dtype == value.dtype and torch.equal(target[key], value), key
     assert target["n"] == 3
+    for key, value in expected.items():
+        assert type(target[key]) is type(value) and target[key] == value, key

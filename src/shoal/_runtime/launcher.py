@@ -293,16 +293,28 @@ class Node:
             if ray_deadline is not None and time.monotonic() > ray_deadline \
                     and not self._driver_alive():
                 break
-            time.sleep(0.01)  # a failed gang's restart waits for this
+            self._nap(0.01)  # a failed gang's restart waits for this
         self.signal_all(signal.SIGKILL, spare)
         deadline = time.monotonic() + 10  # the kernel ends SIGKILLed processes promptly
         while self._left(spare) and time.monotonic() < deadline:
-            time.sleep(0.01)
+            self._nap(0.01)
         if not keep_zygote and self.zygote is not None:
             self.zygote.close()
         if self.ray is not None:
             self.ray.finish()
             self.ray = None
+
+    def _nap(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, less once a child has ended: its SIGCHLD wakes the pipe,
+        even one that ended before this call (a stop sees its ranks gone as they go, not up to
+        ``seconds`` later)."""
+        if self.wakeup is None:
+            time.sleep(seconds)
+            return
+        readable, _, _ = select.select([self.wakeup], [], [], seconds)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wakeup, 4096)
 
     def _driver_alive(self) -> bool:
         for pid, local_rank in self.children.items():

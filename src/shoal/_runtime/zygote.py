@@ -34,6 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from shoal import _contract as contract
 from shoal._runtime.log_files import redirect_output
 
 _PR_SET_PDEATHSIG = 1
@@ -151,6 +152,10 @@ def serve(req_fd: int, rep_fd: int) -> None:
     os.write(rep_fd, (json.dumps({"ready": not why, "why": why}) + "\n").encode())
     if why:
         return
+    if code_file := os.environ.get(contract.CODE_FILE):
+        from shoal._runtime.loader import precompile
+
+        precompile(code_file)  # each rank imports the user's modules without compiling them
     # Each request forks a middle process that forks the rank and exits: the kernel reaps the
     # middles, so the next request is served at once and a node's ranks start together.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)

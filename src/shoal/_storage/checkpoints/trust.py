@@ -210,7 +210,10 @@ class WeightsOnlyReader(FileSystemReader):
                 f"{_fix('the store')}"))
         blob = view[info.offset:info.offset + info.length]
         if item.type == LoadItemType.BYTE_IO:
-            planner.load_bytes(item, io.BytesIO(blob))
+            if isinstance(planner, WeightsOnlyPlanner):
+                planner.load_value(item, lambda: blobs.value(blob))
+            else:
+                planner.load_bytes(item, io.BytesIO(blob))
             return
         target = planner.resolve_tensor(item).detach()
         try:
@@ -240,9 +243,14 @@ class WeightsOnlyPlanner(DefaultLoadPlanner):
         self.where, self.load = where, load
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        self.load_value(read_item, lambda: torch.load(value, weights_only=True))
+
+    def load_value(self, read_item: ReadItem, load: Callable[[], object]) -> None:
+        """Put what ``load()`` gives (a weights-only load of the item's bytes) where the item
+        goes; an unpickling refusal is the load's refusal."""
         fqn = read_item.dest_index.fqn
         try:
-            obj = torch.load(value, weights_only=True)
+            obj = load()
         except pickle.UnpicklingError as e:
             raise self.load.refuse(StoreError(
                 f"{self.where}: the value {fqn!r} is not one torch loads with "
