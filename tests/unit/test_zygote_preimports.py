@@ -39,3 +39,15 @@ def test_what_run_rank_imports_is_preimported_without_threads() -> None:
     assert lines["THREADS"] == "1"
     assert int(lines["NAMED"]) >= 5  # the loader, reports, codecs, blobs, call_io, store
     assert lines["MISSING"] == "-"
+
+
+def test_the_preimports_are_frozen_out_of_the_collector() -> None:
+    """A forked child's full collection walks nothing the zygote or template imported."""
+    program = ("import gc; from shoal._runtime import zygote; before = gc.get_freeze_count(); "
+               "why = zygote.preimport(('json', 'shoal')); "
+               "print(repr(why), before, gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    why, before, after = out.stdout.split()
+    assert why == "''" and int(before) == 0 and int(after) > 10_000

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -87,6 +88,10 @@ def preimport(names: tuple[str, ...] = PREIMPORTS) -> str:
     if threads > 1:
         return (f"{threads} threads run after the pre-imports (set OMP_NUM_THREADS=1 for torch): "
                 "forking would copy their locks but not them")
+    # What the pre-imports made lives as long as the process: out of the collector, so that a
+    # forked child's full collection neither walks those objects nor, by touching their
+    # headers, copies the pages they share with this process.
+    gc.freeze()
     return ""
 
 
