@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import shoal
-from shoal._engines.local import gang
+from shoal._engines.local.gangs import gang
 from shoal._storage.records import Records
 
 from .programs import reset_launcher
