@@ -1,8 +1,8 @@
 """Clustered calls on the local engine: a gang of simulated nodes started, watched, restarted
 and ended as one (`gang.py`), elastic gangs (`elastic.py`), Ray gangs (`ray_gang.py`) and the
-Ray clusters kept after them (`kept_clusters.py`), hang diagnosis (`hang.py`), the largest gang
-the machine holds (`limits.py`), and each node's control socket (`node_link.py`) and network
-namespace (`node_net.py`).
+Ray clusters kept after them (`kept_clusters.py`), hang diagnosis (`hang.py`), why a start
+failed (`failures.py`), the largest gang the machine holds (`limits.py`), and each node's
+control socket (`node_link.py`) and network namespace (`node_net.py`).
 
 This module is the package's one door: the local engine imports the names in ``__all__``,
 never a module inside (`tests/unit/test_layers.py`).

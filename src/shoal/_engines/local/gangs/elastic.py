@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shoal._engines.base import AttemptOutcome, latest_commit
+from shoal._engines.local.gangs.failures import start_failure
 from shoal._engines.local.gangs.gang import FAILURE_GRACE, Gang, GangRunner
 from shoal._engines.local.gangs.limits import fitting_nodes
 from shoal._engines.local.gangs.node_link import NodeLink
@@ -142,7 +143,7 @@ class ElasticGangRunner(GangRunner):
                         restart, cause = restart + 1, "preempted"
                         continue
                 failure = (self._lost_failure(restart, outcome) if outcome.kind == "lost"
-                           else self._failure(restart, preempted=outcome.kind == "preempted"))
+                           else start_failure(self, restart, preempted=outcome.kind == "preempted"))
                 if restarts_used >= c.max_restarts:
                     return AttemptOutcome(failure=failure)
                 restarts_used += 1

@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import re
 import shutil
 import signal
 import socket
@@ -44,15 +43,16 @@ from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import procs
 from shoal._engines.local.containers import LAUNCHER_COMMAND, Container
 from shoal._engines.local.gangs import hang
+from shoal._engines.local.gangs.failures import start_failure
 from shoal._engines.local.gangs.node_link import NodeLink
-from shoal._engines.local.gangs.node_net import NodeNet, node_nets, partition
+from shoal._engines.local.gangs.node_net import NodeNet, node_nets
 from shoal._engines.local.gangs.ray_gang import RayGang, ray_shape
 from shoal._engines.local.plan import worker_environ
 from shoal._runtime.hang import timed_out
 from shoal._runtime.log_files import log_tail
 from shoal._runtime.ports import free_port
 from shoal._runtime.rank_status import read_status
-from shoal._runtime.reports import FirstFailure, first_failure
+from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.private import private_dir
@@ -102,23 +102,6 @@ class Gang:
     cause: str = "first_start"  # why this start happened: a key of `START_CAUSES`
     world: int = 0  # its ranks (an elastic gang's starts differ)
     told: set[int] = field(default_factory=set)  # nodes told to stop their ranks
-
-
-# A rank that needs CUDA where the engine emulates its GPUs on CPU can never pass here.
-_CUDA_WORDS = re.compile(r"\bcuda\b|\bgpus?\b|\bnccl\b", re.IGNORECASE)
-
-
-def mentions_cuda(first: FirstFailure) -> bool:
-    """Whether a rank's failure has to do with its GPUs: its message, or the last frames of
-    its traceback (``rank % torch.cuda.device_count()`` fails as a ZeroDivisionError)."""
-    return bool(_CUDA_WORDS.search(first.message)
-                or _CUDA_WORDS.search("\n".join(first.traceback.splitlines()[-8:])))
-
-
-EMULATED_GPU_HINT = (" (this task's GPUs were emulated on CPU: this machine has fewer than it "
-                     "asks for, so torch.cuda.is_available() is False in its ranks; run it "
-                     "where it gets real GPUs, e.g. --engine kubernetes, or guard its CUDA "
-                     "calls with torch.cuda.is_available())")
 
 
 class GangRunner(RayGang):
@@ -204,7 +187,7 @@ class GangRunner(RayGang):
                                         "uses_restart": False})
                     restart, cause = restart + 1, "preempted"
                     continue
-                failure = await self._as_oom(self._failure(restart,
+                failure = await self._as_oom(start_failure(self, restart,
                                                            preempted=outcome == "preempted"))
                 if restarts_used < self.cluster.max_restarts:
                     restarts_used += 1
@@ -575,76 +558,3 @@ class GangRunner(RayGang):
     # -- reading what the ranks left ---------------------------------------------------------
     def _output(self, restart: int) -> Any:
         return json.loads(self.store.get_bytes(join(self.io, f"r{restart}", "output.json")))
-
-    def _failure(self, restart: int, preempted: bool) -> FailureInfo:
-        failure = self._failure_of(restart, preempted)
-        first = first_failure(self.store, join(self.io, f"r{restart}"))
-        cut = partition(first.reports, self.nets) if first is not None else None
-        if cut is None:
-            return failure
-        # A partition explains the timeouts of every rank: the failure names the node that
-        # is cut off, not the rank whose timeout fired first.
-        message, rank, node = cut
-        return dataclasses.replace(failure, message=f"{message}. {failure.message}",
-                                   rank=rank, node=node)
-
-    def _failure_of(self, restart: int, preempted: bool) -> FailureInfo:
-        task, ref = self.call.task.name, self.ref
-        log_dir = self.start_dir(restart)
-        if preempted:
-            return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
-                               message=f"the gang was preempted (restart {restart}) and "
-                               "resume_after_preemption is off")
-        hung = self.diagnosis
-        if hung is not None and hung.reason == "no_progress":
-            return self._hang_failure(hung, restart, log_dir, None)
-        first = first_failure(self.store, join(self.io, f"r{restart}"))
-        if first is None:
-            tails = [log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
-            return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
-                               message=f"a node launcher failed (restart {restart})",
-                               log_tail="\n".join(t for t in tails if t))
-        if hung is not None and hung.verdict.culprits:
-            return self._hang_failure(hung, restart, log_dir, first)
-        if first.process == "raylet" and first.node is not None:
-            return self._lost_ray_node(first, restart, log_dir)
-        rank = first.rank
-        tail = log_tail(log_dir / f"rank{rank}.log") if rank is not None else ""
-        message = f"rank {rank} failed first (restart {restart}): {first.message}"
-        if self.engine.gpus_emulated(self.call.task.env) and mentions_cuda(first):
-            message += EMULATED_GPU_HINT
-        if hung is not None:
-            message = (f"hang: {hung.verdict.summary()} (stacks: {hung.report_path}). "
-                       f"{message}")
-        return FailureInfo(
-            task=task, action=ref.action, attempt=ref.attempt,
-            kind="user" if first.raised else "crash",
-            message=message,
-            exit_code=first.exit_code, signal=first.signal, rank=rank, node=first.node,
-            log_tail=tail, traceback=first.traceback, error_type=first.error_type,
-        )
-
-    def _hang_failure(self, hung: hang.Diagnosis, restart: int, log_dir: Path,
-                      first: FirstFailure | None) -> FailureInfo:
-        """The failure names the rank that stopped answering (its stack as the traceback,
-        its log's tail), not the rank whose collective timed out first."""
-        culprit = hung.culprit()
-        if first is None:
-            what = (f"the gang made no progress for {self.cluster.progress_timeout:g} s (no "
-                    f"rank's step advanced; restart {restart})")
-        else:
-            what = (f"a collective timed out (restart {restart}; rank {first.rank} failed "
-                    f"first: {first.message})")
-        traceback = hung.stack_text(culprit) if culprit is not None else ""
-        if first is not None and first.traceback:
-            traceback += f"\nrank {first.rank} failed first:\n{first.traceback}"
-        rank = culprit.rank if culprit is not None else None
-        return FailureInfo(
-            task=self.call.task.name, action=self.ref.action, attempt=self.ref.attempt,
-            kind="timeout" if first is None else "user" if first.raised else "crash",
-            message=f"hang: {hung.verdict.summary()}. {what[0].upper()}{what[1:]}. Stacks "
-                    f"of every rank: {hung.report_path}",
-            rank=rank, node=culprit.node if culprit is not None else None,
-            log_tail=log_tail(log_dir / f"rank{rank}.log") if rank is not None else "",
-            traceback=traceback, error_type=first.error_type if first is not None else "",
-        )

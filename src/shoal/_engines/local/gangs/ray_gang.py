@@ -108,7 +108,7 @@ class RayGang:
         shutil.rmtree(cluster_temp_dir(str(self.engine.home), ref.run, ref.action,
                                        ref.attempt, gang.restart), ignore_errors=True)
 
-    def _lost_ray_node(self, first: FirstFailure, restart: int, log_dir: Path) -> FailureInfo:
+    def lost_ray_node(self, first: FirstFailure, restart: int, log_dir: Path) -> FailureInfo:
         """A Ray node whose raylet ended while the driver ran: the node is lost."""
         node = first.node
         assert node is not None and self.cluster.ray is not None
