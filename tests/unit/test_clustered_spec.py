@@ -106,7 +106,7 @@ def test_rank_env_is_what_torchrun_gives() -> None:
 
 def test_launcher_compiles_torchrun_commands() -> None:
     from shoal._contract import NodeEnv
-    from shoal._runtime.launcher import torchrun_argv
+    from shoal._runtime.rank_start import torchrun_argv
 
     node = NodeEnv(home="h", store="s", run="r", action="a0", attempt=0, env_name="e",
                    code_file="f", task="t", io="x", node_rank=1, nnodes=2, nproc_per_node=4,

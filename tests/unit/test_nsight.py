@@ -260,7 +260,7 @@ def test_flytes_pod_template_and_image_helpers_of_the_examples() -> None:
 def test_on_kubernetes_the_pod_reads_the_capture_and_gets_the_capabilities_nsys_needs() -> None:
     from shoal._contract import NodeEnv
     from shoal._engines.kubernetes import CodeBundle, KubeConfig, compile_call
-    from shoal._runtime.launcher import nsys_profiled
+    from shoal._runtime.rank_start import nsys_profiled
     from shoal._spec.call import CallSpec
 
     [job] = compile_call(CallSpec(task=pod_body.spec(), inputs={}), run="r-1", action="a0",

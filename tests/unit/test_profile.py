@@ -237,7 +237,7 @@ def _node(profile: str) -> Any:
 
 def test_only_the_chosen_ranks_run_under_nsys_and_torchrun_starts_them_through_its_wrapper(
         ) -> None:
-    from shoal._runtime.launcher import nsys_profiled, torchrun_argv
+    from shoal._runtime.rank_start import nsys_profiled, torchrun_argv
 
     node = _node(ProfileSpec(ranks=(3,), tool="nsys").to_text())
     assert [r for r in range(4) if nsys_profiled(node, r)] == [3]

@@ -4,9 +4,9 @@ Driven only by the `NodeEnv` variables of the contract, it
 1. becomes a child subreaper, so rank processes orphaned by a dying parent (torchrun) are
    re-parented here and can still be found and ended;
 2. waits, bounded, until the master's address resolves (a pod may start before DNS has it);
-3. starts the ranks: directly, with exactly the variables torchrun would give them (the local
-   default: no elastic agent to start; benchmarks/results/*-gang-launch.md has what that
-   saves), forked from the node's `zygote`
+3. starts the ranks (their command lines: `rank_start`): directly, with exactly the variables
+   torchrun would give them (the local default: no elastic agent to start;
+   benchmarks/results/*-gang-launch.md has what that saves), forked from the node's `zygote`
    (a process that imported torch and Shoal's rank runtime once); or through torchrun (its
    in-node restarts and c10d rendezvous), with a rendezvous id that includes the restart
    attempt;
@@ -47,6 +47,7 @@ from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
 from shoal._runtime.node_control import Control
 from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
+from shoal._runtime.rank_start import nsys_profiled, rank_argv, start_zygote, torchrun_argv
 from shoal._runtime.ray_node import RAYLET, RayNode
 from shoal._runtime.zygote import Zygote
 
@@ -74,62 +75,6 @@ def wait_for_master(node: NodeEnv) -> None:
                 _die(f"the master address {node.master_addr!r} did not resolve within "
                      f"{node.master_wait:g}s ({e})")
             time.sleep(0.5)
-
-
-def torchrun_argv(node: NodeEnv) -> list[str]:
-    """torchrun's command line for this node: through `torchrun_agent` (torchrun's agent,
-    which pre-imports torch and forks its ranks), or torchrun itself where ranks are not to
-    be forked (``SHOAL_PREIMPORT=0``, or Nsight Systems wrapping them)."""
-    forked = os.environ.get(contract.PREIMPORT, "1") != "0" and not nsys_profiled(node)
-    argv = [
-        sys.executable, "-m",
-        "shoal._runtime.torchrun_agent" if forked else "torch.distributed.run",
-        f"--nnodes={node.nnodes}", f"--nproc-per-node={node.nproc_per_node}",
-        f"--node-rank={node.node_rank}", f"--max-restarts={node.torch_max_restarts}",
-        f"--rdzv-backend={node.rdzv_backend}", f"--rdzv-id={contract.rendezvous_id(node)}",
-    ]
-    if node.node_addr:  # what c10d tells the workers to dial instead of this node's hostname
-        argv.append(f"--local-addr={node.node_addr}")
-    if node.rdzv_backend == "c10d":
-        # Every simulated node resolves the endpoint to itself; say which one hosts the store.
-        is_host = 1 if node.node_rank == 0 else 0
-        argv += [f"--rdzv-endpoint={node.master_addr}:{node.master_port}",
-                 f"--rdzv-conf=is_host={is_host},join_timeout={int(node.master_wait)}"]
-    else:
-        argv += [f"--master-addr={node.master_addr}", f"--master-port={node.master_port}"]
-    # Under Nsight Systems every rank starts as nsys_rank, which wraps the chosen ones.
-    return [*argv, "-m", "shoal._runtime.nsys_rank" if nsys_profiled(node) else
-            "shoal._runtime.rank"]
-
-
-def rank_argv() -> list[str]:
-    return [sys.executable, "-m", "shoal._runtime.rank"]
-
-
-def nsys_profiled(node: NodeEnv, rank: int | None = None) -> bool:
-    """Whether ``rank`` (any rank of the node: None) runs under ``nsys profile``: such ranks
-    are started as `shoal._runtime.nsys_rank`, never forked."""
-    if "tool=nsys" not in node.profile:
-        return False
-    from shoal._spec.profile import profile_from_text
-
-    spec = profile_from_text(node.profile, contract.PROFILE)
-    return rank is None or spec.profiles_rank(rank)
-
-
-def start_zygote(node: NodeEnv, reaps_orphans: bool) -> Zygote | None:
-    """The node's rank factory (`zygote`), when ranks are to be forked: torch ranks started
-    directly, pre-importing not turned off (``SHOAL_PREIMPORT=0``), and this process able to
-    reap the ranks it re-parents (a subreaper, or the init of its PID namespace). Started
-    before any thread of this process; it imports while this launcher waits for the master."""
-    if not reaps_orphans or node.runtime != "torch" or node.launch == "torchrun" \
-            or os.environ.get(contract.PREIMPORT, "1") == "0":
-        return None
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return None
-    return Zygote(dict(os.environ))
 
 
 class Node:

@@ -16,7 +16,7 @@ that a fresh process would not have: the signal handlers torch's agent installs.
 A forked rank's /proc environ is the agent's, without torchrun's LOCAL_RANK: the rank names
 its process ``shoal-rank-<local rank>`` so the launcher still finds it (`torchrun_ranks`).
 ``SHOAL_PREIMPORT=0``, or a node under Nsight Systems, runs torchrun itself instead
-(`launcher.torchrun_argv`).
+(`rank_start.torchrun_argv`).
 """
 
 from __future__ import annotations
