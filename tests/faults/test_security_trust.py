@@ -23,6 +23,7 @@ import pytest
 
 from shoal._storage.checkpoints import Checkpoint
 from shoal._storage.checkpoints.checksums import crc32c
+from shoal._storage.checkpoints.loads import VersionReader
 from shoal._storage.store import join, store_for
 from shoal.errors import SpecError, StoreError
 from tests.store import conftest as store_fixtures
@@ -127,14 +128,14 @@ def test_a_metadata_object_swapped_after_its_version_was_found_is_caught_as_it_i
     cp = _saved((tmp_path / "store").as_uri(), tmp_path)
     marker = tmp_path / "pwned"
     victim = _object(cp, "/.metadata")
-    real = Checkpoint._shards_in_store
+    real = VersionReader.shards_in_store
 
     def then_swap(*args: Any, **kw: Any) -> Any:
         found = real(*args, **kw)
         store_for(cp.uri).put_bytes(victim, _evil_metadata(marker))
         return found
 
-    monkeypatch.setattr(Checkpoint, "_shards_in_store", then_swap)
+    monkeypatch.setattr(VersionReader, "shards_in_store", then_swap)
     with pytest.raises(StoreError, match=r"\.metadata is corrupt"):
         _load(cp, tmp_path)
     assert not marker.exists()
