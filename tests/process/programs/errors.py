@@ -84,11 +84,16 @@ def all_ranks_here(rank: int) -> None:
     failure stops first would never print the error line the test reads. (Imports here: the
     line numbers above are the test's.)"""
     import os
+    import signal
     import time
     from pathlib import Path
 
     from shoal import _contract as contract
 
+    # The first rank to raise makes its node end the others (SIGTERM), which would cut a
+    # peer's own error line short: each rank ignores it before it says it is here, so
+    # every rank prints its error and ends by itself.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     folder = Path(os.environ[contract.RANK_LOG_DIR])
     (folder / f"here-{rank}").touch()
     deadline = time.monotonic() + 30
