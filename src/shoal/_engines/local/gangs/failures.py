@@ -47,8 +47,8 @@ def start_failure(runner: GangRunner, restart: int, preempted: bool) -> FailureI
     preemption, a hang (naming the rank that stopped answering), a lost Ray node, the rank
     that failed first (a partition's node when the ranks' reports show one), or a launcher's
     failure."""
-    failure = _failure_of(runner, restart, preempted)
-    first = first_failure(runner.store, join(runner.io, f"r{restart}"))
+    first = first_failure(runner.store, join(runner.io, f"r{restart}"))  # read once
+    failure = _failure_of(runner, restart, preempted, first)
     cut = partition(first.reports, runner.nets) if first is not None else None
     if cut is None:
         return failure
@@ -59,7 +59,8 @@ def start_failure(runner: GangRunner, restart: int, preempted: bool) -> FailureI
                                rank=rank, node=node)
 
 
-def _failure_of(runner: GangRunner, restart: int, preempted: bool) -> FailureInfo:
+def _failure_of(runner: GangRunner, restart: int, preempted: bool,
+                first: FirstFailure | None) -> FailureInfo:
     task, ref = runner.call.task.name, runner.ref
     log_dir = runner.start_dir(restart)
     if preempted:
@@ -69,7 +70,6 @@ def _failure_of(runner: GangRunner, restart: int, preempted: bool) -> FailureInf
     hung = runner.diagnosis
     if hung is not None and hung.reason == "no_progress":
         return _hang_failure(runner, hung, restart, log_dir, None)
-    first = first_failure(runner.store, join(runner.io, f"r{restart}"))
     if first is None:
         tails = [log_tail(p, 15) for p in sorted(log_dir.glob("node*.log"))]
         return FailureInfo(task=task, action=ref.action, attempt=ref.attempt, kind="crash",
