@@ -99,9 +99,9 @@ class TensorBlobs:
         # pickle rebuilds, or None: always torch.load.
         self.layouts: dict[tuple[tuple[str, bytes], ...], _Layout | None] = {}
         self.loads = 0  # archives read by torch.load (the first of each pickle, the rest)
+        self.value_loads = 0  # value archives read by torch.load
         # The format records (all but the pickle and the archive's id) of value archives that
         # torch.load has read in this load: a plain pickle beside the same ones is read here.
-        self.value_loads = 0  # value archives read by torch.load
         self.value_formats: set[tuple[tuple[str, bytes], ...]] = set()
 
     def value(self, blob: memoryview) -> object:
