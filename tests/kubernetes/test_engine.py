@@ -111,6 +111,13 @@ class Harness:
     async def told(self, kind: str, count: int = 1) -> None:
         await self.until(f"{count} {kind} event(s)", lambda: self.kinds().count(kind) >= count)
 
+    async def admit(self, name: str) -> None:
+        """Kueue admits JobSet ``name`` once the engine has told it queued. Admitted before
+        the engine's watch saw it suspended, it is never told queued; a real cluster may do
+        that, but these tests pin the whole sequence of events."""
+        await self.told("gang_queued", self.kinds().count("gang_admitted") + 1)
+        self.cluster.admit(name)
+
 
 @pytest.fixture
 def harness(fake: FakeApiServer, s3_root: str, tmp_path: Path) -> Harness:
@@ -121,7 +128,7 @@ def test_a_clustered_call_is_queued_admitted_and_succeeds(harness: Harness) -> N
     async def play(h: Harness) -> None:
         name = await h.jobset()
         await h.told("gang_queued")  # Kueue's workload is pending
-        h.cluster.admit(name)
+        await h.admit(name)
         await h.told("gang_started")
         h.put("a0", 0, "output.json", 0.25)  # rank 0's output
         h.cluster.succeed(name)
@@ -141,7 +148,7 @@ def test_a_restart_then_a_failure_names_the_rank_node_signal_and_log(
         harness: Harness, shoal_home: Path) -> None:
     async def play(h: Harness) -> None:
         name = await h.jobset()
-        h.cluster.admit(name)
+        await h.admit(name)
         await h.told("gang_started")
         # restart 0: rank 1 raises; its launcher reports the exit; the pod fails
         h.put("a0", 0, "rank-1.failure.json", {
@@ -181,13 +188,13 @@ def test_a_restart_then_a_failure_names_the_rank_node_signal_and_log(
 def test_a_kueue_preemption_requeues_and_resumes(harness: Harness) -> None:
     async def play(h: Harness) -> None:
         name = await h.jobset()
-        h.cluster.admit(name)
+        await h.admit(name)
         await h.told("gang_started")
         h.cluster.evict(name)
         await h.told("gang_preempted")
         h.cluster.requeue(name)
         await h.told("gang_queued", 2)
-        h.cluster.admit(name)
+        await h.admit(name)
         await h.told("gang_started", 2)
         h.put("a0", 0, "output.json", 1.5)
         h.cluster.succeed(name)
@@ -211,7 +218,7 @@ def test_cancelling_an_attempt_deletes_its_objects(harness: Harness) -> None:
         running = asyncio.ensure_future(h.engine.run_attempt(
             call, AttemptRef(RUN, "a0", 0, h.tmp / "a0.0.log")))
         name = await h.jobset()
-        h.cluster.admit(name)
+        await h.admit(name)
         await h.told("gang_started")
         assert await h.engine.preempt() == 1  # `shoal preempt`: the JobSet is suspended
         assert h.fake.get("jobsets", name)["spec"]["suspend"] is True  # type: ignore[index]

@@ -69,14 +69,14 @@ def test_a_lost_node_starts_the_gang_again_as_a_new_jobset_of_the_nodes_left(
     async def play(h: Harness) -> None:
         first = await h.jobset()
         seen["first"] = h.fake.get("jobsets", first)
-        h.cluster.admit(first)
+        await h.admit(first)
         await h.told("gang_started")
         seen["lost_pod"] = h.cluster.lose_node(first, 1)["metadata"]["name"]  # host gone
         second = await _next_jobset(h, first)
         seen["deleted_first"] = h.fake.get("jobsets", first) is None
         seen["second"] = h.fake.get("jobsets", second)
         await h.told("gang_queued", 2)  # a new Kueue workload, admitted whole again
-        h.cluster.admit(second)
+        await h.admit(second)
         await h.told("gang_started", 2)
         h.put("a0", 1, "output.json", 0.5)  # rank 0 of start r1
         h.cluster.succeed(second)
@@ -118,7 +118,7 @@ def test_a_rank_failure_with_every_pod_there_restarts_at_the_same_size(
         harness: Harness) -> None:
     async def play(h: Harness) -> None:
         first = await h.jobset()
-        h.cluster.admit(first)
+        await h.admit(first)
         await h.told("gang_started")
         h.put("a0", 0, "rank-1.failure.json", {
             "rank": 1, "local_rank": 0, "node": 1, "at": time.time(),
@@ -128,7 +128,7 @@ def test_a_rank_failure_with_every_pod_there_restarts_at_the_same_size(
         h.cluster.fail_node(first, 1, exit_code=1)
         h.cluster.fail(first, reason="FailedJobs", message="jobset failed due to a failed job")
         second = await _next_jobset(h, first)
-        h.cluster.admit(second)
+        await h.admit(second)
         await h.told("gang_started", 2)
         h.put("a0", 1, "output.json", 2.0)
         h.cluster.succeed(second)
@@ -149,12 +149,12 @@ def test_fewer_nodes_left_than_min_fails_naming_the_lost_pod(harness: Harness) -
 
     async def play(h: Harness) -> None:
         first = await h.jobset()
-        h.cluster.admit(first)
+        await h.admit(first)
         await h.told("gang_started")
         h.cluster.lose_node(first, 1)
         second = await _next_jobset(h, first)
         started.extend([first, second])
-        h.cluster.admit(second)
+        await h.admit(second)
         await h.told("gang_started", 2)
         # `kubectl delete pod --force` of the last node: no disruption said, just gone
         pod = h.cluster.node_pod(second, 0)
@@ -175,12 +175,12 @@ def test_a_pod_killed_without_a_report_is_a_lost_node_when_its_jobset_fails(
     it); its Job fails and with it the JobSet: the next start has one node."""
     async def play(h: Harness) -> None:
         first = await h.jobset()
-        h.cluster.admit(first)
+        await h.admit(first)
         await h.told("gang_started")
         h.cluster.fail_node(first, 1, exit_code=137, last_words="node 1: Killed")
         h.cluster.fail(first, reason="FailedJobs", message="jobset failed due to a failed job")
         second = await _next_jobset(h, first)
-        h.cluster.admit(second)
+        await h.admit(second)
         await h.told("gang_started", 2)
         h.put("a0", 1, "output.json", 3.0)
         h.cluster.succeed(second)
@@ -267,11 +267,11 @@ async def _shrunk(h: Harness) -> tuple[str, str, dict[str, Any]]:
     """A 1:2 gang that lost node 1 and runs on one node; returns both JobSets and the probe
     the engine then creates to ask Kueue for the node back."""
     first = await h.jobset()
-    h.cluster.admit(first)
+    await h.admit(first)
     await h.told("gang_started")
     h.cluster.lose_node(first, 1)
     second = await _next_jobset(h, first)
-    h.cluster.admit(second)
+    await h.admit(second)
     await h.told("gang_started", 2)
     probe = await h.until("the capacity probe", lambda: h.cluster.probe(second))
     return first, second, probe
@@ -303,7 +303,7 @@ def test_a_shrunk_gang_grows_back_at_a_checkpoint_commit_once_kueue_admits_its_p
         seen["second_gone"] = h.fake.get("jobsets", second) is None
         seen["probes_then"] = _probes(h)
         seen["third"] = h.fake.get("jobsets", third)
-        h.cluster.admit(third)
+        await h.admit(third)
         await h.told("gang_started", 3)
         h.put("a0", 2, "output.json", 4.0)  # rank 0 of start r2
         h.cluster.succeed(third)
@@ -404,7 +404,7 @@ def test_a_preempted_start_gives_up_its_probe_and_asks_again_once_readmitted(
         await h.told("gang_preempted")
         seen["gone"] = await h.until("the probe gone", lambda: _probes(h) == [])
         h.cluster.requeue(second)
-        h.cluster.admit(second)
+        await h.admit(second)
         await h.told("gang_started", 3)
         seen["again"] = await h.until("a probe again", lambda: h.cluster.probe(second))
         h.put("a0", 1, "output.json", 5.0)
@@ -429,20 +429,20 @@ def test_a_kueue_preemption_above_min_lends_a_node_then_the_gang_grows_back(
 
     async def play(h: Harness) -> None:
         first = await h.jobset()
-        h.cluster.admit(first)
+        await h.admit(first)
         await h.told("gang_started")
         h.cluster.evict(first)  # Evicted (Preempted): suspended, its pods stopped
         second = await _next_jobset(h, first)
         seen["first_gone"] = h.fake.get("jobsets", first) is None
         seen.update(first=first, second=h.fake.get("jobsets", second))
-        h.cluster.admit(second)  # one node fits beside the higher-priority workload
+        await h.admit(second)  # one node fits beside the higher-priority workload
         await h.told("gang_started", 2)
         probe = await h.until("the capacity probe", lambda: h.cluster.probe(second))
         seen["probe"] = probe["metadata"]["name"]
         h.cluster.admit_probe(second)
         third = await _commits_until(h, lambda: [n for n in _names(h) if n != second], 1)
         seen["third"] = h.fake.get("jobsets", third[0])
-        h.cluster.admit(third[0])
+        await h.admit(third[0])
         await h.told("gang_started", 3)
         h.put("a0", 2, "output.json", 6.0)  # rank 0 of start r2
         h.cluster.succeed(third[0])
@@ -494,7 +494,7 @@ def test_a_kueue_preemption_at_min_waits_to_be_readmitted_at_its_size(
         h.cluster.evict(second)
         await h.told("gang_preempted")
         h.cluster.requeue(second)
-        h.cluster.admit(second)
+        await h.admit(second)
         await h.told("gang_started", 3)
         h.put("a0", 1, "output.json", 1.0)
         h.cluster.succeed(second)
