@@ -84,10 +84,13 @@ def train(steps: int, every: int, kill_at: int, out_dir: str, mode: str = "ddp",
         if (step + 1) % every == 0:
             model_sd, opt_sd = get_state_dict(model, opt)
             cp.save_state_dict({"model": model_sd, "optim": opt_sd}, step=step, async_save=True)
-        if step == kill_at and (step + 1) % every != 0 and ctx.restart_attempt == 0:
-            # Killed between saves: the save begun last has landed on every rank first
-            # (its last shard commits it), so the restart loads that one.
-            cp.wait()
+        if step == kill_at and ctx.restart_attempt == 0:
+            # Killed right after a save began, every rank has begun it, so the save before it
+            # has landed on every rank (a save waits for this rank's one before; the last
+            # shard to land commits it): the restart loads one of those two. Killed between
+            # saves, the save begun last has landed on every rank first: the restart loads it.
+            if (step + 1) % every != 0:
+                cp.wait()
             dist.barrier()
         if step == kill_at and rank == 1 and ctx.restart_attempt == 0:
             os.kill(os.getpid(), signal.SIGKILL)  # right after an asynchronous save began
