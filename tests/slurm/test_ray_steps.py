@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
-from shoal._runtime.allocation import AllocationState
+from shoal._runtime.allocation_state import AllocationState
 from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

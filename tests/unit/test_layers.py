@@ -345,7 +345,7 @@ NAME_DOORS = (
     "cli/main.py", "_driver/runcontext.py", "_driver/runner.py", "_driver/remote.py",
     "_api/environment.py", "_api/task.py", "_api/group.py", "_api/io.py",
     "_storage/records/runs.py", "_storage/records/mirror.py", "_storage/records/remote.py",
-    "_storage/store.py", "_ui/app.py", "_runtime/allocation.py",
+    "_storage/store.py", "_ui/app.py", "_runtime/allocation_state.py",
     "_engines/slurm/script.py", "_engines/kubernetes/manifests.py", "_engines/local/plan.py",
 )
 

@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
-from shoal._runtime.allocation import (
-    STATE_FILE,
-    Allocation,
-    AllocationState,
-    Start,
-    gone_nodes,
-)
+from shoal._runtime.allocation import Allocation, gone_nodes
+from shoal._runtime.allocation_state import STATE_FILE, AllocationState, Start
 from shoal._storage.store import join, open_store
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from shoal._engines.slurm import status
 from shoal._engines.slurm.client import JobInfo, parse_node_states
-from shoal._runtime.allocation import AllocationState, Start
+from shoal._runtime.allocation_state import AllocationState, Start
 from shoal._runtime.reports import FirstFailure
 from shoal.errors import FailureInfo
 

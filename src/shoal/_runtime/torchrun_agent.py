@@ -69,9 +69,11 @@ def forked_rank() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from shoal._runtime.zygote import preimport
+    from shoal._runtime.forks import preimport
+    from shoal._runtime.zygote import PREIMPORTS
 
-    why = preimport()  # torch, DDP's compiler stack, the rank runtime: once, for every rank
+    # torch, DDP's compiler stack, the rank runtime: once, for every rank
+    why = preimport(PREIMPORTS)
     if why:
         print(f"shoal torchrun agent: ranks may import afresh: {why}", file=sys.stderr,
               flush=True)

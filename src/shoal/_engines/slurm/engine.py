@@ -9,7 +9,7 @@ makes is a Slurm job, followed until it ends.
                                  else Slurm's end state (lost node, time limit, scancel)
 
 The engine learns what happens inside the allocation from ``allocation.json`` in the
-attempt's store folder (`shoal._runtime.allocation.AllocationState`) and what Slurm did from
+attempt's store folder (`shoal._runtime.allocation_state.AllocationState`) and what Slurm did from
 `scontrol show job`, both polled every ``poll_seconds``; it tells the controller of starts,
 restarts and preemptions with the same kinds and keys as the local engine's gangs, so the
 records, `shoal logs`, `shoal runs` and the web UI show a Slurm gang as they show a local one.
@@ -49,7 +49,7 @@ from shoal._engines.slurm.script import (
     secret_env_vars,
     slurm_minutes,
 )
-from shoal._runtime.allocation import (
+from shoal._runtime.allocation_state import (
     START_CAUSE_OF,
     STATE_FILE,
     AllocationState,

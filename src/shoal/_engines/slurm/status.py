@@ -1,5 +1,5 @@
 """How a Slurm attempt ended, as pure functions of what was read: Slurm's view of the job
-(`client.JobInfo`), the allocation's own state (`shoal._runtime.allocation.AllocationState`),
+(`client.JobInfo`), the allocation's own state (`shoal._runtime.allocation_state.AllocationState`),
 the ranks' and nodes' first failure, the node states and the log tails. The engine
 (`engine.SlurmJob`) reads those; these decide, so every ending can be tested by value.
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal._engines.slurm.client import REQUEUABLE, JobInfo
-from shoal._runtime.allocation import AllocationState, Start
+from shoal._runtime.allocation_state import AllocationState, Start
 from shoal._runtime.reports import FirstFailure
 from shoal.errors import FailureInfo
 
