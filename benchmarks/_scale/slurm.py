@@ -33,8 +33,8 @@ from typing import Any
 from _scale.curves import Curve
 from shoal._engines.slurm import status
 from shoal._engines.slurm.client import parse_job, parse_node_states
-from shoal._runtime.allocation import gone_nodes
-from shoal._runtime.allocation_state import AllocationState, Start, hostnames
+from shoal._runtime.node.allocation import gone_nodes
+from shoal._runtime.node.allocation_state import AllocationState, Start, hostnames
 
 REPEATS_INNER = 5
 

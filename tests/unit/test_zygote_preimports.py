@@ -14,7 +14,7 @@ import sys
 
 _PROGRAM = """
 import ast, importlib, inspect, sys, textwrap
-from shoal._runtime import zygote
+from shoal._runtime.node import zygote
 for name in zygote.PREIMPORTS:
     if name.startswith("shoal."):
         try:
@@ -24,7 +24,7 @@ for name in zygote.PREIMPORTS:
                 raise
 from shoal._runtime import forks
 print("THREADS", forks.os_threads())
-from shoal._runtime import rank
+from shoal._runtime.node import rank
 tree = ast.parse(textwrap.dedent(inspect.getsource(rank.run_rank)))
 named = sorted({n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module})
 print("NAMED", len(named))

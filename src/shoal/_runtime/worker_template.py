@@ -43,7 +43,7 @@ from shoal._runtime.log_files import redirect_output
 # imports of Shoal load. None of them starts a thread at import (checked by `forks.preimport`).
 PREIMPORTS = ("shoal", "shoal._runtime.worker", "shoal._runtime.loader", "shoal._storage.codecs",
               "shoal._storage.blobs", "shoal._storage.call_io", "shoal._runtime.context",
-              "shoal._runtime.metrics", "shoal._runtime.report_scope")
+              "shoal._runtime.observe.metrics", "shoal._runtime.observe.report_scope")
 
 
 def _reply(message: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """What a Slurm allocation of a gang runs: its batch script execs ``python -m
-shoal._runtime.allocation``, which starts the gang as srun steps and restarts it as new steps.
+shoal._runtime.node.allocation``, which starts the gang as srun steps and restarts it as new steps.
 
-One start = one step: ``srun`` puts one node launcher (`shoal._runtime.launcher`, as on the
+One start = one step: ``srun`` puts one node launcher (`shoal._runtime.node.launcher`, as on the
 local engine and in a Kubernetes pod) on every node of the allocation, each told its node rank
 (``SLURM_NODEID``), the master (the allocation's first node, where this program runs) and the
 restart number. A Ray cluster's start is two steps at once, the head's and the workers'
@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from shoal import _contract as contract
-from shoal._runtime.allocation_state import (
+from shoal._runtime.node.allocation_state import (
     START_CAUSE_OF,
     STATE_FILE,
     AllocationState,
@@ -105,7 +105,7 @@ class Allocation:
     # -- one start ---------------------------------------------------------------------------
     def step_argv(self, restart: int, nnodes: int, nodes: list[str] | None = None) -> list[str]:
         node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
-            [sys.executable, "-m", "shoal._runtime.launcher"])
+            [sys.executable, "-m", "shoal._runtime.node.launcher"])
         # One node launcher per node, told its node rank by Slurm (the same for every task of
         # a step otherwise: srun gives all tasks one environment).
         on_node = f'export {contract.NODE_RANK}="$SLURM_NODEID"; exec {node_command}'
@@ -167,7 +167,7 @@ class Allocation:
         output goes to ``node<rank>.log`` (srun's ``%n`` counts the step's nodes, not the
         gang's)."""
         node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
-            [sys.executable, "-m", "shoal._runtime.launcher"])
+            [sys.executable, "-m", "shoal._runtime.node.launcher"])
         log = shlex.quote(os.path.join(self.log_dir, f"r{start.restart}", "node"))
         arms = "".join(f"{shlex.quote(start.nodes[k])}) export {contract.NODE_RANK}={k} "
                        f"{contract.NODE_ADDR}={shlex.quote(addresses[k])} "
@@ -346,7 +346,7 @@ class Allocation:
         """The nodes of an elastic gang's failed ``start`` that are gone (name -> why): srun
         saw each end badly and its launcher left no report (it was killed with everything
         on its machine), or Slurm marks it down or not responding."""
-        from shoal._runtime.reports import read_reports
+        from shoal._runtime.observe import read_reports
         from shoal._storage.store import join
 
         reported = {r.get("node") for r in read_reports(

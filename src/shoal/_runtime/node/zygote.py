@@ -1,7 +1,7 @@
 """The node's rank factory: a process that has imported torch and Shoal's rank runtime once,
 and forks every rank of every start of the node from that state.
 
-Started by the node launcher (`launcher.Zygote`) as ``python -m shoal._runtime.zygote REQ REP``
+Started by the node launcher (`launcher.Zygote`) as ``python -m shoal._runtime.node.zygote REQ REP``
 (two inherited pipe ends) before the launcher starts any thread. It never starts a thread
 itself (it checks after its imports: torch must not have started a thread pool), so forking
 it is safe; a rank then costs a fork instead of an interpreter start plus torch's imports, at
@@ -16,7 +16,7 @@ it and reads its exit status as it would a child it started itself. The ``n`` ra
 request batch wait until the last is forked, then run together. EOF on the request pipe,
 or the launcher's death, ends the zygote.
 
-Each rank starts as a fresh ``python -m shoal._runtime.rank`` would: exactly the environment it
+Each rank starts as a fresh ``python -m shoal._runtime.node.rank`` would: exactly the environment it
 is given, the working directory, ``sys.argv``, stdout and stderr on the node's log, Python's
 default signal dispositions and an empty signal mask, and numpy's global generator reseeded
 (``random`` reseeds itself at fork). The user's module is imported by the rank, never here.
@@ -49,7 +49,7 @@ from shoal._runtime.log_files import redirect_output
 # them starts a thread at import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
               "torch.distributed.checkpoint.state_dict", "torch.utils.serialization.config",
-              "shoal._runtime.rank", "shoal._runtime.loader", "shoal._runtime.reports",
+              "shoal._runtime.node.rank", "shoal._runtime.loader", "shoal._runtime.observe.reports",
               "shoal._storage.codecs", "shoal._storage.blobs", "shoal._storage.call_io",
               "shoal.clustered", "packaging.requirements", "shoal._storage.checkpoints",
               "shoal._storage.checkpoints.state_dicts", "shoal._storage.checkpoints.trust")
@@ -65,7 +65,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> No
             redirect_output(str(request["log"]))
         env = request["env"]
         assert isinstance(env, dict)
-        from shoal._runtime import rank
+        from shoal._runtime.node import rank
 
         as_fresh(env, str(request["cwd"]), rank.__file__ or "")
         os.read(go, 1)  # until the last rank of the node is forked too
@@ -123,7 +123,7 @@ class Zygote:
         req_r, self._requests = os.pipe()
         self._replies_fd, rep_w = os.pipe()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "shoal._runtime.zygote", str(req_r), str(rep_w)],
+            [sys.executable, "-m", "shoal._runtime.node.zygote", str(req_r), str(rep_w)],
             env=environ, pass_fds=(req_r, rep_w))
         os.close(req_r)
         os.close(rep_w)
