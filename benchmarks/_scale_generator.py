@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from shoal._runtime.metrics import FLUSH_INTERVAL, MetricsWriter, metrics_path, open_writer
-from shoal._runtime.system_metrics import CPU, PSS, RSS
+from shoal._runtime.observe.metrics import FLUSH_INTERVAL, MetricsWriter, metrics_path, open_writer
+from shoal._runtime.observe.system_metrics import CPU, PSS, RSS
 from shoal._storage.records import Records
 
 VARIANTS = 8

@@ -28,7 +28,7 @@ from typing import Any
 from _common import alternating_rounds, headline
 from _report import Frame, machine_line, spread, table, write_results
 
-from shoal._runtime import rank_status
+from shoal._runtime.node import rank_status
 
 GOAL_US = 1.0
 SECTION = "(i) profiling and hangs"

@@ -26,7 +26,7 @@ prints ``FIRST_STEP <t> restart 1``. Kill → first step is the difference, for 
 
 (c) Memory: while (a) and (b) run, a thread of this process samples, every ``--sample-ms``,
 the RSS of every process under the one it started (found with psutil, told apart by their
-command line: ``shoal run`` is the engine, ``shoal._runtime.launcher`` a node launcher (its
+command line: ``shoal run`` is the engine, ``shoal._runtime.node.launcher`` a node launcher (its
 children with the same command line are ranks it forked), ``torch.distributed.run`` a torchrun
 agent, the rest ranks) and keeps each one's peak; every ``--pss-ms`` it also sums their PSS,
 which counts the pages that forked ranks share with their launcher once.
@@ -114,10 +114,10 @@ def role_of(cmdline: list[str], is_root: bool, engine_root: bool) -> str:
         return "engine"
     if "torch.distributed.run" in text:
         return "agent"
-    if "shoal._runtime.launcher" in text:
-        # ``unshare ... python -m shoal._runtime.launcher`` (the PID namespace) is not it.
+    if "shoal._runtime.node.launcher" in text:
+        # ``unshare ... python -m shoal._runtime.node.launcher`` (the PID namespace) is not it.
         return "wrapper" if Path(cmdline[0]).name == "unshare" else "launcher"
-    if "shoal._runtime.rank" in text or BARE_PROGRAM.name in text:
+    if "shoal._runtime.node.rank" in text or BARE_PROGRAM.name in text:
         return "rank"
     return "other"
 
@@ -406,8 +406,10 @@ def _clean(folder: Path, done: bool) -> None:
 
 REFERENCES = (
     ("interpreter (`python -c pass`)", "pass"),
-    ("`import shoal._runtime.launcher` (node launcher)", "import shoal._runtime.launcher"),
-    ("`import shoal._runtime.rank` (rank, before the task)", "import shoal._runtime.rank"),
+    ("`import shoal._runtime.node.launcher` (node launcher)",
+     "import shoal._runtime.node.launcher"),
+    ("`import shoal._runtime.node.rank` (rank, before the task)",
+     "import shoal._runtime.node.rank"),
     ("`import torch.distributed` (each rank, or once per node in a pre-importing launcher)",
      "import torch.distributed"),
     ("`import torch.distributed.run` (torchrun agent)", "import torch.distributed.run"),

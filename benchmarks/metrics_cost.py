@@ -31,7 +31,7 @@ from _common import alternating_rounds, headline
 from _report import Frame, machine_line, spread, table, write_results
 
 import shoal
-from shoal._runtime import metrics as runtime_metrics
+from shoal._runtime.observe import metrics as runtime_metrics
 
 GOAL_US = 20.0
 SECTION = "(h) metrics and UI"

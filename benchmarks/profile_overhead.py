@@ -28,8 +28,8 @@ from _common import headline
 from _report import Frame, machine_line, table, write_results
 
 import shoal
-from shoal._runtime import metrics as runtime_metrics
-from shoal._runtime.profiling import RankProfiler
+from shoal._runtime.observe import metrics as runtime_metrics
+from shoal._runtime.observe.profiling import RankProfiler
 
 SECTION = "(i) profiling and hangs"
 

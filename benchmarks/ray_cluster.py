@@ -179,14 +179,14 @@ def shoal_family(engine: int) -> Callable[[], dict[int, Place]]:
                 cmd = " ".join(p.cmdline())
                 up: psutil.Process | None = p
                 while up is not None and up.pid != engine:
-                    if "shoal._runtime.launcher" in " ".join(up.cmdline()):
+                    if "shoal._runtime.node.launcher" in " ".join(up.cmdline()):
                         break
                     up = procs.get(up.ppid())
                 if up is None or up.pid == engine:
                     out[pid] = ("engine", "engine")
                     continue
-                role = ("launcher" if "shoal._runtime.launcher" in cmd else
-                        "driver" if "shoal._runtime.rank" in cmd else "ray")
+                role = ("launcher" if "shoal._runtime.node.launcher" in cmd else
+                        "driver" if "shoal._runtime.node.rank" in cmd else "ray")
                 out[pid] = (launcher_node(up), role)
         return out
     return family

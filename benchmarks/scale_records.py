@@ -152,7 +152,7 @@ def follow_child(home: Path, shape: Shape) -> None:
     import _scale_generator as g
 
     from shoal._driver.bridges.follower import Bridge, BridgeThread
-    from shoal._runtime.metrics import metrics_path
+    from shoal._runtime.observe.metrics import metrics_path
 
     class Count(Bridge):
         name = "count"

@@ -18,7 +18,7 @@ share (it holds ``SHOAL_HOME``, the job outputs and two small shims).
 - shoal: ``shoal run --engine slurm programs_ddp_shoal.py train_ddp`` (the default launch,
   ``direct``: each node's launcher imports torch once and forks its ranks);
 - shoal torchrun: the same with ``SHOAL_LAUNCH=torchrun`` (torchrun's agent, its ranks forked
-  from the agent, which imported torch once: ``shoal._runtime.torchrun_agent``);
+  from the agent, which imported torch once: ``shoal._runtime.node.torchrun_agent``);
 - shoal torchrun, no pre-import: the same with ``SHOAL_PREIMPORT=0`` too: each node runs
   ``python -m torch.distributed.run`` itself, whose ranks are fresh interpreters.
 Launch → first step is from just before submission (``sbatch`` / ``shoal run`` started) to
@@ -162,7 +162,7 @@ exit $code""")
         # The python Shoal's batch script execs: the batch script's first moment, as the bare
         # script's first line notes it.
         python = work / "python"
-        _shim(python, f"""[ "$2" = shoal._runtime.allocation ] && \\
+        _shim(python, f"""[ "$2" = shoal._runtime.node.allocation ] && \\
     echo "BATCH_START $SLURM_JOB_ID $EPOCHREALTIME" >> {shlex.quote(str(marks))}
 exec {shlex.quote(sys.executable)} "$@"
 """)

@@ -38,7 +38,7 @@ GOAL_MS = 300.0
 
 
 def _write_metrics(home: Path, run: str, points: int) -> None:
-    from shoal._runtime.metrics import MetricsWriter, metrics_path
+    from shoal._runtime.observe.metrics import MetricsWriter, metrics_path
 
     for rank in range(4):
         writer = MetricsWriter(metrics_path(home, run, "a0", 0, 0, rank),
@@ -89,7 +89,7 @@ def main() -> None:
         metrics_url = f"{base}/api/runs/{run}/metrics"
         cold, size = _get(metrics_url, token)
         live = []
-        from shoal._runtime.metrics import MetricsWriter, metrics_path
+        from shoal._runtime.observe.metrics import MetricsWriter, metrics_path
 
         writers = [MetricsWriter(metrics_path(home, run, "a0", 0, 0, r),
                                  {"run": run, "action": "a0", "rank": r}) for r in range(4)]

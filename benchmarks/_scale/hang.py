@@ -28,9 +28,9 @@ from pathlib import Path
 
 from _scale.curves import Curve
 from shoal._engines.local.gangs import hang as gang_hang
-from shoal._runtime.hang import node_report_name, timed_out
-from shoal._runtime.rank_status import read_status, status_path
-from shoal._runtime.reports import first_failure
+from shoal._runtime.node.hang import node_report_name, timed_out
+from shoal._runtime.node.rank_status import read_status, status_path
+from shoal._runtime.observe.reports import first_failure
 from shoal._storage.store import join, open_store
 
 PER_NODE = 8
@@ -40,22 +40,22 @@ STEP = 41  # the step every rank reached before the freeze
 STACK_WAITING = """Thread {pid} (idle): "MainThread"
     all_reduce (torch/distributed/distributed_c10d.py:2806)
     wrapper (torch/distributed/c10d_logger.py:81)
-    collective (shoal/_runtime/rank_status.py:77)
+    collective (shoal/_runtime/node/rank_status.py:77)
     train_step (train.py:88)
     train (train.py:120)
-    run (shoal/_runtime/rank.py:121)
-    main (shoal/_runtime/rank.py:140)
-    <module> (shoal/_runtime/rank.py:180)
+    run (shoal/_runtime/node/rank.py:121)
+    main (shoal/_runtime/node/rank.py:140)
+    <module> (shoal/_runtime/node/rank.py:180)
 Thread {tid} (idle): "shoal-metrics"
     wait (threading.py:331)
-    run (shoal/_runtime/metrics.py:212)
+    run (shoal/_runtime/observe/metrics.py:212)
 """
 STACK_FROZEN = """Thread {pid} (idle): "MainThread"
     load_batch (data.py:57)
     train (train.py:115)
-    run (shoal/_runtime/rank.py:121)
-    main (shoal/_runtime/rank.py:140)
-    <module> (shoal/_runtime/rank.py:180)
+    run (shoal/_runtime/node/rank.py:121)
+    main (shoal/_runtime/node/rank.py:140)
+    <module> (shoal/_runtime/node/rank.py:180)
 """
 
 

@@ -10,7 +10,7 @@ of N nodes named ``n0001``…, in the formats the test cluster's Slurm 22.05 pri
 - a node lost: ``sinfo -N -o "%N|%T|%E"`` of the N nodes, one down (`client.parse_node_states`,
   `status.lost_nodes`, as the engine names lost nodes), and the allocation program's
   ``sinfo -N -o "%N %t"`` with srun's last words of every node (`allocation.gone_nodes`);
-- the node list expanded: ``scontrol show hostnames n[0001-N]`` (`allocation.hostnames`, a
+- the node list expanded: ``scontrol show hostnames n[0001-N]`` (`allocation_state.hostnames`, a
   real scontrol; it needs a slurm.conf naming the nodes, not a controller).
 
 Time per call (the fastest of ``REPEATS_INNER`` calls, the garbage collector off meanwhile,
@@ -33,7 +33,8 @@ from typing import Any
 from _scale.curves import Curve
 from shoal._engines.slurm import status
 from shoal._engines.slurm.client import parse_job, parse_node_states
-from shoal._runtime.allocation import AllocationState, Start, gone_nodes, hostnames
+from shoal._runtime.node.allocation import gone_nodes
+from shoal._runtime.node.allocation_state import AllocationState, Start, hostnames
 
 REPEATS_INNER = 5
 

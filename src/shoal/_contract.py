@@ -144,7 +144,7 @@ GPUS_EMULATED = "SHOAL_GPUS_EMULATED"
 PROFILE = "SHOAL_PROFILE"
 # The Nsight Systems session this process was started in (``nsys launch --session-new=``),
 # set when a capture profile (``capture=task|manual``) re-executes a worker or a rank under
-# it; the process's ``nsys start``/``nsys stop`` name it (`shoal._runtime.nsys_session`).
+# it; the process's ``nsys start``/``nsys stop`` name it (`shoal._runtime.observe.nsys_session`).
 NSYS_SESSION = "SHOAL_NSYS_SESSION"
 # How a hang diagnosis reads the ranks' Python stacks: "py-spy" | "faulthandler" (the
 # fallback, forced) | unset: py-spy where it is on PATH, else faulthandler.
@@ -153,7 +153,7 @@ HANG_STACKS = "SHOAL_HANG_STACKS"
 # its worker connects the process to that Ray cluster before the body runs.
 RAY_INIT = "SHOAL_RAY_INIT"
 # Every node of a Ray gang: a JSON list, by node rank, of what each raylet is started with
-# (`shoal._spec.ray.nodes_config`; read by `shoal._runtime.ray_node`). The same on every node.
+# (`shoal._spec.ray.nodes_config`; read by `shoal._runtime.node.ray_node`). The same on every node.
 RAY_NODES = "SHOAL_RAY_NODES"
 # The address of the node (pod) a gang's process runs on, on every engine: Kubernetes gives
 # pods this variable through the downward API, and Flyte code (its Ray examples) reads it.
@@ -168,13 +168,13 @@ DEFAULT_CHECKPOINT_WRITER_NICE = 13
 CHECKPOINT_WRITER_DEADLINE = "SHOAL_CHECKPOINT_WRITER_DEADLINE"
 DEFAULT_CHECKPOINT_WRITER_DEADLINE = 60.0
 
-# --- a Slurm allocation (read by `shoal._runtime.allocation`, the program an sbatch script runs)
+# --- a Slurm allocation (read by `shoal._runtime.node.allocation`, which an sbatch script runs)
 # The folder every start of the gang logs under (rank and node logs of restart k go in r<k>/).
 GANG_LOG_DIR = "SHOAL_GANG_LOG_DIR"
 MAX_RESTARTS = "SHOAL_MAX_RESTARTS"  # whole-group restarts the allocation may make
 RESUME_AFTER_PREEMPTION = "SHOAL_RESUME_AFTER_PREEMPTION"  # "1": a requeue uses no restart
 # The command the allocation's steps run on every node, shell-quoted (default: this Python's
-# ``-m shoal._runtime.launcher``); a container runtime's flags go in SRUN_OPTIONS.
+# ``-m shoal._runtime.node.launcher``); a container runtime's flags go in SRUN_OPTIONS.
 NODE_COMMAND = "SHOAL_NODE_COMMAND"
 SRUN_OPTIONS = "SHOAL_SRUN_OPTIONS"  # extra srun options of every step, shell-quoted
 

@@ -11,6 +11,6 @@ are not stored (they warn once). Calls where nothing can be kept warn once, neve
 from __future__ import annotations
 
 from shoal._api.report import current_report, flush, get_tab, log, replace
-from shoal._runtime.report_page import Report, Tab
+from shoal._runtime.observe import Report, Tab
 
 __all__ = ["Report", "Tab", "current_report", "flush", "get_tab", "log", "replace"]

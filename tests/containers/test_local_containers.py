@@ -99,7 +99,8 @@ def test_a_pipeline_and_a_gang_run_inside_their_images(tmp_path: Path,
     assert (probe["shm"], probe["pids_max"]) == (str(96 * 2**20), "4096")
     # Two node containers met at the master address; the restart in place found the save.
     assert (pair["restart"], pair["loaded"]) == ("1", "saved-at-restart-0")
-    assert "shoal._runtime.launcher" in pair["me"] and "shoal._runtime.launcher" in pair["peer"]
+    launcher = "shoal._runtime.node.launcher"
+    assert launcher in pair["me"] and launcher in pair["peer"]
     # A memory-limit kill is OOMError, of a plain call's worker and of a gang's rank.
     hog = out["hog"]
     assert hog["call"].startswith("OOMError: ") and "memory limit of 128 MiB" in hog["call"]

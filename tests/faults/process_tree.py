@@ -29,10 +29,10 @@ def _kind(proc: psutil.Process, root: int) -> str:
     cmd = " ".join(proc.cmdline())
     if "shoal._runtime.worker" in cmd:
         return f"worker:{proc.environ().get(contract.ENV_NAME, '?')}"
-    if "shoal._runtime.launcher" in cmd:
+    if "shoal._runtime.node.launcher" in cmd:
         # `unshare --kill-child python -m ...launcher`: the python process is the launcher.
         return "other" if proc.name() == "unshare" else "launcher"
-    if "shoal._runtime.rank" in cmd:
+    if "shoal._runtime.node.rank" in cmd:
         return "rank"
     return "other"
 

@@ -138,7 +138,7 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
     assert client.list("Pod", "jobset.sigs.k8s.io/restart-attempt=0") == []  # gone
 
     wait_until("pod deletions", lambda: sum(e.type == "DELETED" for e in seen_pods) >= 2,
-               timeout=5)
+               timeout=20)
     for event in list(seen_pods):
         history.apply(event.type, event.object)
     first = first_failing_rank(history.pods(), restart_attempt=0, nproc_per_node=2)
@@ -164,7 +164,7 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
     follower = threading.Thread(target=lambda: followed.extend(
         node_logs(client, name, node=0, restart_attempt=1, follow=True)), daemon=True)
     follower.start()
-    wait_until("the followed log", lambda: len(followed) >= 2, timeout=5)
+    wait_until("the followed log", lambda: len(followed) >= 2, timeout=20)
 
     # Kueue preempts the workload: first its pods are stopped, then it waits for quota again.
     cluster.evict(name)
@@ -188,7 +188,7 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
 
     # What to keep before ttlSecondsAfterFinished deletes it all.
     wait_until("the pods' success", lambda: sum(
-        e.object["status"]["phase"] == "Succeeded" for e in seen_pods) >= 2, timeout=5)
+        e.object["status"]["phase"] == "Succeeded" for e in seen_pods) >= 2, timeout=20)
     for event in list(seen_pods):  # again from the start: the last version of a pod wins
         history.apply(event.type, event.object)
     js = client.get("JobSet", name)
@@ -206,7 +206,7 @@ def test_a_jobset_through_admission_failure_restart_preemption_and_success(
 
     cluster.expire(name)
     wait_until("the JobSet deletion", lambda: js_events and js_events[-1].type == "DELETED",
-               timeout=5)
+               timeout=20)
     js_watch.close()
     js_thread.join(timeout=2)
     assert not js_thread.is_alive()
@@ -228,13 +228,13 @@ def test_cancel_deletes_the_gang_in_the_foreground(client: KubeClient, cluster: 
     events: list[WatchEvent] = []
     watch = client.watch("JobSet", "victim", timeout=10)
     thread = consume(watch, events)
-    wait_until("the first event", lambda: events, timeout=5)
+    wait_until("the first event", lambda: events, timeout=20)
 
     answer = client.delete("JobSet", "victim")  # Foreground by default
     assert answer is not None
     assert answer["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in answer["metadata"]["finalizers"]
-    wait_until("the JobSet to go", lambda: events[-1].type == "DELETED", timeout=5)
+    wait_until("the JobSet to go", lambda: events[-1].type == "DELETED", timeout=20)
     assert client.list("Pod") == [] and client.list("Job") == [] and \
         client.list("Workload") == []
     # Foreground: every dependent went before the owner.
@@ -308,7 +308,7 @@ def test_objects_of_every_kind_shoal_creates(client: KubeClient) -> None:
     patched = client.patch("Job", "data-a0-0", {"spec": {"suspend": False}})
     assert patched["spec"]["suspend"] is False and patched["metadata"]["generation"] == 2
     client.delete("Job", "data-a0-0", propagation="Background")
-    wait_until("the Job to go", lambda: not client.list("Job"), timeout=5)
+    wait_until("the Job to go", lambda: not client.list("Job"), timeout=20)
     with pytest.raises(kc.KubeError, match="kind 'Gadget'"):
         client.get("Gadget", "x")
     assert issubclass(kc.KubeError, EngineError)
@@ -321,19 +321,19 @@ def test_a_watch_survives_timeouts_and_dropped_connections(client: KubeClient,
     events: list[WatchEvent] = []
     watch = client.watch("ConfigMap", window=1)  # each stream ends after 1 s: resume each time
     thread = consume(watch, events)
-    wait_until("the initial ADDED", lambda: len(events) == 1, timeout=5)
+    wait_until("the initial ADDED", lambda: len(events) == 1, timeout=20)
 
     def streams() -> int:
         return sum("/configmaps?" in path and "watch=1" in path for _, path in fake.requests)
 
     # The first stream ends after its 1 s; the watch resumes from its version in a second.
-    wait_until("the watch's second stream", lambda: streams() >= 2, timeout=5)
+    wait_until("the watch's second stream", lambda: streams() >= 2, timeout=20)
     client.patch("ConfigMap", "a", {"data": {"x": "1"}})
-    wait_until("the change after a reconnect", lambda: len(events) == 2, timeout=5)
+    wait_until("the change after a reconnect", lambda: len(events) == 2, timeout=20)
     fake.drop_watches()  # cut mid-stream, no final chunk
     client.patch("ConfigMap", "a", {"data": {"x": "2"}})
     client.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}})
-    wait_until("the changes after a drop", lambda: len(events) == 4, timeout=5)
+    wait_until("the changes after a drop", lambda: len(events) == 4, timeout=20)
     assert [(e.type, e.name) for e in events] == [
         ("ADDED", "a"), ("MODIFIED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
     assert events[2].object["data"] == {"x": "2"}

@@ -64,7 +64,7 @@ def _compile(task: Any, config: KubeConfig = CONFIG, **kw: Any) -> list[dict[str
 def test_every_node_gets_the_launchers_contract_with_rank_and_restart_from_the_pod() -> None:
     js = seed_manifests()["pretrain"][0]
     container = _container(js)
-    assert container["command"] == ["python", "-m", "shoal._runtime.launcher"]
+    assert container["command"] == ["python", "-m", "shoal._runtime.node.launcher"]
     env = _as_launched(container, **{
         "metadata.annotations['batch.kubernetes.io/job-completion-index']": "3",
         "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']": "1"})

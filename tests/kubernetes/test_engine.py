@@ -95,12 +95,12 @@ class Harness:
         running = asyncio.ensure_future(self.engine.run_attempt(call, ref))
         try:
             await play(self)
-            return await asyncio.wait_for(running, 10)
+            return await asyncio.wait_for(running, 30)
         finally:
             running.cancel()
             await self.engine.close()
 
-    async def until(self, what: str, predicate: Callable[[], Any], timeout: float = 5) -> Any:
+    async def until(self, what: str, predicate: Callable[[], Any], timeout: float = 20) -> Any:
         return await wait_until_async(what, predicate, timeout=timeout,
                                       detail=lambda: f"events: {self.kinds()}")
 
@@ -466,7 +466,7 @@ def test_submit_driver_creates_rbac_and_the_job_and_streams_its_log(
     lines: list[str] = []
 
     def play() -> None:
-        name = wait_until("the driver Job", lambda: fake.all("jobs"), timeout=5)[0]["metadata"][
+        name = wait_until("the driver Job", lambda: fake.all("jobs"), timeout=20)[0]["metadata"][
             "name"]
         pod = fake.put("pods", _job_pod(name, None), "ADDED")
         fake.append_log("default", pod["metadata"]["name"], "primary", "shoal: a0 started")

@@ -242,7 +242,7 @@ def test_the_pod_of_a_shrunk_start_runs_its_rank_as_the_start_says(
     env = {**os.environ, **{k: str(v) for k, v in _pod_env(js).items() if isinstance(v, str)}}
     # what the downward API and the JobSet's DNS name give the pod
     env.update({contract.NODE_RANK: "0", contract.MASTER_ADDR: "127.0.0.1"})
-    p = subprocess.run([sys.executable, "-m", "shoal._runtime.launcher"], env=env,
+    p = subprocess.run([sys.executable, "-m", "shoal._runtime.node.launcher"], env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = json.loads(store.get_bytes(join(io, "r1", "output.json")))

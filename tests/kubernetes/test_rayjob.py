@@ -93,7 +93,7 @@ def test_a_head_and_two_worker_groups_through_kueue() -> None:
 
 def test_the_head_runs_the_rank_program_as_the_driver_with_node_0s_contract() -> None:
     job = compiled(rp.dedup)
-    assert job["spec"]["entrypoint"] == "python -m shoal._runtime.ray_job"
+    assert job["spec"]["entrypoint"] == "python -m shoal._runtime.node.ray_job"
     head = env_of(job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"])
     assert head[contract.RUNTIME] == "ray" and head[contract.NODE_RANK] == "0"
     assert head[contract.NNODES] == "4"  # the head and 2 + 1 workers
@@ -163,7 +163,7 @@ def test_the_webhook_rules_catch_what_the_schema_cannot() -> None:
 def test_dry_run_prints_the_rayjob() -> None:
     engine = KubernetesEngine(run=RUN, config=CONFIG, code=CODE)
     text = engine.dry_run(call_of(rp.count))
-    assert "kind: RayJob" in text and "entrypoint: python -m shoal._runtime.ray_job" in text
+    assert "kind: RayJob" in text and "entrypoint: python -m shoal._runtime.node.ray_job" in text
 
 
 # --- schemas --------------------------------------------------------------------------------

@@ -329,9 +329,9 @@ def test_nsight_profiles_two_regions_a_whole_task_and_rank_0_of_a_gang(
     launched = {c[-1]: c[1:-3] for c in calls if c[0] == "launch"}
     # Two plain tasks' workers and rank 0 of the gang, each in a session of its own; not rank 1.
     assert sorted(c[-1] for c in calls if c[0] == "launch") == [
-        "shoal._runtime.rank", "shoal._runtime.worker", "shoal._runtime.worker"], calls
+        "shoal._runtime.node.rank", "shoal._runtime.worker", "shoal._runtime.worker"], calls
     assert len({c[1] for c in calls if c[0] == "launch"}) == 3, calls
-    assert launched["shoal._runtime.rank"][1] == "--trace=cuda,nvtx", calls
+    assert launched["shoal._runtime.node.rank"][1] == "--trace=cuda,nvtx", calls
     profiles = shoal_home / "runs" / run / "profiles"
     by_call = {}
     for path in sorted(profiles.rglob("*")):

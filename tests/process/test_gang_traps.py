@@ -63,8 +63,8 @@ def test_a_killed_node_takes_all_its_ranks_with_it(tmp_path: Path, launch: str,
                lambda: pidfile.exists() and pidfile.read_text(), timeout=60)
     # Node 1's launcher: the one whose parent is not itself a launcher (ranks may be forks).
     launcher = next(p for p in _processes(run.name, SHOAL_NODE_RANK="1")
-                    if "shoal._runtime.launcher" in " ".join(p.cmdline())
-                    and "shoal._runtime.launcher" not in " ".join(p.parent().cmdline()))
+                    if "shoal._runtime.node.launcher" in " ".join(p.cmdline())
+                    and "shoal._runtime.node.launcher" not in " ".join(p.parent().cmdline()))
     rank1 = launcher.children(recursive=True)
     assert rank1
     launcher.send_signal(signal.SIGKILL)

@@ -96,7 +96,7 @@ def test_timeout_kills_the_whole_tree(tmp_path: Path, monkeypatch: pytest.Monkey
         except psutil.NoSuchProcess:
             return True
 
-    wait_until("the task's child process to end with the timeout", gone, timeout=5)
+    wait_until("the task's child process to end with the timeout", gone, timeout=15)
 
 
 def test_missing_dependency_fails_at_the_call() -> None:

@@ -33,7 +33,7 @@ def test_the_chosen_rank_runs_under_nsys_and_its_report_and_stats_are_kept(
     assert profile[:5] == ["profile", "-o", str(folder / "rank1"), "--trace=cuda,nvtx,osrt",
                            "--force-overwrite=true"]
     assert "--delay=0.5" in profile and "--duration=1" in profile
-    assert profile[-3:] == [sys.executable, "-m", "shoal._runtime.rank"]
+    assert profile[-3:] == [sys.executable, "-m", "shoal._runtime.node.rank"]
     assert stats[-1] == str(folder / "rank1.nsys-rep")
     assert (folder / "rank1.nsys-rep").read_bytes() == b"fake nsys report"
     assert "stand-in nsys stats of" in (folder / "rank1.nsys-stats.txt").read_text()

@@ -1,6 +1,6 @@
 """A Ray cluster per call on the Slurm engine, against the real Slurm of `cluster.py` and the
 real ``ray``: one allocation of two nodes, the head (and the driver) on the first, the worker
-on the second, started as two srun steps (`shoal._runtime.allocation.run_ray_steps`)."""
+on the second, started as two srun steps (`shoal._runtime.node.allocation.run_ray_steps`)."""
 
 from __future__ import annotations
 

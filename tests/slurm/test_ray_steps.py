@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
-from shoal._runtime.allocation import AllocationState
+from shoal._runtime.node.allocation_state import AllocationState
 from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -51,7 +51,7 @@ def allocate(slurm_cluster: SlurmCluster, tmp_path: Path,
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n" + "".join(f"export {k}={shlex.quote(v)}\n"
                                                 for k, v in env.items())
-                      + f"exec {shlex.quote(sys.executable)} -m shoal._runtime.allocation\n")
+                      + f"exec {shlex.quote(sys.executable)} -m shoal._runtime.node.allocation\n")
     job = slurm_cluster.sbatch("--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=1",
                                f"--output={gang}/batch.log", str(script))
     info = slurm_cluster.wait_for_state(job, {"COMPLETED", "FAILED"}, timeout=60)

@@ -14,7 +14,7 @@ import pytest
 
 import shoal
 from shoal import _contract as contract
-from shoal._runtime.metrics import MetricsWriter, metrics_path
+from shoal._runtime.observe.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
 from tests.raycluster_records import ray_run
 

@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from shoal._runtime.metrics import MetricsWriter, metrics_path
+from shoal._runtime.observe.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import Records
 from shoal._ui import pages
 from shoal._ui.app import build_app

@@ -16,7 +16,7 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient
 
-from shoal._runtime.metrics import MetricsWriter, metrics_path
+from shoal._runtime.observe.metrics import MetricsWriter, metrics_path
 from shoal._storage.records import PREEMPT_REQUEST, Records, RunRecord
 from shoal._ui.app import build_app
 from shoal._ui.guard import allowed_hosts

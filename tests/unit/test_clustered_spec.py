@@ -106,7 +106,7 @@ def test_rank_env_is_what_torchrun_gives() -> None:
 
 def test_launcher_compiles_torchrun_commands() -> None:
     from shoal._contract import NodeEnv
-    from shoal._runtime.rank_start import torchrun_argv
+    from shoal._runtime.node.rank_start import torchrun_argv
 
     node = NodeEnv(home="h", store="s", run="r", action="a0", attempt=0, env_name="e",
                    code_file="f", task="t", io="x", node_rank=1, nnodes=2, nproc_per_node=4,
@@ -116,4 +116,4 @@ def test_launcher_compiles_torchrun_commands() -> None:
     assert "--nnodes=2" in argv and "--nproc-per-node=4" in argv and "--node-rank=1" in argv
     assert "--rdzv-endpoint=m:29500" in argv and "--max-restarts=2" in argv
     assert "--rdzv-conf=is_host=0,join_timeout=300" in argv
-    assert argv[-2:] == ["-m", "shoal._runtime.rank"]
+    assert argv[-2:] == ["-m", "shoal._runtime.node.rank"]

@@ -156,7 +156,7 @@ def test_a_rank_imports_torch_only_when_its_code_does_and_then_gets_it_bounded()
 
 def test_a_failure_in_cuda_code_gets_the_emulation_hint_by_message_or_traceback() -> None:
     from shoal._engines.local.gangs.failures import mentions_cuda
-    from shoal._runtime.reports import FirstFailure
+    from shoal._runtime.observe.reports import FirstFailure
 
     def failure(message: str, traceback: str = "") -> FirstFailure:
         return FirstFailure(rank=1, node=0, message=message, raised=True, traceback=traceback)

@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from shoal._runtime.hang_verdict import RankView, decide, innermost_frame, rank_views
+from shoal._runtime.observe.hang_verdict import RankView, decide, innermost_frame, rank_views
 from shoal.clustered import ClusterFailurePolicy
 from shoal.errors import SpecError
 
-PY_SPY = """Process 4: python -m shoal._runtime.launcher
+PY_SPY = """Process 4: python -m shoal._runtime.node.launcher
 Thread 4 (idle): "MainThread"
     stuck_in_sleep (prog.py:28)
     _train (prog.py:47)
@@ -118,7 +118,7 @@ def test_progress_timeout_is_validated() -> None:
 def test_a_collective_timeout_is_told_from_a_failure_report_or_an_abort_in_a_collective() -> None:
     """gloo raises (the report says so); NCCL's watchdog aborts the process (SIGABRT) once a
     collective ran for the timeout: only the status file shows that it was in one."""
-    from shoal._runtime.hang import timed_out
+    from shoal._runtime.node.hang import timed_out
 
     assert timed_out({"collective_timeout": True}, None, 1, 30, now=0)
     in_it = {"collective": "all_reduce", "collective_since": 100.0}

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from shoal._contract import NodeEnv
-from shoal._runtime import hang
-from shoal._runtime.launcher import Node
-from shoal._runtime.rank_status import status_path
+from shoal._runtime.node import hang
+from shoal._runtime.node.launcher import Node
+from shoal._runtime.node.rank_status import status_path
 from tests.helpers import wait_until
 
 

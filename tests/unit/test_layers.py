@@ -345,7 +345,7 @@ NAME_DOORS = (
     "cli/main.py", "_driver/runcontext.py", "_driver/runner.py", "_driver/remote.py",
     "_api/environment.py", "_api/task.py", "_api/group.py", "_api/io.py",
     "_storage/records/runs.py", "_storage/records/mirror.py", "_storage/records/remote.py",
-    "_storage/store.py", "_ui/app.py", "_runtime/allocation.py",
+    "_storage/store.py", "_ui/app.py", "_runtime/node/allocation_state.py",
     "_engines/slurm/script.py", "_engines/kubernetes/manifests.py", "_engines/local/plan.py",
 )
 
@@ -465,20 +465,23 @@ def test_the_storage_door_rule_sees_each_way_around_a_door() -> None:
     assert inside == []  # a package's own modules import each other directly
 
 
-# The local engine's sub-packages, each with one door: the engine's other modules import the
-# names of its `__init__`'s `__all__`, never one of its modules (STYLE: a folder past ~15
-# modules gets sub-packages, each with one door). `containers/` is `--containers`; `gangs/`
-# the clustered calls. Each with the fewest imports of it the check must see (not vacuous).
-LOCAL_PACKAGES = {"containers": 4, "gangs": 1}
+# Sub-packages with one door each: the rest of Shoal imports the names of the package's
+# `__init__`'s `__all__`, never one of its modules (STYLE: a folder past ~15 modules gets
+# sub-packages, each with one door). The local engine's `containers/` is `--containers` and
+# `gangs/` its clustered calls; the runtime's `node/` is one node of a gang and `observe/` what
+# a task process writes of itself. Each with the fewest imports of it the check must see (not
+# vacuous).
+SUB_PACKAGES = {"_engines/local/containers": 4, "_engines/local/gangs": 1, "_runtime/node": 8,
+                "_runtime/observe": 20}
 
 
 def _door_breaches(package: str, where: str, source: str) -> tuple[list[str], int]:
-    """Imports in ``source`` (the file ``where``) around the door of the local engine's
-    sub-package ``package``, and how many imports of the package were checked."""
-    if where.startswith(f"_engines/local/{package}/"):
+    """Imports in ``source`` (the file ``where``) around the door of the sub-package at
+    ``package`` (a folder under src/shoal), and how many imports of the package were checked."""
+    if where.startswith(f"{package}/"):
         return [], 0
-    door = f"shoal._engines.local.{package}"
-    exported = _exported(f"_engines/local/{package}")
+    door = "shoal." + package.replace("/", ".")
+    exported = _exported(package)
     bad: list[str] = []
     checked = 0
     for node in ast.walk(ast.parse(source)):
@@ -495,8 +498,8 @@ def _door_breaches(package: str, where: str, source: str) -> tuple[list[str], in
     return bad, checked
 
 
-@pytest.mark.parametrize(("package", "users"), LOCAL_PACKAGES.items())
-def test_a_local_sub_package_is_used_only_through_its_init(package: str, users: int) -> None:
+@pytest.mark.parametrize(("package", "users"), SUB_PACKAGES.items())
+def test_a_sub_package_is_used_only_through_its_init(package: str, users: int) -> None:
     bad: list[str] = []
     checked = 0
     for path in _sources():
@@ -506,10 +509,27 @@ def test_a_local_sub_package_is_used_only_through_its_init(package: str, users: 
         checked += seen
     assert not bad, "\n".join(bad)
     assert checked >= users
-    door, door_dir = f"shoal._engines.local.{package}", f"_engines/local/{package}"
+    door = "shoal." + package.replace("/", ".")
     probe = (f"from {door}.plan import RUNTIME\nimport {door}.oom\n"
-             f"from {door} import _secret\nfrom {door} import {min(_exported(door_dir))}\n")
-    assert len(_door_breaches(package, "_engines/local/engine.py", probe)[0]) == 3
+             f"from {door} import _secret\nfrom {door} import {min(_exported(package))}\n")
+    assert len(_door_breaches(package, "_driver/probe.py", probe)[0]) == 3
+
+
+def test_a_door_leaves_out_the_entry_points_run_with_python_m() -> None:
+    """A module run as ``python -m`` and imported by its package's door would be imported
+    twice, once by the door and once by runpy as ``__main__`` (two copies of its classes)."""
+    bad = []
+    for package in SUB_PACKAGES:
+        door = SRC / package / "__init__.py"
+        imported = {f"{n.module}.{a.name}" if kind else n.module
+                    for n in ast.walk(ast.parse(door.read_text()))
+                    if isinstance(n, ast.ImportFrom) and n.module
+                    for a in n.names for kind in (0, 1)}
+        for path in (SRC / package).glob("*.py"):
+            name = "shoal." + package.replace("/", ".") + "." + path.stem
+            if 'if __name__ == "__main__":' in path.read_text() and name in imported:
+                bad.append(f"{package}/__init__.py imports {path.stem}, a -m entry point")
+    assert not bad, "\n".join(bad)
 
 
 # Plugins: `shoal/plugins/<name>/` is a plugin's public, Flyte-shaped surface (configs,
@@ -552,7 +572,7 @@ def test_the_plugin_rule_sees_each_breach() -> None:
     assert _plugin_breaches("plugins/pytorch/__init__.py", surface) == []
     assert len(_plugin_breaches("plugins/pytorch/elastic.py",
                                 "import shoal._engines.local.gangs.gang\n"
-                                "from shoal import _plugins\nfrom shoal._runtime import rank\n"
+                                "from shoal import _plugins\nfrom shoal._runtime.node import rank\n"
                                 )) == 3
     assert len(_plugin_breaches("_engines/local/gangs/gang.py",
                                 "from shoal.plugins.pytorch import Elastic\n"

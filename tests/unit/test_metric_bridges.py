@@ -18,7 +18,7 @@ from shoal._driver.bridges.spec import BridgeSpec, check_installed, parse_bridge
 from shoal._driver.run_options import RunOptions
 from shoal._driver.runcontext import with_runcontext
 from shoal._driver.runner import check_system_metrics_interval, metric_bridges
-from shoal._runtime.metrics import open_writer
+from shoal._runtime.observe.metrics import open_writer
 from shoal.errors import SpecError
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal._runtime.metrics import MetricsWriter, metrics_path
+from shoal._runtime.observe.metrics import MetricsWriter, metrics_path
 from shoal._storage.metrics import RunMetrics
 from shoal._ui.metrics_view import RunSummary, charts
 

@@ -11,7 +11,7 @@ import pytest
 
 import shoal
 from shoal._api import metrics as api_metrics
-from shoal._runtime import metrics as rt
+from shoal._runtime.observe import metrics as rt
 from shoal._storage.metrics import RunMetrics, sparkline
 from shoal.errors import SpecError
 

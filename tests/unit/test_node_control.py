@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from shoal._engines.local.gangs.node_link import NodeLink
-from shoal._runtime.node_control import Control
+from shoal._runtime.node.node_control import Control
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import shoal
 from shoal import _contract as contract
 from shoal._driver.run_options import RunOptions
 from shoal._driver.runner import Runner
-from shoal._runtime import nsys_session
-from shoal._runtime.profiling import RankProfiler, check_profiles
+from shoal._runtime.observe import nsys_session
+from shoal._runtime.observe.profiling import RankProfiler, check_profiles
 from shoal._spec.call import EnvSpec
 from shoal._spec.profile import ProfileSpec, parse_profile, profile_from_text
 from shoal.clustered import ClusteredTaskEnvironment
@@ -260,7 +260,7 @@ def test_flytes_pod_template_and_image_helpers_of_the_examples() -> None:
 def test_on_kubernetes_the_pod_reads_the_capture_and_gets_the_capabilities_nsys_needs() -> None:
     from shoal._contract import NodeEnv
     from shoal._engines.kubernetes import CodeBundle, KubeConfig, compile_call
-    from shoal._runtime.rank_start import nsys_profiled
+    from shoal._runtime.node.rank_start import nsys_profiled
     from shoal._spec.call import CallSpec
 
     [job] = compile_call(CallSpec(task=pod_body.spec(), inputs={}), run="r-1", action="a0",

@@ -12,7 +12,7 @@ import pytest
 
 import shoal
 from shoal._driver.run_options import RunOptions
-from shoal._runtime.profiling import check_profiles
+from shoal._runtime.observe.profiling import check_profiles
 from shoal._spec.call import ClusterSpec, EnvSpec
 from shoal._spec.profile import ProfileSpec, parse_profile, profile_from_text
 from shoal._storage import profile_summary as ps
@@ -237,19 +237,19 @@ def _node(profile: str) -> Any:
 
 def test_only_the_chosen_ranks_run_under_nsys_and_torchrun_starts_them_through_its_wrapper(
         ) -> None:
-    from shoal._runtime.rank_start import nsys_profiled, torchrun_argv
+    from shoal._runtime.node.rank_start import nsys_profiled, torchrun_argv
 
     node = _node(ProfileSpec(ranks=(3,), tool="nsys").to_text())
     assert [r for r in range(4) if nsys_profiled(node, r)] == [3]
-    assert torchrun_argv(node)[-2:] == ["-m", "shoal._runtime.nsys_rank"]
+    assert torchrun_argv(node)[-2:] == ["-m", "shoal._runtime.node.nsys_rank"]
     torch_profiled = _node(ProfileSpec(ranks=(3,)).to_text())
     assert not nsys_profiled(torch_profiled, 3)
-    assert torchrun_argv(torch_profiled)[-2:] == ["-m", "shoal._runtime.rank"]
+    assert torchrun_argv(torch_profiled)[-2:] == ["-m", "shoal._runtime.node.rank"]
     assert "SHOAL_PROFILE" not in _node("").to_env()  # an unprofiled node carries nothing
 
 
 def test_the_nsys_command_line_follows_the_window(tmp_path: Any) -> None:
-    from shoal._runtime.nsys_rank import profile_argv
+    from shoal._runtime.node.nsys_rank import profile_argv
 
     out = tmp_path / "rank3"
     seconds = profile_argv("/bin/nsys", ProfileSpec(seconds=(30, 40), steps=None, tool="nsys"),
@@ -257,7 +257,7 @@ def test_the_nsys_command_line_follows_the_window(tmp_path: Any) -> None:
     assert seconds[:6] == ["/bin/nsys", "profile", "-o", str(out), "--trace=cuda,nvtx,osrt",
                            "--force-overwrite=true"]
     assert seconds[6:8] == ["--delay=30", "--duration=10"]
-    assert seconds[-3:] == [sys.executable, "-m", "shoal._runtime.rank"]
+    assert seconds[-3:] == [sys.executable, "-m", "shoal._runtime.node.rank"]
     steps = profile_argv("/bin/nsys", ProfileSpec(tool="nsys"), out, capture_steps=True)
     assert "--capture-range=cudaProfilerApi" in steps and "--capture-range-end=stop" in steps
     whole = profile_argv("/bin/nsys", ProfileSpec(tool="nsys"), out, capture_steps=False)
@@ -275,7 +275,7 @@ def test_profile_on_the_command_line_is_refused_for_a_kubernetes_run(
 
 def test_the_metrics_writer_tells_a_profiler_of_each_step_even_an_empty_report(
         tmp_path: Any) -> None:
-    from shoal._runtime import metrics
+    from shoal._runtime.observe import metrics
 
     seen: list[int] = []
     with metrics.metrics_scope(str(tmp_path), "r", "a0", 0, rank=0) as writer:
@@ -288,7 +288,7 @@ def test_the_metrics_writer_tells_a_profiler_of_each_step_even_an_empty_report(
 
 def test_off_a_rank_imports_no_torch_and_its_writer_has_no_hook(tmp_path: Any) -> None:
     code = ("import sys\n"
-            "from shoal._runtime import metrics, profiling\n"
+            "from shoal._runtime.observe import metrics, profiling\n"
             f"with metrics.metrics_scope({str(tmp_path)!r}, 'r', 'a0', 0, rank=0) as w, \\\n"
             f"        profiling.profiling_scope(home={str(tmp_path)!r}, store='file:///x', "
             "run='r', action='a0', attempt=0, restart=0, rank=0):\n"

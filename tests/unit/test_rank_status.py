@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shoal._runtime import rank_status
-from shoal._runtime.rank_status import RankStatus, read_status
+from shoal._runtime.node import rank_status
+from shoal._runtime.node.rank_status import RankStatus, read_status
 
 
 def _module(seen: list[object]) -> types.SimpleNamespace:

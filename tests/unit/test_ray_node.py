@@ -1,4 +1,4 @@
-"""`shoal._runtime.ray_node`: what a Ray gang's node starts, and what dead clusters leave."""
+"""`shoal._runtime.node.ray_node`: what a Ray gang's node starts, and what dead clusters leave."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._runtime.ray_node import CLIENT_PORT, RayNode, sweep_dead_clusters
+from shoal._runtime.node.ray_node import CLIENT_PORT, RayNode, sweep_dead_clusters
 
 
 def _node(rank: int, **changes: object) -> NodeEnv:

@@ -12,8 +12,8 @@ import pytest
 import shoal
 from shoal._api import report as report_api
 from shoal._runtime.context import TaskContext, running
-from shoal._runtime.report_page import Report, render_page
-from shoal._runtime.report_scope import ReportSession, reporting
+from shoal._runtime.observe.report_page import Report, render_page
+from shoal._runtime.observe.report_scope import ReportSession, reporting
 from shoal._storage.report_store import report_uri, stored_reports
 from shoal._storage.store import open_store
 from shoal.errors import SpecError, StoreError

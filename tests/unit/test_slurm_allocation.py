@@ -1,4 +1,4 @@
-"""`shoal._runtime.allocation` without Slurm: which start a (requeued) batch job makes, the
+"""`shoal._runtime.node.allocation` without Slurm: which start a (requeued) batch job makes, the
 state it keeps in a real file:// store, and the srun step it would run, whose on-node shell
 command is run here by bash with the variable srun would set."""
 
@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 from shoal import _contract as contract
-from shoal._runtime.allocation import (
-    STATE_FILE,
-    Allocation,
-    AllocationState,
-    Start,
-    gone_nodes,
-)
+from shoal._runtime.node.allocation import Allocation, gone_nodes
+from shoal._runtime.node.allocation_state import STATE_FILE, AllocationState, Start
 from shoal._storage.store import join, open_store
 
 
@@ -118,7 +113,7 @@ def test_a_step_puts_one_launcher_on_every_node_with_its_output_per_node(
         tmp_path: Path) -> None:
     allocation = Allocation(environ(tmp_path, **{
         contract.NODE_COMMAND: shlex.join(["/opt/my venv/bin/python", "-m",
-                                           "shoal._runtime.launcher"]),
+                                           "shoal._runtime.node.launcher"]),
         contract.SRUN_OPTIONS: shlex.join(["--container-image=reg/img:1",
                                            "--container-mounts=/a b:/a"])}))
     argv = allocation.step_argv(restart=3, nnodes=2)
@@ -127,7 +122,7 @@ def test_a_step_puts_one_launcher_on_every_node_with_its_output_per_node(
                         "--kill-on-bad-exit=1", "--export=ALL", f"--output={log}"]
     assert argv[7:9] == ["--container-image=reg/img:1", "--container-mounts=/a b:/a"]
     assert argv[9:11] == ["bash", "-c"]
-    assert argv[11].endswith("exec '/opt/my venv/bin/python' -m shoal._runtime.launcher")
+    assert argv[11].endswith("exec '/opt/my venv/bin/python' -m shoal._runtime.node.launcher")
 
 
 def test_the_on_node_command_takes_its_node_rank_from_slurm(tmp_path: Path) -> None:
@@ -144,7 +139,7 @@ def test_the_on_node_command_takes_its_node_rank_from_slurm(tmp_path: Path) -> N
 
 def test_without_a_node_command_the_step_runs_this_pythons_launcher(tmp_path: Path) -> None:
     argv = Allocation(environ(tmp_path)).step_argv(restart=0, nnodes=1)
-    assert argv[-1].endswith(shlex.join([sys.executable, "-m", "shoal._runtime.launcher"]))
+    assert argv[-1].endswith(shlex.join([sys.executable, "-m", "shoal._runtime.node.launcher"]))
 
 
 def test_a_ray_step_gives_each_node_its_gang_rank_address_and_log_by_its_slurm_name(

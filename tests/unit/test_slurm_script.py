@@ -81,7 +81,7 @@ def test_a_gang_asks_for_its_nodes_resources_placement_and_requeue(tmp_path: Pat
         "--requeue", "--signal=B:TERM@46",  # the grace period (45.5 s), rounded up
         "--exclusive"]
     assert text.startswith("#!/bin/bash\n")
-    assert text.endswith(f"exec {shlex.quote(PYTHON)} -m shoal._runtime.allocation\n")
+    assert text.endswith(f"exec {shlex.quote(PYTHON)} -m shoal._runtime.node.allocation\n")
 
 
 def test_a_plain_call_is_one_node_not_requeued_and_its_timeout_is_the_time_limit(
@@ -148,7 +148,7 @@ def test_exports_survive_bash_with_spaces_quotes_and_dollars(tmp_path: Path) -> 
         contract.TASK: "slurm_train.train", contract.CODE_FILE: str(PROGRAM),
         contract.GANG_LOG_DIR: str(gang), contract.MAX_RESTARTS: "2",
         contract.RESUME_AFTER_PREEMPTION: "1",
-        contract.NODE_COMMAND: shlex.join([PYTHON, "-m", "shoal._runtime.launcher"])}
+        contract.NODE_COMMAND: shlex.join([PYTHON, "-m", "shoal._runtime.node.launcher"])}
     assert shlex.split(env[contract.NODE_COMMAND])[0] == PYTHON
     assert env[contract.CHECKPOINT_URI].startswith(f"{STORE}/")
     # What differs per start is the allocation program's to set, never the script's.
@@ -179,10 +179,10 @@ def test_the_whole_script_runs_under_bash_and_execs_the_allocation_with_its_vari
     subprocess.run(["/bin/bash", "-c", text], env={"PATH": "/usr/bin:/bin"}, check=True,
                    timeout=60)
     seen = json.loads(record.read_text())
-    assert seen["argv"] == ["-m", "shoal._runtime.allocation"]
+    assert seen["argv"] == ["-m", "shoal._runtime.node.allocation"]
     assert seen["env"]["GREETING"] == "it's a \"quoted\" value with  two spaces"
     assert seen["env"][contract.NODE_COMMAND] == shlex.join(
-        [str(fake), "-m", "shoal._runtime.launcher"])
+        [str(fake), "-m", "shoal._runtime.node.launcher"])
 
 
 def test_pyxis_puts_the_image_in_the_srun_options_only_when_configured(
@@ -193,7 +193,7 @@ def test_pyxis_puts_the_image_in_the_srun_options_only_when_configured(
     assert shlex.split(env[contract.SRUN_OPTIONS]) == [  # enroot's registry#path form
         "--container-image=registry.example#train:1", "--container-mounts=/data:/data"]
     # The nodes' command is the same: pyxis runs it inside the image.
-    assert env[contract.NODE_COMMAND].endswith("-m shoal._runtime.launcher")
+    assert env[contract.NODE_COMMAND].endswith("-m shoal._runtime.node.launcher")
     plain = exported(script(tmp_path, "prepare", settings), tmp_path)  # no image: none
     assert contract.SRUN_OPTIONS not in plain
 

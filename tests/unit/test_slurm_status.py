@@ -7,8 +7,8 @@ from typing import Any
 
 from shoal._engines.slurm import status
 from shoal._engines.slurm.client import JobInfo, parse_node_states
-from shoal._runtime.allocation import AllocationState, Start
-from shoal._runtime.reports import FirstFailure
+from shoal._runtime.node.allocation_state import AllocationState, Start
+from shoal._runtime.observe.reports import FirstFailure
 from shoal.errors import FailureInfo
 
 WHO = status.Attempt(task="train", action="a0.1", attempt=2, job="17")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shoal._runtime.system_metrics import (
+from shoal._runtime.observe.system_metrics import (
     CPU,
     GPU_MEMORY,
     GPU_UTIL,
@@ -158,7 +158,7 @@ def test_nvml_answers_become_gpu_states(monkeypatch: pytest.MonkeyPatch) -> None
 def test_the_node_sampler_writes_each_ranks_file(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from shoal._contract import NodeEnv
-    from shoal._runtime.node_sampler import NodeSampler
+    from shoal._runtime.node.node_sampler import NodeSampler
     from shoal._storage.metrics import RunMetrics
 
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import shoal
-from shoal._runtime import metrics as rt
 from shoal._runtime.context import TaskContext, running
+from shoal._runtime.observe import metrics as rt
 from shoal.errors import SpecError
 from shoal.plugins.wandb import (
     Wandb,

@@ -14,7 +14,7 @@ import sys
 
 _PROGRAM = """
 import ast, importlib, inspect, sys, textwrap
-from shoal._runtime import zygote
+from shoal._runtime.node import zygote
 for name in zygote.PREIMPORTS:
     if name.startswith("shoal."):
         try:
@@ -22,8 +22,9 @@ for name in zygote.PREIMPORTS:
         except ModuleNotFoundError as e:  # a state dict's modules need torch, as ranks do
             if e.name != "torch":
                 raise
-print("THREADS", zygote.os_threads())
-from shoal._runtime import rank
+from shoal._runtime import forks
+print("THREADS", forks.os_threads())
+from shoal._runtime.node import rank
 tree = ast.parse(textwrap.dedent(inspect.getsource(rank.run_rank)))
 named = sorted({n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module})
 print("NAMED", len(named))
@@ -43,8 +44,8 @@ def test_what_run_rank_imports_is_preimported_without_threads() -> None:
 
 def test_the_preimports_are_frozen_out_of_the_collector() -> None:
     """A forked child's full collection walks nothing the zygote or template imported."""
-    program = ("import gc; from shoal._runtime import zygote; before = gc.get_freeze_count(); "
-               "why = zygote.preimport(('json', 'shoal')); "
+    program = ("import gc; from shoal._runtime import forks; before = gc.get_freeze_count(); "
+               "why = forks.preimport(('json', 'shoal')); "
                "print(repr(why), before, gc.get_freeze_count())")
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                          timeout=60)

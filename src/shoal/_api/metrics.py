@@ -3,7 +3,7 @@
 The shape of MLflow's ``log_metrics(metrics, step=None)``. Each point keeps the run, action,
 attempt, gang restart, node, rank, step, name, value and wall time (the file's header carries
 what is the same for every point). A call costs a few microseconds: the values are checked,
-then appended to a buffer that a background thread writes out (`shoal._runtime.metrics`).
+then appended to a buffer that a background thread writes out (`shoal._runtime.observe.metrics`).
 ``step=None`` takes the step after the last one this process logged (0 first), so a loop that
 never passes a step still gets an x axis. NaN and infinities are kept (readers flag them).
 """
@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from shoal._runtime import metrics as _metrics
+from shoal._runtime.observe import metrics as _metrics
 from shoal.errors import SpecError
 
 _warned_outside = False

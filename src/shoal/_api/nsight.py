@@ -1,7 +1,7 @@
 """What ``shoal.plugins.nsight``'s ``nsys.range`` and ``nvtx.range`` do inside a task.
 
 ``Region`` (``nsys.range(name)``) collects its block into a report of its own when the call
-is profiled with ``capture="manual"`` (`shoal._runtime.nsys_session`); otherwise it does
+is profiled with ``capture="manual"`` (`shoal._runtime.observe.nsys_session`); otherwise it does
 nothing but hold the rule that regions do not nest, so code behaves the same profiled or
 not. It works as ``with`` in a sync body and ``async with`` in an async one; the async form
 runs nsys's start and stop off the event loop.
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from shoal import _contract as contract
-from shoal._runtime import nsys_session, profiling
+from shoal._runtime.observe import nsys_session, profiling
 from shoal._spec import nsys
 from shoal._spec.names import check_region_name
 from shoal.errors import SpecError

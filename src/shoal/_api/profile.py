@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from shoal._runtime import profiling
+from shoal._runtime.observe import profiling
 from shoal.errors import SpecError
 
 

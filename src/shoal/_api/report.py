@@ -29,8 +29,7 @@ from collections.abc import Callable
 from typing import Generic, ParamSpec, TypeVar
 
 from shoal._runtime.context import current
-from shoal._runtime.report_page import MAIN_TAB, Report, Tab
-from shoal._runtime.report_scope import ReportSession, current_session
+from shoal._runtime.observe import MAIN_TAB, Report, ReportSession, Tab, current_session
 
 __all__ = ["current_report", "flush", "get_tab", "log", "replace"]
 

@@ -21,7 +21,7 @@ from shoal._driver.bridges.spec import BridgeSpec, check_installed, parse_bridge
 from shoal._driver.controller import Controller, Reporter
 from shoal._driver.run_options import RunOptions
 from shoal._engines.base import Engine
-from shoal._runtime.profiling import check_profiles
+from shoal._runtime.observe import check_profiles
 from shoal._spec.call import CallSpec, EnvSpec
 from shoal._spec.names import check_run_name
 from shoal._storage.records import PREEMPT_REQUEST, Records

@@ -35,7 +35,7 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._runtime.rank_status import wrap_collectives
+from shoal._runtime.node import wrap_collectives
 
 
 def prepare_runtime(node: NodeEnv) -> None:
@@ -95,7 +95,7 @@ def _connect_ray(node: NodeEnv) -> None:
 
     import ray
 
-    from shoal._runtime.ray_node import cluster_info
+    from shoal._runtime.node import cluster_info
 
     info = cluster_info(node)
     deadline = time.monotonic() + max(node.master_wait, 60.0)

@@ -20,11 +20,14 @@ from shoal._runtime.client import ControllerClient
 from shoal._runtime.context import Deferred, TaskContext, running
 from shoal._runtime.frameworks import join_ray_cluster
 from shoal._runtime.loader import find_task
-from shoal._runtime.metrics import metrics_scope
-from shoal._runtime.nsys_session import exec_in_session, wants_session
-from shoal._runtime.profiling import profiling_scope
-from shoal._runtime.profiling import setting as profiling_setting
-from shoal._runtime.report_scope import report_scope
+from shoal._runtime.observe import (
+    exec_in_session,
+    metrics_scope,
+    profiling,
+    profiling_scope,
+    report_scope,
+    wants_session,
+)
 from shoal._runtime.task_scopes import task_scopes
 from shoal._runtime.tracebacks import through_call, user_traceback
 from shoal._storage.private import FILE_MODE
@@ -96,7 +99,7 @@ class Worker:
         self.redirect = _Redirect()
         # What is the same for every call this process runs, worked out once: its profile
         # setting (the worker's environment), and the run's start as a datetime.
-        self.profiled = profiling_setting() is not None
+        self.profiled = profiling.setting() is not None
         self._run_start: tuple[float, _dt.datetime | None] = (0.0, None)
 
     def _run_start_time(self, epoch: float) -> _dt.datetime | None:
@@ -164,7 +167,7 @@ class Worker:
 
 
 def main() -> None:
-    spec = profiling_setting()
+    spec = profiling.setting()
     if wants_session(spec, rank=0):  # capture=task|manual: this worker runs in an nsys session
         assert spec is not None
         exec_in_session(spec, (sys.executable, "-m", "shoal._runtime.worker"),

@@ -35,15 +35,15 @@ import signal
 import sys
 from typing import Any
 
+from shoal._runtime.forks import as_fresh, die_with_parent, exit_after, preimport
 from shoal._runtime.log_files import redirect_output
-from shoal._runtime.zygote import as_fresh, die_with_parent, exit_after, preimport
 
 # What a worker imports as it starts and at its first call (the task loader, the inputs'
 # codecs, the store, the context and its checkpoint, metrics), and what a task file's own
-# imports of Shoal load. None of them starts a thread at import (checked by `zygote.preimport`).
+# imports of Shoal load. None of them starts a thread at import (checked by `forks.preimport`).
 PREIMPORTS = ("shoal", "shoal._runtime.worker", "shoal._runtime.loader", "shoal._storage.codecs",
               "shoal._storage.blobs", "shoal._storage.call_io", "shoal._runtime.context",
-              "shoal._runtime.metrics", "shoal._runtime.report_scope")
+              "shoal._runtime.observe.metrics", "shoal._runtime.observe.report_scope")
 
 
 def _reply(message: dict[str, Any]) -> None:

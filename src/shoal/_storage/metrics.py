@@ -1,4 +1,4 @@
-"""Reading a run's metrics back: the files `shoal._runtime.metrics` appends, as series.
+"""Reading a run's metrics back: the files `shoal._runtime.observe.metrics` appends, as series.
 
 A series is one metric of one rank (or plain call) in one attempt and gang restart, with its
 steps, wall times and values in arrays. `RunMetrics` reads incrementally: it remembers how far

@@ -21,7 +21,7 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._runtime.log_files import log_tail
-from shoal._runtime.reports import first_failure, read_reports
+from shoal._runtime.observe import first_failure, read_reports
 from shoal._storage.checkpoints import Versions
 from shoal._storage.gang_starts import GangStart, gang_starts
 from shoal._storage.ray_clusters import RayCluster, ray_clusters

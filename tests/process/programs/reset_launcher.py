@@ -1,6 +1,6 @@
 """A stand-in node launcher that resets its control socket while the engine stops the gang.
 
-It speaks the launcher's side of `shoal._runtime.node_control` and nothing else (no zygote,
+It speaks the launcher's side of `shoal._runtime.node.node_control` and nothing else (no zygote,
 no ranks; a few milliseconds of Python). First start (restart 0): node 1 says its ranks
 failed (code 1); node 0 waits until the engine's ``stop`` lies unread in its socket, which the
 engine sends from ``_stop(keep=True)`` once node 1 failed, and exits without reading it. The

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from shoal._driver.bridges.follower import Bridge, Point, Stream
-from shoal._runtime.metrics import claimed
+from shoal._runtime.observe import claimed
 
 CLOSE_SECONDS = 8.0  # what wandb gets to finish its runs at the end before it is killed
 

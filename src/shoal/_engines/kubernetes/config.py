@@ -93,7 +93,7 @@ class KubeConfig:
     image_pull_secrets: tuple[str, ...] = ()
     interruptible_node_selector: Mapping[str, str] = field(default_factory=dict)
     interruptible_tolerations: tuple[Mapping[str, Any], ...] = ()
-    launcher_command: tuple[str, ...] = ("python", "-m", "shoal._runtime.launcher")
+    launcher_command: tuple[str, ...] = ("python", "-m", "shoal._runtime.node.launcher")
     driver_command: tuple[str, ...] = ("python", "-m", "shoal._driver.pod")
 
     def __post_init__(self) -> None:
@@ -134,7 +134,7 @@ class KubeConfig:
             argv = getattr(self, name)
             if not argv or not all(isinstance(a, str) and a for a in argv):
                 raise _fail(name, argv, "must be a non-empty tuple of strings",
-                            'e.g. ("python", "-m", "shoal._runtime.launcher")')
+                            'e.g. ("python", "-m", "shoal._runtime.node.launcher")')
             object.__setattr__(self, name, tuple(argv))
         object.__setattr__(self, "accelerators", _frozen(
             {k: _frozen(_check_selector(f"accelerators[{k!r}]", v))

@@ -40,7 +40,7 @@ from shoal._engines.kubernetes.status import (
     restart_attempt_of,
     terminal_record,
 )
-from shoal._runtime.reports import first_failure, read_reports
+from shoal._runtime.observe import first_failure, read_reports
 from shoal._spec.call import CallSpec
 from shoal._storage.logs import gang_log_root
 from shoal._storage.store import Store, join

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.kubernetes.client import WatchEvent
-from shoal._runtime.reports import first_failure
+from shoal._runtime.observe import first_failure
 from shoal._spec.call import CallSpec
 from shoal._storage.store import Store, join
 from shoal.errors import EngineError, FailureInfo, ObjectNotFound

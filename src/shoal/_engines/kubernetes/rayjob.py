@@ -5,7 +5,7 @@ is not a JobSet of node launchers: the RayJob's ``rayClusterSpec`` has the head 
 worker group per `RayGroupSpec`, each pod built by `pods.pod_template` like every other pod
 (the image, resources incl. GPUs and their placement, secrets, the store, the user's template
 merged), less the ``command`` KubeRay must be free to set. The task body runs as the Ray job's
-entrypoint, ``python -m shoal._runtime.ray_job``: KubeRay's submitter runs ``ray job submit``
+entrypoint, ``python -m shoal._runtime.node.ray_job``: KubeRay's submitter runs ``ray job submit``
 against the head and Ray starts the entrypoint on the head, where it inherits the head
 container's variables. So the head carries the contract's values of node 0 (the same
 `NodeEnv` a JobSet's node 0 gets, its master the head's own pod IP and the GCS port), and the
@@ -35,7 +35,7 @@ from shoal._spec.ray import HEAD, RayGroupSpec, RaySpec
 __all__ = ["API_VERSION", "ENTRYPOINT_MODULE", "GCS_PORT", "RAYJOB_NAME_MAX", "rayjob"]
 
 API_VERSION = "ray.io/v1"
-ENTRYPOINT_MODULE = "shoal._runtime.ray_job"
+ENTRYPOINT_MODULE = "shoal._runtime.node.ray_job"
 GCS_PORT = 6379  # KubeRay's head GCS port (its default, which Shoal leaves as it is)
 RAYJOB_NAME_MAX = validate.RAYJOB_NAME_MAX
 POD_IP_PATH = "status.podIP"

@@ -20,8 +20,7 @@ from shoal._engines.local import procs
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerStartFailed
 from shoal._runtime import messages as m
 from shoal._runtime.log_files import log_tail
-from shoal._runtime.metrics import open_writer
-from shoal._runtime.system_metrics import CallSampler
+from shoal._runtime.observe import CallSampler, open_writer
 from shoal._spec.call import CallSpec
 from shoal.errors import FailureInfo
 

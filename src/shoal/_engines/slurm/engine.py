@@ -2,18 +2,19 @@
 makes is a Slurm job, followed until it ends.
 
     call ─► inputs.json ─► store        sbatch script.py's script ─► job (one allocation)
-                                                                      │ shoal._runtime.allocation
+                                                                      │ _runtime.node.allocation
                                                                       │ srun: one shoal-node
       AttemptOutcome(output) ◄── r<k>/output.json ◄─ succeeded         │ per node, restarted as
       AttemptOutcome(failure) ◄─ rank/node reports ◄─ failed           ▼ new steps
                                  else Slurm's end state (lost node, time limit, scancel)
 
 The engine learns what happens inside the allocation from ``allocation.json`` in the
-attempt's store folder (`shoal._runtime.allocation.AllocationState`) and what Slurm did from
-`scontrol show job`, both polled every ``poll_seconds``; it tells the controller of starts,
-restarts and preemptions with the same kinds and keys as the local engine's gangs, so the
-records, `shoal logs`, `shoal runs` and the web UI show a Slurm gang as they show a local one.
-Rank and node logs go to the run's folder under ``$SHOAL_HOME``, which the nodes must share.
+attempt's store folder (`shoal._runtime.node.allocation_state.AllocationState`) and what
+Slurm did from `scontrol show job`, both polled every ``poll_seconds``; it tells the
+controller of starts, restarts and preemptions with the same kinds and keys as the local
+engine's gangs, so the records, `shoal logs`, `shoal runs` and the web UI show a Slurm gang
+as they show a local one. Rank and node logs go to the run's folder under ``$SHOAL_HOME``,
+which the nodes must share.
 """
 
 from __future__ import annotations
@@ -49,16 +50,16 @@ from shoal._engines.slurm.script import (
     secret_env_vars,
     slurm_minutes,
 )
-from shoal._runtime.allocation import (
+from shoal._runtime.log_files import log_tail
+from shoal._runtime.node import (
+    CLUSTER_FILE,
     START_CAUSE_OF,
     STATE_FILE,
     AllocationState,
     Start,
     hostnames,
 )
-from shoal._runtime.log_files import log_tail
-from shoal._runtime.ray_node import CLUSTER_FILE
-from shoal._runtime.reports import first_failure
+from shoal._runtime.observe import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec, EnvSpec, TaskSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.store import Store, join, open_store

@@ -2,7 +2,7 @@
 `Resources` and the settings, the node contract as exports, then the allocation program.
 
 A clustered call is one allocation of ``replicas`` nodes, one task per node; a plain call is an
-allocation of one node. Both run `shoal._runtime.allocation`, which starts the node launchers
+allocation of one node. Both run `shoal._runtime.node.allocation`, which starts the node launchers
 with srun (and restarts them as new steps). Pure: values in, text out; the same text is what
 ``--dry-run`` prints and what sbatch reads.
 """
@@ -166,7 +166,7 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
         # --ntasks-per-node=1 it waits for MAX). Started on fewer, the tasks left over are
         # CPUs held on those nodes; the srun steps run one launcher a node. A node that
         # fails leaves the allocation instead of ending it (--no-kill), and the next step
-        # runs on the nodes left (`shoal._runtime.allocation`).
+        # runs on the nodes left (`shoal._runtime.node.allocation`).
         lines += [f"#SBATCH --nodes={c.min_nodes}-{c.replicas}",
                   f"#SBATCH --ntasks={c.replicas}", "#SBATCH --spread-job",
                   "#SBATCH --no-kill"]
@@ -193,14 +193,14 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
     values[contract.RESUME_AFTER_PREEMPTION] = "1" if clustered and \
         c.resume_after_preemption else "0"
     values[contract.NODE_COMMAND] = shlex.join([settings.python, "-m",
-                                                "shoal._runtime.launcher"])
+                                                "shoal._runtime.node.launcher"])
     srun = image_options(env, settings, registry)
     if srun:
         values[contract.SRUN_OPTIONS] = shlex.join(srun)
     if c.ray is not None:
         # Every node's raylet settings, by node rank: the same value on every node (its
         # launcher picks its own entry); the allocation program runs the head and the
-        # workers as two steps (`shoal._runtime.allocation`).
+        # workers as two steps (`shoal._runtime.node.allocation`).
         values[contract.RAY_NODES] = nodes_config(c.ray, env.resources)
     if not clustered:
         values[contract.PREIMPORT] = "0"  # one process: nothing to fork, no torch to pre-load
@@ -217,7 +217,7 @@ def render(*, env: EnvSpec, task: str, node: NodeEnv, placement: Placement,
     lines.append("")
     lines.append("# Starts the node launchers as srun steps; a failed step is restarted as a "
                  "new step here")
-    lines.append(f"exec {shlex.quote(settings.python)} -m shoal._runtime.allocation")
+    lines.append(f"exec {shlex.quote(settings.python)} -m shoal._runtime.node.allocation")
     return JobPlan(script="\n".join(lines) + "\n", name=name, nodes=c.replicas)
 
 

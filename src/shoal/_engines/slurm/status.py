@@ -1,7 +1,8 @@
 """How a Slurm attempt ended, as pure functions of what was read: Slurm's view of the job
-(`client.JobInfo`), the allocation's own state (`shoal._runtime.allocation.AllocationState`),
-the ranks' and nodes' first failure, the node states and the log tails. The engine
-(`engine.SlurmJob`) reads those; these decide, so every ending can be tested by value.
+(`client.JobInfo`), the allocation's own state
+(`shoal._runtime.node.allocation_state.AllocationState`), the ranks' and nodes' first failure,
+the node states and the log tails. The engine (`engine.SlurmJob`) reads those; these decide, so
+every ending can be tested by value.
 
     allocation phase "succeeded"  ─► the output of start r<k> (read by the engine)
     allocation phase "failed"     ─► its message, else the first failure of its last start:
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal._engines.slurm.client import REQUEUABLE, JobInfo
-from shoal._runtime.allocation import AllocationState, Start
-from shoal._runtime.reports import FirstFailure
+from shoal._runtime.node import AllocationState, Start
+from shoal._runtime.observe import FirstFailure
 from shoal.errors import FailureInfo
 
 # Node states that mean a node is gone (sinfo's long names; a trailing * is "not responding").

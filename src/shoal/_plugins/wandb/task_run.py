@@ -31,7 +31,7 @@ import shoal
 from shoal import _contract as contract
 from shoal._driver.bridges.wandb_bridge import runs_folder
 from shoal._driver.bridges.wandb_process import log_points
-from shoal._runtime import metrics
+from shoal._runtime.observe import metrics
 from shoal._runtime.task_scopes import TaskScopePart
 from shoal.errors import SpecError
 from shoal.plugins.wandb.config import get_wandb_context

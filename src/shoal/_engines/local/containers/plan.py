@@ -44,7 +44,7 @@ from shoal.errors import SpecError
 RUNTIME = "podman"
 # The commands a container runs, with the image's own Python (not this interpreter).
 WORKER_COMMAND = ("python", "-m", "shoal._runtime.worker")
-LAUNCHER_COMMAND = ("python", "-m", "shoal._runtime.launcher")
+LAUNCHER_COMMAND = ("python", "-m", "shoal._runtime.node.launcher")
 # Labels on every container: the run it belongs to (`podman ps -a --filter label=shoal.run=R`)
 # and the driving process (pid:start time), so a later run sweeps a crashed driver's leftovers.
 RUN_LABEL = "shoal.run"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from shoal._engines.local.gangs import hang
 from shoal._engines.local.gangs.node_net import partition
 from shoal._runtime.log_files import log_tail
-from shoal._runtime.reports import FirstFailure, first_failure
+from shoal._runtime.observe import FirstFailure, first_failure
 from shoal._storage.store import join
 from shoal.errors import FailureInfo
 

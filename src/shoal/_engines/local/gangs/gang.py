@@ -10,7 +10,7 @@ State machine of one task attempt (see docs/architecture.md):
       └── readmitted ◄─────┴─ preempted (SIGTERM, grace) ──► requeued
                                (uses a restart unless resume_after_preemption)
 
-Each node is one launcher process (`shoal._runtime.launcher`, the same program a Kubernetes
+Each node is one launcher process (`shoal._runtime.node.launcher`, the same program a Kubernetes
 pod runs) in its own session and, where ``unshare`` allows, its own PID namespace, so ending a
 node ends every process it started. Nodes talk over loopback; each start gets a fresh master
 port and rendezvous id. The launchers outlive a restart after a rank failed or the gang hung:
@@ -48,11 +48,10 @@ from shoal._engines.local.gangs.node_link import NodeLink
 from shoal._engines.local.gangs.node_net import NodeNet, node_nets
 from shoal._engines.local.gangs.ray_gang import RayGang, ray_shape
 from shoal._engines.local.plan import worker_environ
-from shoal._runtime.hang import timed_out
 from shoal._runtime.log_files import log_tail
+from shoal._runtime.node import read_status, timed_out
+from shoal._runtime.observe import first_failure
 from shoal._runtime.ports import free_port
-from shoal._runtime.rank_status import read_status
-from shoal._runtime.reports import first_failure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal._storage.call_io import put_call_io
 from shoal._storage.private import private_dir
@@ -63,7 +62,7 @@ if TYPE_CHECKING:
     from shoal._engines.local.engine import LocalEngine
     from shoal._engines.local.pool import Reservation
 
-LAUNCHER = (sys.executable, "-m", "shoal._runtime.launcher")
+LAUNCHER = (sys.executable, "-m", "shoal._runtime.node.launcher")
 # Seconds to let the other nodes' ranks write their own reports before they are killed.
 FAILURE_GRACE = 2.0
 # Seconds past a stop's grace period for a launcher to say its ranks ended, before it is ended.
@@ -409,7 +408,7 @@ class GangRunner(RayGang):
         self.slots = []
         self.nets = node_nets(c.replicas, past_localhost=c.ray is not None)
         if c.ray is not None:  # what killed runs' clusters left in /tmp
-            from shoal._runtime.ray_node import sweep_dead_clusters
+            from shoal._runtime.node import sweep_dead_clusters
 
             await asyncio.to_thread(sweep_dead_clusters)
         share = len(gpus) // c.replicas

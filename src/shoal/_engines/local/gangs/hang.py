@@ -1,4 +1,4 @@
-"""Hang diagnosis of a local gang, before it is stopped (see `shoal._runtime.hang`).
+"""Hang diagnosis of a local gang, before it is stopped (see `shoal._runtime.node.hang`).
 
 Two triggers: the first failure is a collective timeout, or the gang made no progress (no
 rank's step advanced) for ``progress_timeout`` seconds, judged from the ranks' status files in
@@ -21,10 +21,8 @@ from typing import Any
 
 import psutil
 
-from shoal._runtime.hang import HANG_SIGNAL, node_report_name
-from shoal._runtime.hang_verdict import RankView, Verdict, decide, rank_views
-from shoal._runtime.rank_status import read_status
-from shoal._runtime.reports import read_reports
+from shoal._runtime.node import HANG_SIGNAL, node_report_name, read_status
+from shoal._runtime.observe import RankView, Verdict, decide, rank_views, read_reports
 from shoal._storage.store import Store, join
 from shoal.errors import ObjectNotFound
 
@@ -70,9 +68,9 @@ def _launcher_pid(pid: int) -> int | None:
     with contextlib.suppress(psutil.Error):
         top = psutil.Process(pid)
         for p in (top, *top.children()):
-            if p.cmdline()[1:3] == ["-m", "shoal._runtime.launcher"]:
+            if p.cmdline()[1:3] == ["-m", "shoal._runtime.node.launcher"]:
                 return int(p.pid)
-        if top.cmdline()[-2:] == ["-m", "shoal._runtime.launcher"]:
+        if top.cmdline()[-2:] == ["-m", "shoal._runtime.node.launcher"]:
             return int(top.pid)
     return None
 

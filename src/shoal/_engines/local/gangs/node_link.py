@@ -1,4 +1,4 @@
-"""The local engine's end of a node launcher's control socket (`_runtime.node_control`).
+"""The local engine's end of a node launcher's control socket (`_runtime.node.node_control`).
 
 A gang's launchers outlive its restarts: after a rank failed (its launcher says ``failing`` as
 it starts stopping its own ranks), the engine asks the other nodes to stop theirs (`stop`) at
@@ -29,7 +29,7 @@ class NodeLink:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     # When the launcher last said anything (monotonic): an elastic gang's launchers say
-    # "alive" every heartbeat, so a silent one is lost (`_runtime.node_control`).
+    # "alive" every heartbeat, so a silent one is lost (`_runtime.node.node_control`).
     heard: float = field(default_factory=time.monotonic)
     # Called with each message the engine does not wait for (a Ray head's cluster addresses).
     on_message: Callable[[dict[str, Any]], None] | None = None

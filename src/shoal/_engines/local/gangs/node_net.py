@@ -62,7 +62,7 @@ def node_nets(replicas: int, environ: Mapping[str, str] | None = None, *,
 def partition(reports: list[dict[str, Any]],
               nets: list[NodeNet]) -> tuple[str, int | None, int] | None:
     """What the ranks' failure reports say of a network partition: the message naming the
-    nodes that could not reach the master node (`shoal._runtime.reach`), with the rank and
+    nodes that could not reach the master node (`shoal._runtime.node.reach`), with the rank and
     node of the first of them; None when every node reached it."""
     cut: dict[int, tuple[int | None, dict[str, Any]]] = {}
     for report in reports:

@@ -17,7 +17,7 @@ from shoal._engines.local.gangs.kept_clusters import KeptCluster
 from shoal._engines.local.gangs.node_link import NodeLink
 from shoal._engines.local.gangs.node_net import NodeNet
 from shoal._runtime.log_files import log_tail
-from shoal._runtime.reports import FirstFailure
+from shoal._runtime.observe import FirstFailure
 from shoal._spec.call import CallSpec, ClusterSpec
 from shoal.errors import FailureInfo
 
@@ -102,7 +102,7 @@ class RayGang:
         when it stops; one killed first cannot); a kept cluster's stay with it."""
         if self.links and self.keep is not None:
             return
-        from shoal._runtime.ray_node import cluster_temp_dir
+        from shoal._runtime.node import cluster_temp_dir
 
         ref = self.ref
         shutil.rmtree(cluster_temp_dir(str(self.engine.home), ref.run, ref.action,

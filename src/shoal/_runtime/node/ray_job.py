@@ -17,11 +17,11 @@ from shoal._contract import NodeEnv
 
 
 def main() -> None:
-    from shoal._runtime.launcher import fetch_code
+    from shoal._runtime.node.launcher import fetch_code
 
     node = fetch_code(NodeEnv.from_env())
     os.environ.update(contract.torch_rank_env(node, 0))
-    from shoal._runtime import rank
+    from shoal._runtime.node import rank
 
     rank.main()
 

@@ -1,7 +1,7 @@
 """What a Slurm allocation of a gang runs: its batch script execs ``python -m
-shoal._runtime.allocation``, which starts the gang as srun steps and restarts it as new steps.
+shoal._runtime.node.allocation``, which starts the gang as srun steps and restarts it as new steps.
 
-One start = one step: ``srun`` puts one node launcher (`shoal._runtime.launcher`, as on the
+One start = one step: ``srun`` puts one node launcher (`shoal._runtime.node.launcher`, as on the
 local engine and in a Kubernetes pod) on every node of the allocation, each told its node rank
 (``SLURM_NODEID``), the master (the allocation's first node, where this program runs) and the
 restart number. A Ray cluster's start is two steps at once, the head's and the workers'
@@ -36,17 +36,18 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shoal import _contract as contract
+from shoal._runtime.node.allocation_state import (
+    START_CAUSE_OF,
+    STATE_FILE,
+    AllocationState,
+    Start,
+    hostnames,
+)
 from shoal._runtime.ports import free_port
-from shoal._spec.names import check_node_name
 
-STATE_FILE = "allocation.json"
-# The cause of a start (`shoal._spec.call.START_CAUSES`) from why this program began it.
-START_CAUSE_OF = {"first": "first_start", "failed": "restart", "requeued": "preempted",
-                  "node_lost": "node_lost"}
 # What srun says when a node's task ends badly ("srun: error: n2: task 1: Killed") or a node
 # fails ("srun: error: Node failure on n2"): the first such line names the node that ended
 # first, before srun ends the others ("Terminating StepId=...").
@@ -54,63 +55,6 @@ SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<task>
                              r"(?P<what>.+)$")
 SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (?P<node>\S+)")
 SRUN_TERMINATING = re.compile(r"^srun: .*Terminating (StepId|job step)")
-
-
-@dataclass
-class Start:
-    restart: int
-    at: float
-    nodes: list[str]
-    master: str
-    port: int
-    why: str  # "first" | "failed" (a restart was used) | "requeued" | "node_lost"
-    uses_restart: bool = False
-    exit_code: int | None = None  # the step's, once it ended
-    ended_at: float | None = None
-    # What srun said of nodes that ended badly, in its order: [node, what], the first one
-    # before srun began ending the rest ("first": true) marked so.
-    srun_says: list[dict[str, Any]] = field(default_factory=list)
-    # An elastic gang's start after a node was lost: each node left out -> why.
-    lost: dict[str, str] = field(default_factory=dict)
-    # Why the start failed, where this program knows it better than the ranks' reports (a
-    # Ray worker node that ended before the head), and that node's rank; "": read the reports.
-    message: str = ""
-    failed_node: int | None = None
-    addresses: list[str] = field(default_factory=list)  # a Ray start's: each node's, by rank
-
-
-@dataclass
-class AllocationState:
-    job: str
-    requeues: int = 0  # SLURM_RESTART_COUNT of the job that wrote this
-    restarts_used: int = 0
-    phase: str = "running"  # "running" | "stopping" | "succeeded" | "failed"
-    message: str = ""  # why it failed, when no rank report says it
-    starts: list[Start] = field(default_factory=list)
-    lost: list[str] = field(default_factory=list)  # an elastic gang's nodes left out
-
-    @property
-    def restart(self) -> int:
-        return self.starts[-1].restart if self.starts else -1
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> AllocationState:
-        raw: dict[str, Any] = json.loads(data)
-        starts = [Start(**s) for s in raw.pop("starts", [])]
-        return cls(**raw, starts=starts)
-
-
-def hostnames(nodelist: str) -> list[str]:
-    """The node names of a Slurm node list (``n[1-3]``), in the allocation's order."""
-    done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                          text=True, timeout=60)
-    if done.returncode != 0:
-        raise RuntimeError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
-    # Shown in records and logs, passed to scontrol and srun: a name is a host name.
-    return [check_node_name("scontrol show hostnames", n) for n in done.stdout.split()]
 
 
 def node_address(name: str) -> str:
@@ -161,7 +105,7 @@ class Allocation:
     # -- one start ---------------------------------------------------------------------------
     def step_argv(self, restart: int, nnodes: int, nodes: list[str] | None = None) -> list[str]:
         node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
-            [sys.executable, "-m", "shoal._runtime.launcher"])
+            [sys.executable, "-m", "shoal._runtime.node.launcher"])
         # One node launcher per node, told its node rank by Slurm (the same for every task of
         # a step otherwise: srun gives all tasks one environment).
         on_node = f'export {contract.NODE_RANK}="$SLURM_NODEID"; exec {node_command}'
@@ -223,7 +167,7 @@ class Allocation:
         output goes to ``node<rank>.log`` (srun's ``%n`` counts the step's nodes, not the
         gang's)."""
         node_command = self.environ.get(contract.NODE_COMMAND) or shlex.join(
-            [sys.executable, "-m", "shoal._runtime.launcher"])
+            [sys.executable, "-m", "shoal._runtime.node.launcher"])
         log = shlex.quote(os.path.join(self.log_dir, f"r{start.restart}", "node"))
         arms = "".join(f"{shlex.quote(start.nodes[k])}) export {contract.NODE_RANK}={k} "
                        f"{contract.NODE_ADDR}={shlex.quote(addresses[k])} "
@@ -402,7 +346,7 @@ class Allocation:
         """The nodes of an elastic gang's failed ``start`` that are gone (name -> why): srun
         saw each end badly and its launcher left no report (it was killed with everything
         on its machine), or Slurm marks it down or not responding."""
-        from shoal._runtime.reports import read_reports
+        from shoal._runtime.observe import read_reports
         from shoal._storage.store import join
 
         reported = {r.get("node") for r in read_reports(

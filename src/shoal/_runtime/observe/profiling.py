@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal import _contract as contract
-from shoal._runtime.nsys_session import capture_scope
+from shoal._runtime.observe.nsys_session import capture_scope
 from shoal._spec.profile import ProfileSpec
 
 # Real-time signals are not used by Python, torch or the usual libraries' handlers.
@@ -187,7 +187,7 @@ class RankProfiler:
         # the task runs, not inside the window.
         import torch._dynamo  # noqa: F401
         if self.spec.steps is not None:
-            from shoal._runtime import metrics
+            from shoal._runtime.observe import metrics
 
             writer = metrics.current()
             if writer is not None:
@@ -204,7 +204,7 @@ class RankProfiler:
 
     def __exit__(self, *exc: object) -> None:
         global _active
-        from shoal._runtime import metrics
+        from shoal._runtime.observe import metrics
 
         writer = metrics.current()
         if writer is not None:
@@ -277,7 +277,7 @@ class NsysSteps:
 def nsys_steps(spec: ProfileSpec) -> Iterator[None]:
     import torch
 
-    from shoal._runtime import metrics
+    from shoal._runtime.observe import metrics
 
     writer = metrics.current()
     if not torch.cuda.is_available() or writer is None:

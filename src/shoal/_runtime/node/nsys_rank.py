@@ -1,4 +1,4 @@
-"""One rank under NVIDIA Nsight Systems: ``nsys profile ... python -m shoal._runtime.rank``.
+"""One rank under NVIDIA Nsight Systems: ``nsys profile ... python -m shoal._runtime.node.rank``.
 
 The node launcher starts a rank chosen by a ``tool="nsys"`` profile as this program instead of
 forking it (torchrun, when it starts the ranks, starts every rank as this program, and the
@@ -27,11 +27,18 @@ from pathlib import Path
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
-from shoal._runtime.nsys_session import exec_in_session, missing, write_stats
-from shoal._runtime.profiling import copy_to_store, profile_folder, setting, store_folder
+from shoal._runtime.observe import (
+    copy_to_store,
+    exec_in_session,
+    nsys_session,
+    profile_folder,
+    profiling,
+    store_folder,
+    write_stats,
+)
 from shoal._spec.profile import ProfileSpec
 
-RANK_ARGV = (sys.executable, "-m", "shoal._runtime.rank")
+RANK_ARGV = (sys.executable, "-m", "shoal._runtime.node.rank")
 
 
 def profile_argv(nsys: str, spec: ProfileSpec, out: Path, *, capture_steps: bool) -> list[str]:
@@ -57,7 +64,7 @@ def _exit_as(code: int) -> None:
 
 def main() -> None:
     rank = int(os.environ[contract.TORCH_RANK])
-    spec = setting()
+    spec = profiling.setting()
     if spec is None or spec.tool != "nsys" or not spec.profiles_rank(rank):
         os.execv(RANK_ARGV[0], list(RANK_ARGV))
     node = NodeEnv.from_env()
@@ -67,7 +74,7 @@ def main() -> None:
         exec_in_session(spec, RANK_ARGV, f"rank {rank}")
     nsys = shutil.which("nsys")
     if nsys is None:
-        print(missing(f"rank {rank}"), file=sys.stderr, flush=True)
+        print(nsys_session.missing(f"rank {rank}"), file=sys.stderr, flush=True)
         sys.exit(1)
     folder = profile_folder(node.home, node.run, node.action, node.attempt,
                             node.restart_attempt, spec.window)

@@ -1,6 +1,6 @@
 """torchrun's agent with its ranks forked from a process that imported torch once: itself.
 
-The node launcher runs this as ``python -m shoal._runtime.torchrun_agent ARGS``, ARGS exactly
+The node launcher runs this as ``python -m shoal._runtime.node.torchrun_agent ARGS``, ARGS exactly
 torchrun's (``torch.distributed.run``): the same elastic agent, static or c10d rendezvous and
 in-node restarts (``--max-restarts``), through torch's own launcher API (`elastic_launch`).
 What differs is how a rank starts: torchrun execs a fresh interpreter per rank, which then
@@ -52,26 +52,28 @@ def local_rank_of(comm: str) -> int | None:
 
 def forked_rank() -> None:
     """One rank, in a fork of the agent, after torch's wrapper set the rank's variables:
-    what ``python -m shoal._runtime.rank`` runs, returning (torch's wrapper then hands the agent
-    its value and exits) instead of ending the process."""
+    what ``python -m shoal._runtime.node.rank`` runs, returning (torch's wrapper then hands the
+    agent its value and exits) instead of ending the process."""
     name_process(int(os.environ.get(contract.TORCH_LOCAL_RANK, "0")))
     # The agent's handlers (torch's: SIGTERM raises in the agent) are not a fresh rank's.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    from shoal._runtime import rank
+    from shoal._runtime.node import rank
 
-    sys.argv = [rank.__file__ or ""]  # as `python -m shoal._runtime.rank` sets it
+    sys.argv = [rank.__file__ or ""]  # as `python -m shoal._runtime.node.rank` sets it
     if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
         sys.modules["numpy"].random.seed()
     rank.main(exit_process=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from shoal._runtime.zygote import preimport
+    from shoal._runtime.forks import preimport
+    from shoal._runtime.node.zygote import PREIMPORTS
 
-    why = preimport()  # torch, DDP's compiler stack, the rank runtime: once, for every rank
+    # torch, DDP's compiler stack, the rank runtime: once, for every rank
+    why = preimport(PREIMPORTS)
     if why:
         print(f"shoal torchrun agent: ranks may import afresh: {why}", file=sys.stderr,
               flush=True)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # The entrypoint by its module's name, not `__main__`'s (torch pickles nothing for fork,
     # but its error records name it).
-    from shoal._runtime.torchrun_agent import forked_rank as entrypoint
+    from shoal._runtime.node.torchrun_agent import forked_rank as entrypoint
 
     @record
     def launch() -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal._runtime.metrics import MetricsWriter
+from shoal._runtime.observe.metrics import MetricsWriter
 
 CPU = "system/cpu_percent"
 RSS = "system/rss_bytes"

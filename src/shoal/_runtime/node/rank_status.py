@@ -1,6 +1,6 @@
 """What a rank tells the outside while it runs: its last step and the collective it is in.
 
-Hang diagnosis (see `shoal._runtime.hang`) must learn, from outside a rank that may be frozen,
+Hang diagnosis (see `shoal._runtime.node.hang`) must learn, from outside a rank that may be frozen,
 how far it got and where it waits. Three pieces, all cheap for the rank:
 
 - the collective slot: torch.distributed's collectives are wrapped (``wrap_collectives``, from
@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 from shoal._contract import NodeEnv
 
 if TYPE_CHECKING:
-    from shoal._runtime.metrics import MetricsWriter
+    from shoal._runtime.observe import MetricsWriter
 
 # gloo: "Timed out waiting 5000ms for recv operation"; NCCL: "Watchdog caught collective
 # operation timeout"; torch's own: "... timeout ...".

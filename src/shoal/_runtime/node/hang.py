@@ -28,7 +28,7 @@ import psutil
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._runtime.rank_status import STACKS_SIGNAL, raw_stacks_path, read_status, status_dir
+from shoal._runtime.node.rank_status import STACKS_SIGNAL, raw_stacks_path, read_status, status_dir
 
 HANG_SIGNAL = signal.SIGUSR1  # engine -> launcher: "record your ranks now"
 POLL = 0.5  # seconds between two looks at this node's status files (the ranks write them
@@ -171,7 +171,7 @@ def collect(node: NodeEnv, rank_pids: dict[int, int]) -> dict[str, Any]:
 
 
 def write_report(node: NodeEnv, rank_pids: dict[int, int]) -> None:
-    from shoal._runtime.reports import attempt_folder
+    from shoal._runtime.observe import attempt_folder
     from shoal._storage.store import join, open_store
 
     report = collect(node, rank_pids)
@@ -183,7 +183,7 @@ def rank_timed_out(node: NodeEnv, rank: int, exit_code: int) -> bool:
     """Did ``rank`` end in a collective timeout? Its failure report says so (gloo raises), or
     it was aborted (SIGABRT: NCCL's watchdog ends the process) while its status showed a
     collective running for about the collective timeout."""
-    from shoal._runtime.reports import attempt_folder
+    from shoal._runtime.observe import attempt_folder
     from shoal._storage.store import join, open_store
     from shoal.errors import ObjectNotFound
 

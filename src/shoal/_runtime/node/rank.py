@@ -1,6 +1,6 @@
 """One rank of a clustered task: inputs in, the task function with its topology, output out.
 
-Started by the node launcher (directly, or by torchrun) as ``python -m shoal._runtime.rank``
+Started by the node launcher (directly, or by torchrun) as ``python -m shoal._runtime.node.rank``
 with the node's `NodeEnv` variables and torchrun's per-rank variables. Every rank checks its
 return value against the declared type; rank 0 writes the output. A rank that fails writes a
 failure report (message, traceback, time) next to the output, so the engine can say which rank
@@ -19,13 +19,11 @@ from typing import Any
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._runtime import rank_status
 from shoal._runtime.context import TaskContext, running
 from shoal._runtime.frameworks import prepare_runtime
 from shoal._runtime.log_files import redirect_output
-from shoal._runtime.metrics import metrics_scope
-from shoal._runtime.profiling import profiling_scope
-from shoal._runtime.report_scope import report_scope
+from shoal._runtime.node import rank_status
+from shoal._runtime.observe import metrics_scope, profiling_scope, report_scope
 from shoal._runtime.task_scopes import task_scopes
 from shoal._runtime.tracebacks import user_traceback
 
@@ -75,7 +73,7 @@ def _caller(node: NodeEnv) -> Any:
 
 def run_rank(node: NodeEnv, rank: int, local_rank: int) -> None:
     from shoal._runtime.loader import find_task
-    from shoal._runtime.reports import attempt_folder
+    from shoal._runtime.observe import attempt_folder
     from shoal._storage import codecs
     from shoal._storage.blobs import store_blobs
     from shoal._storage.call_io import get_custom_context, get_inputs
@@ -154,7 +152,7 @@ def main(*, exit_process: bool = True) -> None:
 
 def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,
                     shown: str) -> None:
-    from shoal._runtime.reports import attempt_folder
+    from shoal._runtime.observe import attempt_folder
     from shoal._storage.store import join, open_store
 
     report = {
@@ -164,7 +162,7 @@ def _report_failure(node: NodeEnv, rank: int, local_rank: int, e: BaseException,
         **rank_status.failure_fields(e, node.collective_timeout),
     }
     if report["collective_timeout"]:
-        from shoal._runtime.reach import master_unreachable
+        from shoal._runtime.node.reach import master_unreachable
 
         if why := master_unreachable(node):
             report["unreachable"] = {"master": f"{node.master_addr}:{node.master_port}",

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal._runtime.report_page import Report, render_page
+from shoal._runtime.observe.report_page import Report, render_page
 from shoal.errors import StoreError
 
 

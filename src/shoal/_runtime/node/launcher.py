@@ -45,11 +45,11 @@ from typing import Any, NoReturn
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
 from shoal._runtime.log_files import redirect_output
-from shoal._runtime.node_control import Control
-from shoal._runtime.node_sampler import NodeSampler, start_sampler, torchrun_ranks
-from shoal._runtime.rank_start import nsys_profiled, rank_argv, start_zygote, torchrun_argv
-from shoal._runtime.ray_node import RAYLET, RayNode
-from shoal._runtime.zygote import Zygote
+from shoal._runtime.node.node_control import Control
+from shoal._runtime.node.node_sampler import NodeSampler, start_sampler, torchrun_ranks
+from shoal._runtime.node.rank_start import nsys_profiled, rank_argv, start_zygote, torchrun_argv
+from shoal._runtime.node.ray_node import RAYLET, RayNode
+from shoal._runtime.node.zygote import Zygote
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -157,7 +157,7 @@ class Node:
                                  if pid is not None)
         for local_rank, env in envs.items():
             if local_rank not in self.children.values():  # not forked: a new interpreter
-                argv = [sys.executable, "-m", "shoal._runtime.nsys_rank"] \
+                argv = [sys.executable, "-m", "shoal._runtime.node.nsys_rank"] \
                     if local_rank in nsys else rank_argv()
                 self.children[subprocess.Popen(argv, env=env).pid] = local_rank
 
@@ -363,7 +363,7 @@ class Node:
         failed. ``why`` goes into the node log with the time the report took."""
         if not self._diagnosing.acquire(timeout=10 if wait else 0):
             return False
-        from shoal._runtime import hang
+        from shoal._runtime.node import hang
 
         started = time.monotonic()
         try:
@@ -385,7 +385,7 @@ class Node:
         `hang.early_at` of the collective timeout, before the timeout ends them. It runs
         here, beside the ranks, on every engine: an ask from the engine's own poll came too
         late on a busy machine."""
-        from shoal._runtime import hang
+        from shoal._runtime.node import hang
 
         # When this node's ranks were last recorded (wall time): a wait that began before
         # then is the one recorded, even once its longest waiter has failed and the next
@@ -413,7 +413,7 @@ class Node:
         signal (killed, crashed) did not, and nothing is read to say so."""
         if local_rank < 0 or (code < 0 and code != -signal.SIGABRT):
             return False
-        from shoal._runtime import hang
+        from shoal._runtime.node import hang
 
         n = self.node
         return hang.rank_timed_out(n, n.node_rank * n.nproc_per_node + local_rank, code)
@@ -433,7 +433,7 @@ class Node:
     def _report(self, local_rank: int, code: int, at: float) -> None:
         """The node report of ``local_rank``'s end (``code``), which this launcher saw at
         wall time ``at``."""
-        from shoal._runtime.reports import attempt_folder
+        from shoal._runtime.observe import attempt_folder
         from shoal._storage.store import join, open_store
 
         n = self.node

@@ -22,9 +22,15 @@ from collections.abc import Callable
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._runtime.metrics import MetricsWriter, open_writer
-from shoal._runtime.system_metrics import Gpus, TreeSampler, gpu_points, visible_device
-from shoal._runtime.torchrun_agent import local_rank_of
+from shoal._runtime.node.torchrun_agent import local_rank_of
+from shoal._runtime.observe import (
+    Gpus,
+    MetricsWriter,
+    TreeSampler,
+    gpu_points,
+    open_writer,
+    visible_device,
+)
 
 RankPids = Callable[[], dict[int, int]]  # local rank -> pid of its topmost process
 

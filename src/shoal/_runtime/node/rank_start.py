@@ -11,7 +11,7 @@ import sys
 
 from shoal import _contract as contract
 from shoal._contract import NodeEnv
-from shoal._runtime.zygote import Zygote
+from shoal._runtime.node.zygote import Zygote
 
 
 def torchrun_argv(node: NodeEnv) -> list[str]:
@@ -21,7 +21,7 @@ def torchrun_argv(node: NodeEnv) -> list[str]:
     forked = os.environ.get(contract.PREIMPORT, "1") != "0" and not nsys_profiled(node)
     argv = [
         sys.executable, "-m",
-        "shoal._runtime.torchrun_agent" if forked else "torch.distributed.run",
+        "shoal._runtime.node.torchrun_agent" if forked else "torch.distributed.run",
         f"--nnodes={node.nnodes}", f"--nproc-per-node={node.nproc_per_node}",
         f"--node-rank={node.node_rank}", f"--max-restarts={node.torch_max_restarts}",
         f"--rdzv-backend={node.rdzv_backend}", f"--rdzv-id={contract.rendezvous_id(node)}",
@@ -36,17 +36,17 @@ def torchrun_argv(node: NodeEnv) -> list[str]:
     else:
         argv += [f"--master-addr={node.master_addr}", f"--master-port={node.master_port}"]
     # Under Nsight Systems every rank starts as nsys_rank, which wraps the chosen ones.
-    return [*argv, "-m", "shoal._runtime.nsys_rank" if nsys_profiled(node) else
-            "shoal._runtime.rank"]
+    return [*argv, "-m", "shoal._runtime.node.nsys_rank" if nsys_profiled(node) else
+            "shoal._runtime.node.rank"]
 
 
 def rank_argv() -> list[str]:
-    return [sys.executable, "-m", "shoal._runtime.rank"]
+    return [sys.executable, "-m", "shoal._runtime.node.rank"]
 
 
 def nsys_profiled(node: NodeEnv, rank: int | None = None) -> bool:
     """Whether ``rank`` (any rank of the node: None) runs under ``nsys profile``: such ranks
-    are started as `shoal._runtime.nsys_rank`, never forked."""
+    are started as `shoal._runtime.node.nsys_rank`, never forked."""
     if "tool=nsys" not in node.profile:
         return False
     from shoal._spec.profile import profile_from_text

@@ -75,7 +75,7 @@ class MetricsWriter:
         self._stop = False
         self._wake = threading.Event()  # set to flush early: the buffer is filling, or close()
         self._error: str | None = None
-        # Set only while a profiler watches this rank's steps (`shoal._runtime.profiling`).
+        # Set only while a profiler watches this rank's steps (`shoal._runtime.observe.profiling`).
         self.on_step: Callable[[int], None] | None = None
         # Called on the flusher thread after each flush with the last step (a rank publishes
         # its status for hang diagnosis from here: never on the training thread).

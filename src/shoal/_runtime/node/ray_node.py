@@ -141,7 +141,7 @@ class RayNode:
     def record(self, info: dict[str, Any]) -> None:
         """The cluster's addresses beside the start's reports, for engines (Slurm) whose
         launchers have no control socket to say them on."""
-        from shoal._runtime.reports import attempt_folder
+        from shoal._runtime.observe import attempt_folder
         from shoal._storage.store import join, open_store
 
         with contextlib.suppress(Exception):  # a missing record must not stop the cluster

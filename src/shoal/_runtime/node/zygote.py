@@ -1,7 +1,7 @@
 """The node's rank factory: a process that has imported torch and Shoal's rank runtime once,
 and forks every rank of every start of the node from that state.
 
-Started by the node launcher (`launcher.Zygote`) as ``python -m shoal._runtime.zygote REQ REP``
+Started by the node launcher (`launcher.Zygote`) as ``python -m shoal._runtime.node.zygote REQ REP``
 (two inherited pipe ends) before the launcher starts any thread. It never starts a thread
 itself (it checks after its imports: torch must not have started a thread pool), so forking
 it is safe; a rank then costs a fork instead of an interpreter start plus torch's imports, at
@@ -16,7 +16,7 @@ it and reads its exit status as it would a child it started itself. The ``n`` ra
 request batch wait until the last is forked, then run together. EOF on the request pipe,
 or the launcher's death, ends the zygote.
 
-Each rank starts as a fresh ``python -m shoal._runtime.rank`` would: exactly the environment it
+Each rank starts as a fresh ``python -m shoal._runtime.node.rank`` would: exactly the environment it
 is given, the working directory, ``sys.argv``, stdout and stderr on the node's log, Python's
 default signal dispositions and an empty signal mask, and numpy's global generator reseeded
 (``random`` reseeds itself at fork). The user's module is imported by the rank, never here.
@@ -26,19 +26,16 @@ What a fork cannot renew: the interpreter's string-hash seed is the zygote's.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import json
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from shoal import _contract as contract
+from shoal._runtime.forks import as_fresh, die_with_parent, exit_after, preimport
 from shoal._runtime.log_files import redirect_output
 
-_PR_SET_PDEATHSIG = 1
 # Modules every torch rank of Shoal needs before the user's code runs: torch, its process
 # groups, torch._dynamo (which DDP() imports, slowly: once here, not in every rank), the
 # checkpoint code (torch.distributed.checkpoint, for state-dict saves and loads), Shoal's rank
@@ -52,83 +49,10 @@ _PR_SET_PDEATHSIG = 1
 # them starts a thread at import (checked after importing, in `preimport`).
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.distributed.checkpoint",
               "torch.distributed.checkpoint.state_dict", "torch.utils.serialization.config",
-              "shoal._runtime.rank", "shoal._runtime.loader", "shoal._runtime.reports",
+              "shoal._runtime.node.rank", "shoal._runtime.loader", "shoal._runtime.observe.reports",
               "shoal._storage.codecs", "shoal._storage.blobs", "shoal._storage.call_io",
               "shoal.clustered", "packaging.requirements", "shoal._storage.checkpoints",
               "shoal._storage.checkpoints.state_dicts", "shoal._storage.checkpoints.trust")
-
-
-def os_threads() -> int:
-    """Threads of this process as the kernel counts them (Python's count misses C threads)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
-def die_with_parent() -> None:
-    """Be killed (SIGKILL) when the parent thread that started this process ends."""
-    if sys.platform.startswith("linux"):
-        # Where prctl is missing, EOF on the request pipe still ends it.
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def preimport(names: tuple[str, ...] = PREIMPORTS) -> str:
-    """Import ``names`` (the rank zygote's `PREIMPORTS` by default); '' when done, else why
-    not (the caller then starts its processes afresh)."""
-    import importlib
-
-    try:
-        for name in names:
-            importlib.import_module(name)
-    except Exception as e:  # a broken install: the processes started afresh say it in their logs
-        return f"could not pre-import {name} ({type(e).__name__}: {e})"
-    threads = os_threads()
-    if threads > 1:
-        return (f"{threads} threads run after the pre-imports (set OMP_NUM_THREADS=1 for torch): "
-                "forking would copy their locks but not them")
-    # What the pre-imports made lives as long as the process: out of the collector, so that a
-    # forked child's full collection neither walks those objects nor, by touching their
-    # headers, copies the pages they share with this process.
-    gc.freeze()
-    return ""
-
-
-def as_fresh(env: dict[str, str], cwd: str, module_file: str) -> None:
-    """In a forked child: the environment ``env`` exactly, the working directory, ``sys.argv``
-    as ``python -m <module>`` sets it, Python's default SIGCHLD and an empty signal mask,
-    numpy's global generator reseeded (``random`` reseeds itself at fork): what a fresh
-    interpreter started for that module would have."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the parent's, not a fresh process's
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    sys.argv = [module_file]
-    if "numpy" in sys.modules:  # a fresh process seeds it from the OS; a fork copies it
-        sys.modules["numpy"].random.seed()
-
-
-def exit_after(body: Callable[[], None]) -> NoReturn:
-    """Run a forked child's ``body`` and end the process with its exit code (0, a
-    ``SystemExit``'s, or 1 with the traceback in its log for anything else: the child's
-    process boundary), its output flushed; never returns to the parent's code."""
-    code = 1
-    try:
-        body()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # the process boundary: shown in its log, exit code 1
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
 
 
 def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> None:
@@ -141,7 +65,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> No
             redirect_output(str(request["log"]))
         env = request["env"]
         assert isinstance(env, dict)
-        from shoal._runtime import rank
+        from shoal._runtime.node import rank
 
         as_fresh(env, str(request["cwd"]), rank.__file__ or "")
         os.read(go, 1)  # until the last rank of the node is forked too
@@ -153,7 +77,7 @@ def _rank_child(request: dict[str, object], fds: tuple[int, int], go: int) -> No
 
 def serve(req_fd: int, rep_fd: int) -> None:
     requests = os.fdopen(req_fd, "rb", buffering=0)
-    why = preimport()
+    why = preimport(PREIMPORTS)
     os.write(rep_fd, (json.dumps({"ready": not why, "why": why}) + "\n").encode())
     if why:
         return
@@ -199,7 +123,7 @@ class Zygote:
         req_r, self._requests = os.pipe()
         self._replies_fd, rep_w = os.pipe()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "shoal._runtime.zygote", str(req_r), str(rep_w)],
+            [sys.executable, "-m", "shoal._runtime.node.zygote", str(req_r), str(rep_w)],
             env=environ, pass_fds=(req_r, rep_w))
         os.close(req_r)
         os.close(rep_w)
