@@ -597,6 +597,20 @@ def test_states_the_lifecycle_test_does_not_reach() -> None:
     assert gang_state(restarting).phase == "restarting"  # the new attempt is not all up
 
 
+def test_a_running_jobset_is_not_queued_again_by_its_workloads_trailing_watch() -> None:
+    """The Workload's watch is not the JobSet's: its first event (pending) may come after the
+    JobSet was seen resumed and running. Kueue resumes only an admitted Workload's JobSet, so
+    that view is old news, not a queue (CI once told a running gang queued again)."""
+    running = {"metadata": {"uid": "u"}, "spec": {"suspend": False,
+                                                  "replicatedJobs": [{"replicas": 2}]},
+               "status": {"replicatedJobsStatus": [{"ready": 2}]}}
+    pending = {"status": {"conditions": [cond("QuotaReserved", "False", "Pending", "waiting")]}}
+    assert gang_state(running).phase == "running"  # before any Workload event
+    assert gang_state(running, pending).phase == "running"
+    suspended = {**running, "spec": {**running["spec"], "suspend": True}}
+    assert gang_state(suspended, pending).phase == "queued"
+
+
 def pod(node: int, code: int | None, finished: str, attempt: int = 0, job: int = 0,
         message: str = "", deleting_since: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"p{node}", "labels": {

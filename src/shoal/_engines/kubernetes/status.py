@@ -142,6 +142,11 @@ def gang_state(jobset: Obj, workload: Obj | None = None, *,
         return state("requeued", f"evicted ({why or 'unknown reason'}: {_said(evicted)}); "
                                  f"waiting to be admitted again: {pending}")
     if not is_true(workload, "Admitted"):
+        if not suspended:
+            # Kueue resumes a JobSet only once its Workload is admitted, and suspends it again
+            # to evict it (the Evicted branch above): this view of the Workload predates its
+            # admission, its watch trailing the JobSet's (a running gang is not queued again).
+            return state(*_running(restarts, ready, total, seen_restarts))
         if reserved:
             return state("queued", f"quota reserved in ClusterQueue {queue}; waiting for "
                                    f"admission checks: {_said(condition(workload, 'Admitted'))}")
