@@ -170,6 +170,23 @@ def test_a_ray_step_gives_each_node_its_gang_rank_address_and_log_by_its_slurm_n
     assert done.returncode == 1 and "not one of step shoal-ray-workers-r2" in done.stderr
 
 
+def test_a_node_whose_task_srun_ended_with_an_exit_code_is_not_lost() -> None:
+    """The lost node's task is killed with it; srun then ends the step, and the survivor's
+    launcher, given SIGTERM before its ranks saw the peer go, exits 143 without a report
+    (CI once took both for lost: 0 nodes left). Its slurmstepd told the exit code, so the
+    machine is there; a task killed after srun began ending the step stays suspect."""
+    start = Start(restart=0, at=0.0, nodes=["n1", "n2", "n3"], master="n1", port=29500,
+                  why="first",
+                  srun_says=[{"node": "n2", "what": "n2: task 1: Killed", "first": True},
+                             {"node": "n1", "what": "n1: task 0: Exited with exit code 143",
+                              "first": False},
+                             {"node": "n3", "what": "n3: task 2: Killed", "first": False}])
+    sinfo = "n1 alloc\nn2 alloc\nn3 alloc\n"
+    assert gone_nodes(start, set(), sinfo) == {"n2": "srun: n2: task 1: Killed",
+                                               "n3": "srun: n3: task 2: Killed"}
+    assert gone_nodes(start, {2}, sinfo) == {"n2": "srun: n2: task 1: Killed"}
+
+
 def test_the_gone_nodes_of_an_8192_node_start_are_named_in_linear_time() -> None:
     """srun's last words and sinfo's line of every node, one lost, one drained, one whose
     launcher reported (not gone): named by node name, and fast (a list scan per line took

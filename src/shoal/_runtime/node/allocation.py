@@ -55,6 +55,7 @@ SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<task>
                              r"(?P<what>.+)$")
 SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (?P<node>\S+)")
 SRUN_TERMINATING = re.compile(r"^srun: .*Terminating (StepId|job step)")
+SRUN_EXITED = re.compile(r"Exited with exit code \d+$")
 
 
 def node_address(name: str) -> str:
@@ -372,12 +373,17 @@ class Allocation:
 def gone_nodes(start: Start, reported: set[Any], sinfo: str) -> dict[str, str]:
     """`Allocation.lost_nodes` on what it read: the nodes srun saw end badly whose launcher
     left no report (``reported``: the node ranks that did), and those ``sinfo -N -o "%N %t"``
-    (its output, ``sinfo``) marks down, drained, failing or not responding."""
+    (its output, ``sinfo``) marks down, drained, failing or not responding.
+
+    A task that "Exited with exit code N" is not a lost node, report or not: the node's
+    slurmstepd saw it exit, so the machine is there. That is what a surviving node's launcher
+    says when srun ends the step (SIGTERM: 143) before its ranks saw a peer go."""
     # By name, once: srun and sinfo speak of every node, so a list scan per line would make
     # a 1,024-node allocation's end take a second (benchmarks/results/*-scale-engines.md).
     rank_of = {name: i for i, name in enumerate(start.nodes)}
     gone = {s["node"]: f"srun: {s['what']}" for s in start.srun_says
-            if s["node"] in rank_of and rank_of[s["node"]] not in reported}
+            if s["node"] in rank_of and rank_of[s["node"]] not in reported
+            and not SRUN_EXITED.search(s["what"])}
     for line in sinfo.splitlines():
         name, _, state = line.partition(" ")
         if name in rank_of and (state.endswith("*") or state.startswith(
