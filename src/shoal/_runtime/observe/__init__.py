@@ -9,10 +9,18 @@ This module is the package's one door: the rest of Shoal imports the names in ``
 never a module inside (`tests/unit/test_layers.py`). ``metrics``, ``profiling`` and
 ``nsys_session`` are exported as modules too, for the callers that use many of their
 functions (`shoal.log_metrics`, the profile and Nsight regions, the W&B plugin's stream).
+
+`import shoal` imports this door (metrics, profiles, reports are public API), so the modules
+only the engines and a node's launcher use — the hang verdict, gang failure reports, system
+metrics — are imported on first use of one of their names (`__getattr__`), not at start-up.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from shoal._runtime.observe import metrics, nsys_session, profiling
-from shoal._runtime.observe.hang_verdict import RankView, Verdict, decide, rank_views
 from shoal._runtime.observe.metrics import MetricsWriter, claimed, metrics_scope, open_writer
 from shoal._runtime.observe.nsys_session import (
     exec_in_session,
@@ -28,14 +36,40 @@ from shoal._runtime.observe.profiling import (
 )
 from shoal._runtime.observe.report_page import MAIN_TAB, Report, Tab
 from shoal._runtime.observe.report_scope import ReportSession, current_session, report_scope
-from shoal._runtime.observe.reports import FirstFailure, attempt_folder, first_failure, read_reports
-from shoal._runtime.observe.system_metrics import (
-    CallSampler,
-    Gpus,
-    TreeSampler,
-    gpu_points,
-    visible_device,
-)
+
+if TYPE_CHECKING:
+    from shoal._runtime.observe.hang_verdict import RankView, Verdict, decide, rank_views
+    from shoal._runtime.observe.reports import (
+        FirstFailure,
+        attempt_folder,
+        first_failure,
+        read_reports,
+    )
+    from shoal._runtime.observe.system_metrics import (
+        CallSampler,
+        Gpus,
+        TreeSampler,
+        gpu_points,
+        visible_device,
+    )
+
+# A name of the door -> the module of the package it comes from, imported on first use.
+_ON_FIRST_USE = {
+    **dict.fromkeys(("RankView", "Verdict", "decide", "rank_views"), "hang_verdict"),
+    **dict.fromkeys(("FirstFailure", "attempt_folder", "first_failure", "read_reports"),
+                    "reports"),
+    **dict.fromkeys(("CallSampler", "Gpus", "TreeSampler", "gpu_points", "visible_device"),
+                    "system_metrics"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once: later reads find it here
+    return value
 
 __all__ = ["MAIN_TAB", "CallSampler", "FirstFailure", "Gpus", "MetricsWriter", "RankView",
            "Report", "ReportSession", "Tab", "TreeSampler", "Verdict", "attempt_folder",
