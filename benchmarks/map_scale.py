@@ -77,7 +77,7 @@ def _rss_now() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _measure(call: Any, n: int) -> dict[str, Any]:
+def _measure(call: Any, n: int, settle: Any = None) -> dict[str, Any]:
     if call(WARM_UP) != WARM_UP * (WARM_UP + 1) // 2:
         raise RuntimeError("warm-up run returned a wrong sum")
     before = _rss_now()
@@ -86,6 +86,8 @@ def _measure(call: Any, n: int) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     if total != n * (n + 1) // 2:
         raise RuntimeError(f"run of {n} returned {total!r}")
+    if settle is not None:
+        settle()
     kib = 1024  # ru_maxrss is in KiB on Linux
     return {"seconds": seconds, "calls_per_s": n / seconds, "rss_before": before,
             "rss_after": _rss_now(),
@@ -106,9 +108,14 @@ def _child_shoal(row: str, n: int) -> dict[str, Any]:
 
         import shoal
 
+        # The run's worker template is kept for a next run: ended and reaped here, so that
+        # RUSAGE_CHILDREN holds its workers' peak.
+        from shoal._engines.local.templates import end_kept
+
         if row == "shoal map":
-            return _measure(lambda k: shoal.run(prog.by_map, k, CONCURRENCY).outputs()[0], n)
-        return _measure(lambda k: shoal.run(prog.by_gather, k).outputs()[0], n)
+            return _measure(lambda k: shoal.run(prog.by_map, k, CONCURRENCY).outputs()[0], n,
+                            end_kept)
+        return _measure(lambda k: shoal.run(prog.by_gather, k).outputs()[0], n, end_kept)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -306,8 +306,9 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(1.0)
 
 
-def _end_kept() -> None:
-    """At the process's exit: the parked template goes, and is waited for."""
+def end_kept() -> None:
+    """The parked template goes, and is waited for (at the process's exit, or when a caller
+    wants it reaped: `benchmarks/map_scale.py` reads its workers' peak memory then)."""
     global _kept
     with _kept_lock:
         kept, _kept = _kept, None
@@ -326,7 +327,7 @@ def _forget_kept_in_child() -> None:
                 os.close(fd)
 
 
-atexit.register(_end_kept)
+atexit.register(end_kept)
 os.register_at_fork(after_in_child=_forget_kept_in_child)
 
 
