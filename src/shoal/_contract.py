@@ -133,6 +133,9 @@ RESUMES = "SHOAL_RESUMES"
 PREIMPORT = "SHOAL_PREIMPORT"  # "0": the node launcher does not pre-load torch and fork ranks
 # "0": the local engine starts every worker afresh, not forked from its worker template
 WORKER_TEMPLATE = "SHOAL_WORKER_TEMPLATE"
+# "0": a run's worker template ends with the run; by default the process keeps one idle
+# template for its next run (`_engines/local/templates.py`)
+KEEP_WORKER_TEMPLATE = "SHOAL_KEEP_WORKER_TEMPLATE"
 # Padding in the worker template's environment: room for a forked worker's variables in the
 # block /proc/<pid>/environ shows (`_runtime/worker_template._show_as`)
 TEMPLATE_ROOM = "SHOAL_TEMPLATE_ROOM"
@@ -335,6 +338,12 @@ def worker_template(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the local engine forks its workers from a template process
     (``SHOAL_WORKER_TEMPLATE``, default on; "0" turns it off)."""
     return (os.environ if environ is None else environ).get(WORKER_TEMPLATE, "") != "0"
+
+
+def keep_worker_template(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a run's idle worker template is kept for the process's next run
+    (``SHOAL_KEEP_WORKER_TEMPLATE``, default on; "0" turns it off)."""
+    return (os.environ if environ is None else environ).get(KEEP_WORKER_TEMPLATE, "") != "0"
 
 
 def retry_backoff() -> float:

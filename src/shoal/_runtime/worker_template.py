@@ -12,7 +12,9 @@ Protocol, one JSON line each way on stdin (requests) and stdout (replies): it fi
 "...", "log": "..."}`` it forks and answers ``{"id": ..., "pid": p}``, and when one of its
 workers ends, ``{"exit": p, "code": c}`` (asyncio's convention: ``-N`` for signal N). It is each
 worker's parent and reaps it; a worker dies with it (the parent-death signal), so the engine,
-which reads its EOF, knows none is left running unseen. EOF on stdin ends it.
+which reads its EOF, knows none is left running unseen. EOF on stdin ends it: the engine closes
+it, or the engine's process is gone. Between two runs of one process it waits idle (the
+engine's `templates.put_away`).
 
 Each worker starts as a fresh ``python -m shoal._runtime.worker`` would: exactly the
 environment it is given, the working directory, ``sys.argv``, a session of its own, stdin on
@@ -124,7 +126,9 @@ def _reap() -> None:
 
 
 def serve() -> None:
-    die_with_parent()
+    # Not `die_with_parent`: that signal comes when the *thread* that started this process
+    # ends, and the engine may keep this template for the process's next run after the run's
+    # thread is gone. EOF on stdin, when the engine's process closes it or dies, ends it.
     why = preimport(PREIMPORTS)
     _reply({"ready": not why, "why": why})
     if why:

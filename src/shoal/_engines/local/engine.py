@@ -52,7 +52,7 @@ from shoal._engines.local.plan import (
 )
 from shoal._engines.local.pool import Request, Reservation, ResourcePool, machine_capacity
 from shoal._engines.local.shared_pool import SharedPool
-from shoal._engines.local.templates import WorkerTemplate
+from shoal._engines.local.templates import WorkerTemplate, put_away, template_for
 from shoal._engines.local.workers import Worker, WorkerSet
 from shoal._runtime import messages as m
 from shoal._runtime import worker_template
@@ -220,7 +220,7 @@ class LocalEngine(Engine):
         if self._workers is not None:
             await self._workers.close()
         if self._template is not None:
-            await self._template.close()
+            await put_away(self._template)
         if self.containers is not None:
             await self.containers.close()
         if self._socket_dir:
@@ -262,11 +262,10 @@ class LocalEngine(Engine):
         that starts none (a gang's, an echo's) starts no template either."""
         if self._template is None and contract.worker_template() and self._workers is not None \
                 and not self._workers.closing:
-            self._template = WorkerTemplate(
+            self._template = template_for(
                 {**self.base_environ(), "PYTHONUNBUFFERED": "1",
                  contract.TEMPLATE_ROOM: "." * worker_template.ROOM_BYTES},
                 self.home / "runs" / self.run / "workers" / "template.log")
-            self._template.start()
         return self._template
 
     def warm_key(self, env: EnvSpec, code_file: str, gpus: tuple[int, ...]) -> str:

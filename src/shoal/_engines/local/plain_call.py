@@ -19,7 +19,7 @@ from shoal._engines.base import AttemptOutcome, AttemptRef
 from shoal._engines.local import procs
 from shoal._engines.local.workers import Worker, WorkerDied, WorkerStartFailed
 from shoal._runtime import messages as m
-from shoal._runtime.log_files import log_tail
+from shoal._runtime.log_files import log_tail, rescue_spool, spool_path
 from shoal._runtime.observe import CallSampler, open_writer
 from shoal._spec.call import CallSpec
 from shoal.errors import FailureInfo
@@ -109,6 +109,7 @@ class PlainCall:
             return self._failed("crash", died.why, worker, exit_code=code, signal=sig)
         except asyncio.CancelledError:
             await worker.kill(KILL_GRACE)
+            self._rescue_output(worker)
             raise
         if done.failure is not None:
             if done.failure.origin_action:  # it carries the log of the call that failed
@@ -170,9 +171,15 @@ class PlainCall:
         return (f"the kernel killed it at its container's memory limit{size} (raise "
                 "Resources(memory=...) or use less)")
 
+    def _rescue_output(self, worker: Worker) -> None:
+        """What the call printed before its worker died, still in the worker's spool, moved to
+        the call's log (`log_files.rescue_spool`)."""
+        rescue_spool(spool_path(self.ref.log_path.parent, worker.worker_id), self.ref.log_path)
+
     def _failed(self, kind: str, message: str, worker: Worker, exit_code: int | None = None,
                 signal: str | None = None) -> AttemptOutcome:
         call, ref = self.call, self.ref
+        self._rescue_output(worker)
         tail = log_tail(ref.log_path) or log_tail(worker.log_path)
         return AttemptOutcome(failure=FailureInfo(
             task=call.task.name, action=ref.action, attempt=ref.attempt, kind=kind,

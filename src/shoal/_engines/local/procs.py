@@ -95,15 +95,34 @@ async def kill_tree(pid: int, grace: float = 0.0) -> None:
     family = [pid, *(p.pid for p in descendants(pid))]
     if grace > 0:
         signal_tree(pid, signal.SIGTERM)
-        deadline = asyncio.get_running_loop().time() + grace
-        while asyncio.get_running_loop().time() < deadline:
-            if not any(_alive(p) for p in family):
-                return
-            await asyncio.sleep(0.05)
+        if await _gone_within(family, grace):
+            return
     signal_tree(pid, signal.SIGKILL)
     for p in family[1:]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, signal.SIGKILL)
+
+
+async def kill_left(pids: Sequence[int], grace: float) -> None:
+    """End processes a worker left behind when it exited (no longer in its tree): SIGTERM,
+    ``grace`` seconds, then SIGKILL; nothing to do, and no wait, when none is alive."""
+    left = [p for p in pids if _alive(p)]
+    for p in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGTERM)
+    if left and not await _gone_within(left, grace):
+        for p in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+
+
+async def _gone_within(pids: Sequence[int], seconds: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 def _alive(pid: int) -> bool:

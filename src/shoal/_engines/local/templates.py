@@ -1,13 +1,15 @@
 """The engine's side of the worker template (`_runtime/worker_template.py`): one process per
 engine that has imported Shoal's worker runtime and forks the run's workers.
 
-Started with the run's first worker (a run that starts none starts no template); a worker it
+Started with the run's first worker (a run that starts none starts no template), or taken over
+from the process's previous run (`template_for`, `put_away`: kept idle between runs); a worker it
 forks costs a fork and the user's imports instead of an interpreter start plus Shoal's imports
 (benchmarks/dispatch.py: the second worker of a fan-out). A worker is forked only when
 nothing a process reads as it starts differs from the template's (`STARTUP_PREFIXES`,
 `STARTUP_VARIABLES`) and its command is the plain worker's; otherwise, or when the template
 could not start or is gone, `procs.spawn` starts it afresh, as before.
-``SHOAL_WORKER_TEMPLATE=0`` turns it off.
+``SHOAL_WORKER_TEMPLATE=0`` turns it off; ``SHOAL_KEEP_WORKER_TEMPLATE=0`` ends each with
+its run.
 
 A forked worker is the template's child, not the engine's: the template reaps it and reports
 its exit (`Forked.wait`), and a worker dies with its template, whose EOF ends every wait the
@@ -17,16 +19,20 @@ engine still has on it.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal import _contract as contract
 from shoal._engines.local import procs
 from shoal._engines.local.plan import WORKER_ARGV
 from shoal._storage.private import open_private
@@ -63,7 +69,12 @@ class Forked:
 
 
 class WorkerTemplate:
-    """One run's template process, and the workers it forked that have not ended."""
+    """One template process, and the workers it forked that have not ended.
+
+    Made by `template_for`, handed back by `put_away`. It belongs to one run (one event loop)
+    at a time: its replies are read by that loop (`add_reader` on the pipe's fd, which a
+    parked template keeps open between runs).
+    """
 
     def __init__(self, environ: Mapping[str, str], log_path: Path) -> None:
         self.environ = dict(environ)
@@ -71,18 +82,20 @@ class WorkerTemplate:
         self._startup = startup_part(self.environ)
         self._proc: subprocess.Popen[bytes] | None = None
         self._requests = -1  # the write end of its stdin
+        self._replies = -1  # the read end of its stdout
+        self._buffered = b""  # a reply's first part, until its newline
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Future[bool] | None = None
         self._asked: dict[str, asyncio.Future[Forked | None]] = {}
         self._forked: dict[int, Forked] = {}
-        self._reader: asyncio.Task[None] | None = None
-        self._transport: asyncio.BaseTransport | None = None
         self.why = ""  # why it does not fork, once known
         self._gone_already = False
 
     def start(self) -> None:
         """Start it, without waiting: it imports in the background, and `fork` waits for it
         the first time. (A plain `Popen` with a pipe read by the loop, not an asyncio
-        subprocess: nothing here is left half-done by a cancelled task.)"""
+        subprocess: nothing here is left half-done by a cancelled task, and the process can
+        outlive the loop.)"""
         self._ready = asyncio.get_running_loop().create_future()
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
@@ -99,9 +112,14 @@ class WorkerTemplate:
         finally:
             os.close(req_r)  # its ends, which it holds now
             os.close(rep_w)
-        self._requests = req_w
+        self._requests, self._replies = req_w, rep_r
         os.set_blocking(req_w, False)
-        self._reader = asyncio.ensure_future(self._read(os.fdopen(rep_r, "rb", buffering=0)))
+        os.set_blocking(rep_r, False)
+        self._listen()
+
+    def _listen(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._replies, self._readable)
 
     def can_fork(self, argv: tuple[str, ...], environ: Mapping[str, str]) -> bool:
         return (self._ready is not None and not self._gone_already and argv == WORKER_ARGV
@@ -126,19 +144,24 @@ class WorkerTemplate:
             return None
         return await asked
 
-    async def _read(self, pipe: Any) -> None:
-        replies = asyncio.StreamReader()
+    def _readable(self) -> None:
         try:
-            self._transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(replies), pipe)
-            while line := await replies.readline():
-                self._heard(json.loads(line))
-        except (ValueError, OSError) as e:
-            self.why = f"its replies could not be read ({e})"
-        finally:
-            if self._transport is None:
-                pipe.close()
+            chunk = os.read(self._replies, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            chunk, self.why = b"", f"its replies could not be read ({e})"
+        if not chunk:
             self._gone(self.why or "it exited")
+            return
+        self._buffered += chunk
+        while b"\n" in self._buffered:
+            line, self._buffered = self._buffered.split(b"\n", 1)
+            try:
+                self._heard(json.loads(line))
+            except ValueError as e:
+                self._gone(f"its replies could not be read ({e})")
+                return
 
     def _heard(self, msg: dict[str, Any]) -> None:
         assert self._ready is not None
@@ -163,6 +186,7 @@ class WorkerTemplate:
         """It ended (or never started): no more forks; the workers it forked died with it."""
         self.why = self.why or why
         self._gone_already = True
+        self._unlisten()
         if self._ready is not None and not self._ready.done():
             self._ready.set_result(False)
         for asked in self._asked.values():
@@ -172,6 +196,41 @@ class WorkerTemplate:
         for forked in self._forked.values():
             forked.ended(_KILLED)
         self._forked.clear()
+
+    def _unlisten(self) -> None:
+        if self._loop is not None and self._replies >= 0 and not self._loop.is_closed():
+            self._loop.remove_reader(self._replies)
+        self._loop = None
+
+    def _idle(self) -> bool:
+        """Ready, alive, and with no worker or request outstanding: fit to be parked."""
+        return (self._ready is not None and self._ready.done() and self._ready.result()
+                and not self._gone_already and not self._forked and not self._asked
+                and self._proc is not None and self._proc.poll() is None)
+
+    def _adopted(self, log_path: Path) -> None:
+        """Taken out of the keeper by a run whose loop reads it from now on."""
+        self.log_path = log_path
+        self._ready = asyncio.get_running_loop().create_future()
+        self._ready.set_result(True)
+        self._listen()
+
+    def _end_now(self, wait: bool = False) -> None:
+        """EOF on its stdin, its signal to go (a parked template, which has no workers); reaped
+        by a thread of its own, or here with ``wait``."""
+        self._unlisten()
+        for fd in (self._requests, self._replies):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._requests = self._replies = -1
+        self._gone_already = True
+        if self._proc is not None:
+            if wait:
+                _reap(self._proc)
+            else:
+                threading.Thread(target=_reap, args=(self._proc,), daemon=True,
+                                 name="shoal-template-reaper").start()
 
     async def close(self) -> None:
         """End it (its workers were ended first, by the engine); EOF is its signal to go."""
@@ -186,9 +245,90 @@ class WorkerTemplate:
                 await procs.kill_tree(self._proc.pid)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(1.0)
-        if self._transport is not None:
-            self._transport.close()
         self._gone("closed")
+        if self._replies >= 0:
+            os.close(self._replies)
+            self._replies = -1
+
+
+# -- one template kept by the process between its runs ----------------------------------------
+# A program (a notebook, a test suite, a sweep) that calls `shoal.run` again and again would
+# otherwise start a template, ~0.14 s of an interpreter start and Shoal's imports on 2 cores, for
+# each run. A run's template that ends idle is parked here; the next run started with the same
+# environment within KEEP_SECONDS adopts it. At most one is parked. It holds no thread of this
+# process: it ends on EOF, when this process exits (or at `atexit`, waited for) or when another
+# run's template replaces it.
+KEEP_SECONDS = 600.0
+_kept_lock = threading.Lock()
+_kept: tuple[WorkerTemplate, float] | None = None  # and when it was parked (monotonic)
+
+
+def template_for(environ: Mapping[str, str], log_path: Path) -> WorkerTemplate:
+    """A template for a run whose workers inherit ``environ``: the one parked by an earlier run
+    with the same, or a new one, started (call it from the run's loop)."""
+    global _kept
+    with _kept_lock:
+        kept, _kept = _kept, None
+    if kept is not None:
+        template, parked_at = kept
+        if template.environ == dict(environ) and time.monotonic() - parked_at < KEEP_SECONDS \
+                and template._proc is not None and template._proc.poll() is None:
+            template._adopted(log_path)
+            return template
+        template._end_now()
+    template = WorkerTemplate(environ, log_path)
+    template.start()
+    return template
+
+
+async def put_away(template: WorkerTemplate) -> None:
+    """At the end of its run: parked for the process's next run when it is idle (its workers
+    were ended first, by the engine), else ended. It replaces one parked before."""
+    global _kept
+    if not contract.keep_worker_template() or not template._idle():
+        await template.close()
+        return
+    template._unlisten()
+    with _kept_lock:
+        previous, _kept = _kept, (template, time.monotonic())
+    if previous is not None:
+        previous[0]._end_now()
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a template told to go (EOF); killed when it does not within a second."""
+    try:
+        proc.wait(1.0)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(1.0)
+
+
+def end_kept() -> None:
+    """The parked template goes, and is waited for (at the process's exit, or when a caller
+    wants it reaped: `benchmarks/map_scale.py` reads its workers' peak memory then)."""
+    global _kept
+    with _kept_lock:
+        kept, _kept = _kept, None
+    if kept is not None:
+        kept[0]._end_now(wait=True)
+
+
+def _forget_kept_in_child() -> None:
+    """In a child forked from this process: the parked template is its parent's (closing the
+    child's copies of its pipes leaves the parent's open)."""
+    global _kept, _kept_lock
+    kept, _kept, _kept_lock = _kept, None, threading.Lock()
+    if kept is not None:
+        for fd in (kept[0]._requests, kept[0]._replies):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+atexit.register(end_kept)
+os.register_at_fork(after_in_child=_forget_kept_in_child)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -80,6 +80,20 @@ class Worker:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.proc.wait(), 1.0)
 
+    async def end(self, grace: float) -> None:
+        """End a worker that was sent `Shutdown`: given ``grace`` seconds to exit by itself
+        (an idle one does at once), then killed as `kill` does; what it started dies too."""
+        if self.box is not None or self.proc.returncode is not None:
+            await self.kill(grace)
+            return
+        family = [p.pid for p in procs.descendants(self.pid)]
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace)
+        except asyncio.TimeoutError:
+            await self.kill(grace)
+        self.healthy = False
+        await procs.kill_left(family, grace)  # no longer in its tree once it exited
+
 
 # Idle workers are kept for this many process environments of one environment at most:
 # `task.override(env_vars=...)` with a new value per call would otherwise leave a worker per call.
@@ -287,9 +301,10 @@ class WorkerSet:
         for w in list(self._all.values()):
             with contextlib.suppress(EngineError, ConnectionError):
                 w.send(m.Shutdown())
-        await asyncio.sleep(0)
-        for w in list(self._all.values()):
-            await w.kill(grace=0.5)
+        ending = list(self._all.values())
+        # Together: each takes as long as its process needs to exit, not a polling interval.
+        await asyncio.gather(*(w.end(grace=0.5) for w in ending))
+        for w in ending:
             for t in w.tasks:
                 t.cancel()
             _close_writer(w)
