@@ -2,9 +2,10 @@
 
 Each node runs in its own network namespace (`SHOAL_LOCAL_NODE_NETNS`), the two joined by a
 veth pair on 10.77.<n>.0/24; the test takes the link down once rank 0 is past step 10 and
-brings it back up as soon as the first rank reports its failure. The gang must fail within
+brings it back up once the ranks report their failure. The gang must fail within
 its collective_timeout (5 s), name the node cut off from the master, and its one restart
-must then finish the training.
+must then finish the training. The link comes back once the cut-off node's rank has reported
+(its report holds its probe of the master).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def test_a_cut_link_fails_the_gang_within_its_timeout_naming_the_cut_off_node(
         wait_until("a rank's failure report", lambda: any(
             reports.glob("*/a0/0/r0/rank-*.failure.json")), timeout=60)
         times["reported"] = time.time()
+        # Healed once rank 1 reported too: its report holds its probe of the master, which a
+        # link healed sooner would answer (rank 0's report may come first, under load).
+        wait_until("rank 1's failure report", lambda: any(
+            reports.glob("*/a0/0/r0/rank-1.failure.json")), timeout=60)
         subprocess.run([ip, "-n", second, "link", "set", IFACE, "up"], check=True)
 
     fault = threading.Thread(target=cut_then_heal, daemon=True)
