@@ -228,6 +228,21 @@ def test_logs_stream_cut_huge_lines_and_download_whole(
     assert client.get(f"/api/runs/{run.name}/logs/a9.0.task/stream").status_code == 404
 
 
+def test_a_silent_calls_log_downloads_empty(client: TestClient, records: Records,
+                                           shoal_home: Path) -> None:
+    """A plain call that printed nothing has no file (`worker.CallOutput`): its log is empty."""
+    run = _run(records, shoal_home)
+    records.create_action(run=run.name, action_id="a0", task="m.main", env="e", inputs={})
+    log = shoal_home / "runs" / run.name / "logs" / "a0.0.log"
+    records.start_attempt(run.name, "a0", 0, pid=None, log_path=str(log))
+    client.get(f"/?token={TOKEN}")
+    download = client.get(f"/api/runs/{run.name}/logs/a0.0.task/download")
+    assert download.status_code == 200 and download.content == b""
+    assert f'filename="{run.name}.a0.0.task.log"' in download.headers["content-disposition"]
+    body = client.get(f"/api/runs/{run.name}/logs/a0.0.task/stream?follow=0").text
+    assert "event: lines" not in body
+
+
 def test_a_port_in_use_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
