@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def _rss_now() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _measure(call: Any, n: int, settle: Any = None) -> dict[str, Any]:
+def _measure(call: Any, n: int, settle: Callable[[], None] | None = None) -> dict[str, Any]:
     if call(WARM_UP) != WARM_UP * (WARM_UP + 1) // 2:
         raise RuntimeError("warm-up run returned a wrong sum")
     before = _rss_now()

@@ -8,13 +8,12 @@ once), runs one call at a time, and writes each call's stdout/stderr to that cal
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as _dt
 import os
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from typing import Any
 
 from shoal._contract import RAY_INIT, WorkerEnv
@@ -54,7 +53,7 @@ class CallOutput:
     def __init__(self, worker_id: str) -> None:
         self.saved = (os.dup(1), os.dup(2))
         self.worker_id = worker_id
-        self._spool: tuple[str, int] | None = None  # its path and open fd
+        self._spool: tuple[str, str, int] | None = None  # its folder, path and open fd
         self._cond = threading.Condition()
         self._call: tuple[int, str, str] | None = None  # running: (number, log, spool)
         self._calls = 0
@@ -66,13 +65,16 @@ class CallOutput:
         return self
 
     def _spool_fd(self) -> tuple[str, int]:
-        spool = str(spool_path(os.path.dirname(self.path), self.worker_id))
-        if self._spool is not None and self._spool[0] != spool:
+        """The spool beside this call's log, made when there is none there (a run's calls
+        share one folder: the path is worked out only when a spool is made)."""
+        folder = os.path.dirname(self.path)
+        if self._spool is not None and self._spool[0] != folder:
             self._drop_spool()
         if self._spool is None:
+            spool = str(spool_path(folder, self.worker_id))
             fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, FILE_MODE)
-            self._spool = (spool, fd)
-        return self._spool
+            self._spool = (folder, spool, fd)
+        return self._spool[1:]
 
     def __enter__(self) -> None:
         sys.stdout.flush()
@@ -99,7 +101,7 @@ class CallOutput:
             linked = self._linked
             self._cond.notify()
         assert self._spool is not None
-        spool, fd = self._spool
+        _, spool, fd = self._spool
         try:
             if linked:  # the call's log is the spool's file under its own name
                 os.unlink(spool)
@@ -121,7 +123,7 @@ class CallOutput:
             time.sleep(LINK_AFTER_SECONDS)
             with self._cond:
                 if self._call is not None and self._call[0] == number and not self._linked:
-                    with contextlib.suppress(OSError):  # no hard links here: renamed at the end
+                    with suppress(OSError):  # no hard links here: renamed at the end
                         os.link(spool, log)
                         self._linked = True
                 while self._call is not None and self._call[0] == number:
@@ -129,8 +131,8 @@ class CallOutput:
 
     def _drop_spool(self) -> None:
         if self._spool is not None:
-            spool, fd = self._spool
-            with contextlib.suppress(OSError):
+            _, spool, fd = self._spool
+            with suppress(OSError):
                 if not os.fstat(fd).st_size:
                     os.unlink(spool)
             os.close(fd)

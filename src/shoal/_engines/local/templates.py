@@ -202,11 +202,14 @@ class WorkerTemplate:
             self._loop.remove_reader(self._replies)
         self._loop = None
 
+    def _running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def _idle(self) -> bool:
         """Ready, alive, and with no worker or request outstanding: fit to be parked."""
         return (self._ready is not None and self._ready.done() and self._ready.result()
                 and not self._gone_already and not self._forked and not self._asked
-                and self._proc is not None and self._proc.poll() is None)
+                and self._running())
 
     def _adopted(self, log_path: Path) -> None:
         """Taken out of the keeper by a run whose loop reads it from now on."""
@@ -272,7 +275,7 @@ def template_for(environ: Mapping[str, str], log_path: Path) -> WorkerTemplate:
     if kept is not None:
         template, parked_at = kept
         if template.environ == dict(environ) and time.monotonic() - parked_at < KEEP_SECONDS \
-                and template._proc is not None and template._proc.poll() is None:
+                and template._running():
             template._adopted(log_path)
             return template
         template._end_now()
