@@ -246,6 +246,51 @@ def test_three_ranks_commit_one_sharded_version(store_root: str, tmp_path: Path)
         ranks[1].save_shard_sync(b"late", step=0)
 
 
+def test_a_ranks_download_never_shows_in_another_ranks_folder_of_shards(
+    store_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks of one node share ``local_dir``: while one downloads its shard, another lists
+    every shard's folder (what DeepSpeedCheckpoint.restore does). The listing holds complete
+    ``shard-<rank>`` folders only (CI once saw a rank read another's ``.shoal-tmp-*`` there as
+    a shard), and a download whose process died is dropped once stale."""
+    from shoal._storage.checkpoints import loads, reads
+
+    uri = _uri(store_root)
+    node = tmp_path / "node"
+    ranks = [Checkpoint(uri, local_dir=node, rank=r, world_size=2) for r in range(2)]
+    for r, cp in enumerate(ranks):
+        (cp.path / "part.bin").write_bytes(b"rank %d" % r)
+        cp.save_shard_sync(cp.path / "part.bin", step=0)
+    seen: list[list[str]] = []
+    real_fetch = reads.fetch
+
+    def fetch_and_look(*args: Any, **kwargs: Any) -> Any:
+        got = real_fetch(*args, **kwargs)
+        for version in (node / "loaded").glob("v*"):
+            seen.append(sorted(p.name for p in version.iterdir()))
+        return got
+
+    monkeypatch.setattr(reads, "fetch", fetch_and_look)
+    assert ranks[1].load_shard_sync() is not None  # its download, seen mid-way
+    everything = ranks[0].load_all_shards_sync()
+    assert everything is not None
+    assert seen and all(name.startswith("shard-") for names in seen for name in names), seen
+    assert sorted(p.name for p in everything.iterdir()) == ["shard-0", "shard-1"]
+
+    # A download left by a killed process: kept while fresh, dropped once stale.
+    left = node / "loaded" / f"{TMP_PREFIX}killed"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "half.bin").write_bytes(b"half")
+    ranks[0].load_all_shards_sync()
+    assert left.is_dir()
+    old = time.time() - loads.STALE_DOWNLOAD_SECONDS - 60
+    for path in (left / "sub" / "half.bin", left / "sub", left):
+        os.utime(path, (old, old))
+    ranks[0].load_all_shards_sync()
+    assert not left.exists()
+    assert sorted(p.name for p in (node / "loaded").iterdir()) == [everything.name]
+
+
 def test_a_resumed_run_never_mixes_shards_with_the_run_it_continues(tmp_path: Path) -> None:
     # A resumed run shares the dead run's checkpoint and starts its gang at attempt 0, restart
     # 0 again: the run in the gang id keeps rank 1's new shard from committing beside the

@@ -3,27 +3,36 @@
 A load finds the version (the latest, or a step) in one listing of the store, then downloads
 what its commit lists into ``local_dir/loaded/<version>-<tag>/``, hashing every byte against
 the commit (``reads.py``); the tag is the commit's content, so a step removed and saved again
-never reuses an old download. Downloads of versions no longer committed (deleted by ``keep``)
-are dropped at the next find. A state dict's load (``state_dicts.py``) reads the shards'
+never reuses an old download. A download in progress is built beside those folders
+(``loaded/.shoal-tmp-*``) and renamed into place, so a version's folder lists only what is
+complete. Downloads of versions no longer committed (deleted by ``keep``) are dropped at the
+next find, and so are downloads in progress that nothing wrote to for an hour (their process
+died). A state dict's load (``state_dicts.py``) reads the shards'
 files in place where a file:// store holds them (`shards_in_store`, `verified_read`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import shutil
+import time
 from pathlib import Path
 
 from shoal._storage.checkpoints.files import Entry
 from shoal._storage.checkpoints.layout import Shard, Version, Versions, vname
 from shoal._storage.checkpoints.loaded_bytes import LoadedBytes
 from shoal._storage.checkpoints.reads import fetch, materialize, verified_read
-from shoal._storage.store import join
+from shoal._storage.store import TMP_PREFIX, join
 from shoal.errors import NotFoundError, ObjectNotFound, SpecError, StoreError
 
 # A version found in a listing may be deleted (``keep``) before its commit is read: the finds
 # made before giving up.
 FIND_TRIES = 3
+
+# A download in progress that nothing wrote to for this long belongs to a process that died.
+STALE_DOWNLOAD_SECONDS = 3600
 
 
 class VersionReader:
@@ -91,9 +100,8 @@ class VersionReader:
         folder = self._cache(version)
         vuri = self.version_uri(version)
         for shard in version.shards:
-            materialize(
-                self.store, vuri, shard.entries, folder / f"shard-{shard.rank}", version.step
-            )
+            materialize(self.store, vuri, shard.entries, folder / f"shard-{shard.rank}",
+                        version.step, staging=self._loaded)
         return folder
 
     def version_uri(self, version: Version) -> str:
@@ -126,19 +134,38 @@ class VersionReader:
             data = fetch(self.store, join(vuri, entry.key), entry, None, version.step)
             assert isinstance(data, LoadedBytes)
             return data
-        materialize(self.store, vuri, shard.entries, folder, version.step)
+        materialize(self.store, vuri, shard.entries, folder, version.step, staging=self._loaded)
         return folder / shard.entries[0].path if shard.kind == "file" else folder
 
     def _cache(self, version: Version) -> Path:
         # Named for the commit's content too: a step removed and saved again gets a new folder.
         tag = hashlib.sha256(repr(version.shards).encode()).hexdigest()[:10]
-        return self.local_dir / "loaded" / f"{vname(version.step)}-{tag}"
+        return self._loaded / f"{vname(version.step)}-{tag}"
+
+    @property
+    def _loaded(self) -> Path:
+        """Where downloaded versions are kept, one folder each; their downloads in progress
+        are built beside them (``.shoal-tmp-*``), never inside one."""
+        return self.local_dir / "loaded"
 
     def _forget_loaded(self, live: set[str]) -> None:
         """Drop downloads of versions not in ``live`` (deleted by keep)."""
-        loaded = self.local_dir / "loaded"
+        loaded = self._loaded
         if not loaded.is_dir():
             return
+        stale_before = time.time() - STALE_DOWNLOAD_SECONDS
         for entry in loaded.iterdir():
             if entry.name.startswith("v") and entry.name.split("-")[0] not in live:
                 shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name.startswith(TMP_PREFIX) and _last_written(entry) < stale_before:
+                shutil.rmtree(entry, ignore_errors=True)  # a download whose process died
+
+
+def _last_written(folder: Path) -> float:
+    """When anything under ``folder`` last changed (0 when it is gone)."""
+    newest = 0.0
+    for root, _, files in os.walk(folder):
+        for path in (root, *(os.path.join(root, f) for f in files)):
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.stat(path).st_mtime)
+    return newest

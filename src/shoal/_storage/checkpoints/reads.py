@@ -275,12 +275,15 @@ def verified_read(store: Store, version_uri: str, entry: Entry, step: int) -> by
 
 
 def materialize(
-    store: Store, version_uri: str, entries: tuple[Entry, ...], folder: Path, step: int
+    store: Store, version_uri: str, entries: tuple[Entry, ...], folder: Path, step: int, *,
+    staging: Path,
 ) -> Path:
     """Download ``entries`` into ``folder``, verified, unless an earlier load already did.
 
-    The files land in a temporary folder renamed into place once all are verified, so a folder
-    that exists is complete, and processes sharing ``folder`` never see each other's halves.
+    The files land in a temporary folder under ``staging`` (on the same filesystem as
+    ``folder``), renamed into place once all are verified: a folder that exists is complete,
+    processes sharing ``folder`` never see each other's halves, and a listing of the folder
+    that holds ``folder`` (every shard of a version) never shows another process's download.
     """
     if folder.is_dir() and all(
         (folder / e.path).is_file() and (folder / e.path).stat().st_size == e.size for e in entries
@@ -288,7 +291,8 @@ def materialize(
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(folder.parent)
+    staging.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(staging)
     jobs = [(join(version_uri, e.key), e, tmp / e.path) for e in entries]
     try:
         tmp.mkdir()
