@@ -17,14 +17,16 @@ PROBE_TIMEOUT = 2.0  # seconds; a reachable host answers a connect within millis
 
 
 def master_unreachable(node: NodeEnv, timeout: float = PROBE_TIMEOUT) -> str:
-    """Why this node cannot reach the master's address, or "" when it can: a refused
-    connection counts as reachable (the host answered; its store is just gone)."""
+    """Why this node cannot reach the master's address, or "" when it can: a refused or reset
+    connection counts as reachable (the host answered; its store is gone, or going: rank 0
+    fails from the same timeout, and a connection that reaches its store as it exits is
+    reset)."""
     if node.nnodes < 2 or node.node_rank == 0:
         return ""  # the master is this node
     try:
         with socket.create_connection((node.master_addr, node.master_port), timeout=timeout):
             return ""
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return ""
     except TimeoutError:
         return f"no answer within {timeout:g} s"
